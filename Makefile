@@ -1,0 +1,56 @@
+# ViT Families. `make help` lists the targets; every target bootstraps .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+BUDGET ?= tiny
+EPOCHS ?= 5
+FAMILY_ORDER := resnet vit swin convnext hybrid deit
+
+.DEFAULT_GOAL := help
+.PHONY: help install data test families fit-families tensorboard bench clean-venv
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP) data ## create .venv with the project and its packages (and the data)
+
+data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (falls back to the hub copy without apt)
+	@if [ -f $(FMNIST) ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null \
+	  || echo "warning: apt-get install dataset-fashion-mnist failed; the hub copy will be tried"; \
+	else echo "note: no $(FMNIST) and no root apt-get; the hub copy will be tried"; fi
+
+test: install ## run the test suite (offline, a few minutes on 2 cores)
+	$(PY) -m pytest
+
+families: install ## the family x budget table: parameters and FLOPs at 28x28x1 and 32x32x3
+	$(PY) -m experiments families --image_size 28 --in_chans 1
+	$(PY) -m experiments families --image_size 32 --in_chans 3
+
+fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tiny EPOCHS=5; DeiT distils from the ResNet)
+	@for f in $(FAMILY_ORDER); do \
+	  extra=""; [ $$f = deit ] && extra="--model.teacher_checkpoint results/runs/fit-families/resnet-$(BUDGET)_fashion_mnist_f1_s0/checkpoints/best.ckpt"; \
+	  echo "== $$f"; /usr/bin/time -f "$$f wall %e s" $(PY) -m experiments fit --experiment fit-families \
+	    --model.family $$f --model.budget $(BUDGET) --trainer.max_epochs $(EPOCHS) $$extra || exit 1; \
+	done
+
+tensorboard: install ## serve the curves of every run in results/runs
+	$(VENV)/bin/tensorboard --logdir results/runs --bind_all
+
+bench: install ## benchmarks: DataModule loader vs a per-sample DataLoader, LightningModule vs a plain loop
+	$(PY) benchmarks/datamodule_throughput.py
+	$(PY) benchmarks/module_overhead.py
+
+clean-venv: ## remove .venv
+	rm -rf $(VENV)

@@ -1,0 +1,80 @@
+"""Augmentation and normalisation of whole uint8 batches with tensor ops, on the batch's device.
+
+Order: crop + flip (uint8) -> RandAugment (uint8) -> float + normalise -> Random Erasing -> MixUp/CutMix.
+Validation and test batches only get normalised.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torchvision.transforms import v2
+
+
+@dataclass
+class AugmentConfig:
+    crop_padding: int = 0          # random crop of the zero-padded image; 0 = off
+    hflip: bool = False
+    randaugment: bool = False      # torchvision RandAugment(num_ops=2, magnitude=9)
+    randaugment_group: int = 16    # images sharing one draw of ops (v2 draws once per call)
+    random_erasing: float = 0.0    # probability per image (timm RandomErasing)
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+
+
+class BatchAugment:
+    def __init__(self, cfg: AugmentConfig, mean: torch.Tensor, std: torch.Tensor, num_classes: int):
+        self.cfg = cfg
+        self.mean = mean.view(1, -1, 1, 1).float()  # (1, C, 1, 1), in [0, 255] units
+        self.std = std.view(1, -1, 1, 1).float()
+        self.num_classes = num_classes
+        self._randaugment = v2.RandAugment(num_ops=2, magnitude=9) if cfg.randaugment else None
+        self._erasing = self._mixup = None
+        if cfg.random_erasing > 0:
+            from timm.data.random_erasing import RandomErasing
+            self._erasing = RandomErasing(cfg.random_erasing, mode="pixel", device="cpu")
+        if cfg.mixup_alpha > 0 or cfg.cutmix_alpha > 0:
+            from timm.data import Mixup
+            # label smoothing stays in the training recipe (the loss), not here
+            self._mixup = Mixup(mixup_alpha=cfg.mixup_alpha, cutmix_alpha=cfg.cutmix_alpha,
+                                label_smoothing=0.0, num_classes=num_classes)
+
+    @property
+    def soft_targets(self) -> bool:
+        return self._mixup is not None
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, C, H, W) -> normalised float32."""
+        return (x.float() - self.mean.to(x.device)) / self.std.to(x.device)
+
+    def train(self, x: torch.Tensor, y: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 (B, C, H, W), int64 (B,) -> float32 (B, C, H, W), int64 (B,) or soft (B, classes)."""
+        cfg = self.cfg
+        if cfg.crop_padding:
+            x = random_crop(x, cfg.crop_padding, g)
+        if cfg.hflip:
+            flip = torch.rand(x.shape[0], generator=g, device=x.device) < 0.5
+            x = torch.where(flip[:, None, None, None], x.flip(3), x)
+        if self._randaugment is not None:
+            x = torch.cat([self._randaugment(chunk) for chunk in x.split(cfg.randaugment_group)])
+        x = self.normalize(x)
+        if self._erasing is not None:
+            self._erasing.device = x.device
+            x = self._erasing(x)
+        if self._mixup is not None:
+            x, y = self._mixup(x, y)
+        return x, y
+
+
+def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:
+    """Per-image random crop of the zero-padded batch, by one gather: (B, C, H, W) -> same shape."""
+    B, C, H, W = x.shape
+    padded = F.pad(x, (padding,) * 4)
+    dy = torch.randint(0, 2 * padding + 1, (B, 1), generator=g, device=x.device)
+    dx = torch.randint(0, 2 * padding + 1, (B, 1), generator=g, device=x.device)
+    rows = (dy + torch.arange(H, device=x.device))[:, None, :, None]   # (B, 1, H, 1)
+    cols = (dx + torch.arange(W, device=x.device))[:, None, None, :]   # (B, 1, 1, W)
+    b = torch.arange(B, device=x.device)[:, None, None, None]
+    c = torch.arange(C, device=x.device)[None, :, None, None]
+    return padded[b, c, rows, cols]

@@ -1,0 +1,196 @@
+"""The one DataModule every family trains on: same examples, same splits, same augmentation."""
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+
+from .batch_augment import AugmentConfig, BatchAugment
+from .sources import FASHION_MNIST, load_decoded
+from .splits import default_val_size, resolve_train_size, split_train_val, training_subset
+from .tensor_loader import TensorBatchLoader
+
+# Datasets whose classes change meaning under a mirror (digits); everything else flips.
+NO_HFLIP = {"mnist", "ylecun/mnist", "svhn", "ufldl-stanford/svhn", "emnist"}
+
+
+class ImageClassificationDataModule(L.LightningDataModule):
+    """Image classification data for every family, through Hugging Face `datasets`.
+
+    Args:
+        dataset: 'fashion_mnist' (offline default, Debian's IDX files), a hub name such as
+            'uoft-cs/cifar10', or a folder of class sub-folders (HF imagefolder).
+        data_dir: folder of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist).
+        image_column: image column of a hub dataset (default: detect image/img).
+        label_column: label column of a hub dataset (default: detect label/fine_label).
+        resize_to: resize every image to this square size when decoding (default: native size).
+        fraction: share of the training pool to train on, in (0, 1]; nested across fractions.
+        train_size: absolute number of training images instead of fraction.
+        val_size: validation images held out of the train split (default min(5000, 10%)).
+        seed: draws the training subset and the batch order.
+        split_seed: draws the validation split; fixed so every run validates on the same images.
+        batch_size: training batch size (per device).
+        eval_batch_size: validation and test batch size.
+        crop_padding: random crop with this zero padding (default image_size // 8; 0 = off).
+        hflip: random horizontal flip (default: on, except for digit datasets).
+        randaugment: torchvision RandAugment(2, 9) on uint8 batches.
+        random_erasing: per-image probability of timm Random Erasing (0 = off).
+        mixup_alpha: MixUp alpha (0 = off); targets become soft.
+        cutmix_alpha: CutMix alpha (0 = off); targets become soft.
+        cache_dir: where decoded datasets are cached (default $VIT_FAMILIES_CACHE or ~/.cache/vit-families).
+    """
+
+    def __init__(self, dataset: str = FASHION_MNIST, data_dir: str | None = None,
+                 image_column: str | None = None, label_column: str | None = None,
+                 resize_to: int | None = None, fraction: float = 1.0, train_size: int | None = None,
+                 val_size: int | None = None, seed: int = 0, split_seed: int = 0,
+                 batch_size: int = 128, eval_batch_size: int = 1000,
+                 crop_padding: int | None = None, hflip: bool | None = None,
+                 randaugment: bool = False, random_erasing: float = 0.0,
+                 mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
+                 cache_dir: str | None = None):
+        super().__init__()
+        if train_size is None and not 0.0 < fraction <= 1.0:  # fail before any loading
+            raise ValueError(f"fraction={fraction} is outside (0, 1]")
+        if train_size is not None and train_size < 1:
+            raise ValueError(f"train_size={train_size} must be a positive number of images")
+        if not 0.0 <= random_erasing <= 1.0:
+            raise ValueError(f"random_erasing={random_erasing} is a probability: allowed [0, 1]")
+        self.save_hyperparameters()
+        self.dataset, self.fraction, self.train_size_arg = dataset, fraction, train_size
+        self.seed, self.split_seed = seed, split_seed
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self._augment_args = dict(crop_padding=crop_padding, hflip=hflip, randaugment=randaugment,
+                                  random_erasing=random_erasing, mixup_alpha=mixup_alpha,
+                                  cutmix_alpha=cutmix_alpha)
+        self._load_args = dict(data_dir=data_dir, image_column=image_column, label_column=label_column,
+                               image_size=resize_to, cache_dir=cache_dir)
+        self.val_size_arg = val_size
+        self._device = torch.device("cpu")
+
+    # ---- what the models need (loads the cached dataset on first use) ----
+    @cached_property
+    def _decoded(self):
+        return load_decoded(self.dataset, **self._load_args).with_format("numpy")
+
+    @cached_property
+    def _train_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        split = self._decoded["train"]
+        return split["image"][:], np.asarray(split["label"][:], dtype=np.int64)
+
+    @property
+    def image_size(self) -> int:
+        return int(self._decoded["train"].features["image"].shape[0])
+
+    @property
+    def num_channels(self) -> int:
+        return int(self._decoded["train"].features["image"].shape[2])
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self._decoded["train"].features["label"].names)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    # ---- splits ----
+    @cached_property
+    def _splits(self) -> dict[str, np.ndarray]:
+        _, labels = self._train_arrays
+        val_size = self.val_size_arg if self.val_size_arg is not None else default_val_size(len(labels))
+        pool, val = split_train_val(labels, val_size, self.split_seed)
+        n = resolve_train_size(self.fraction, self.train_size_arg, len(pool))
+        train = training_subset(pool, labels[pool], n, self.seed)
+        return {"pool": pool, "val": val, "train": train}
+
+    @property
+    def train_indices(self) -> np.ndarray:
+        """Indices into the dataset's train split of the images this run trains on."""
+        return self._splits["train"]
+
+    @property
+    def val_indices(self) -> np.ndarray:
+        return self._splits["val"]
+
+    @property
+    def train_size(self) -> int:
+        return len(self._splits["train"])
+
+    def save_train_indices(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({
+            "dataset": self.dataset, "seed": self.seed, "split_seed": self.split_seed,
+            "fraction": self.fraction, "train_size": self.train_size,
+            "indices": self.train_indices.tolist()}))
+
+    @cached_property
+    def normalization(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-channel mean and std (0-255 units) over the training pool, fixed for every fraction."""
+        images, _ = self._train_arrays
+        pool = images[self._splits["pool"]]  # (N, H, W, C)
+        mean = pool.mean(axis=(0, 1, 2), dtype=np.float64)
+        std = np.sqrt(((pool.astype(np.float32) - mean) ** 2).mean(axis=(0, 1, 2), dtype=np.float64))
+        return torch.tensor(mean, dtype=torch.float32), torch.tensor(std, dtype=torch.float32)
+
+    @cached_property
+    def augment(self) -> BatchAugment:
+        a = dict(self._augment_args)
+        if a["crop_padding"] is None:
+            a["crop_padding"] = max(1, self.image_size // 8)
+        if a["hflip"] is None:
+            a["hflip"] = self.dataset not in NO_HFLIP
+        mean, std = self.normalization
+        return BatchAugment(AugmentConfig(**a), mean, std, self.num_classes)
+
+    # ---- Lightning hooks ----
+    def prepare_data(self) -> None:
+        load_decoded(self.dataset, **self._load_args)  # decode + cache once, on one process
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.trainer is not None:
+            self._device = self.trainer.strategy.root_device
+        self._tensors = {}  # split name -> (uint8 NCHW, int64), on the training device
+        images, labels = self._train_arrays
+        for name in ("train", "val"):
+            idx = self._splits[name]
+            self._tensors[name] = self._to_device(images[idx], labels[idx])
+        test = self._decoded["test"]
+        self._tensors["test"] = self._to_device(test["image"][:], np.asarray(test["label"][:], dtype=np.int64))
+
+    def _to_device(self, images: np.ndarray, labels: np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW
+        return x.to(self._device), torch.from_numpy(labels).to(self._device)
+
+    def _rank_world(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
+    def train_dataloader(self) -> TensorBatchLoader:
+        if not hasattr(self, "_tensors"):
+            self.setup("fit")
+        rank, world = self._rank_world()
+        epoch = self.trainer.current_epoch if self.trainer is not None else 0
+        x, y = self._tensors["train"]
+        return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=self.augment.train,
+                                 shuffle=True, drop_last=True, seed=self.seed, start_epoch=epoch,
+                                 rank=rank, world_size=world)
+
+    def _eval_loader(self, split: str) -> TensorBatchLoader:
+        if not hasattr(self, "_tensors"):
+            self.setup(split)
+        rank, world = self._rank_world()
+        x, y = self._tensors[split]
+        normalize = self.augment.normalize
+        return TensorBatchLoader(x, y, self.eval_batch_size, transform=lambda xb, yb, g: (normalize(xb), yb),
+                                 rank=rank, world_size=world)
+
+    def val_dataloader(self) -> TensorBatchLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> TensorBatchLoader:
+        return self._eval_loader("test")

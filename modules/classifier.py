@@ -1,0 +1,239 @@
+"""The one LightningModule that trains every family with the same recipe.
+
+Families differ only in what `build_model` returns; DeiT differs in its loss (distillation token).
+"""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
+from torchmetrics import MaxMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError
+
+from .complexity import count_flops, count_params
+from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
+from .optim import adamw_warmup_cosine
+from .registry import build_model
+
+HPARAM_METRICS = ("val/acc_best", "test/acc")  # shown beside the hyper-parameters in TensorBoard
+
+
+class ImageClassifier(L.LightningModule):
+    """Any family, one recipe: AdamW (no decay on norms, biases, position embeddings, tokens),
+    linear warmup then cosine decay per step, label smoothing; gradient clipping and bf16 come
+    from the Trainer (experiments/configs/default.yaml).
+
+    Args:
+        family: vit, deit, swin, convnext, hybrid or resnet.
+        budget: tiny (~0.5M parameters), small (~2M) or base (~5M).
+        num_classes: classes of the data (linked from the DataModule by the CLI).
+        image_size: square input size (linked from the DataModule).
+        in_chans: input channels (linked from the DataModule).
+        patch_size: patch size (vit/deit/swin/hybrid) or stem patch (convnext); None = family default.
+        pos_embed: learn (1D learned), none or sincos (fixed 2D); vit/deit/hybrid.
+        pool: token ([CLS]) or avg (global average pooling); vit/hybrid.
+        window_size: Swin window; None = the largest <= 8 that divides every stage grid.
+        drop_path_rate: stochastic depth rate.
+        lr: peak learning rate of AdamW.
+        weight_decay: AdamW weight decay on weight matrices.
+        betas: AdamW betas.
+        warmup_fraction: share of all optimisation steps spent in linear warmup.
+        min_lr_ratio: final learning rate as a share of the peak (cosine floor).
+        label_smoothing: label smoothing of the cross-entropy (also applied to MixUp/CutMix targets).
+        distillation: DeiT: hard (teacher's argmax), soft (KL at distill_tau) or none (cls head only).
+        distill_alpha: DeiT: weight of the distillation loss.
+        distill_tau: DeiT: temperature of soft distillation.
+        teacher_checkpoint: DeiT: checkpoint of a model trained by this suite (frozen CNN teacher).
+            Without one, DeiT trains its distillation head on the labels.
+    """
+
+    def __init__(self, family: str = "vit", budget: str = "tiny", num_classes: int = 10, image_size: int = 28,
+                 in_chans: int = 1, patch_size: int | None = None, pos_embed: str | None = None,
+                 pool: str | None = None, window_size: int | None = None, drop_path_rate: float = 0.0,
+                 lr: float = 1e-3, weight_decay: float = 0.05, betas: tuple[float, float] = (0.9, 0.999),
+                 warmup_fraction: float = 0.05, min_lr_ratio: float = 0.01, label_smoothing: float = 0.1,
+                 distillation: str = "hard", distill_alpha: float = 0.5, distill_tau: float = 1.0,
+                 teacher_checkpoint: str | None = None):
+        super().__init__()
+        if distillation not in DISTILLATION_TYPES:
+            raise ValueError(f"distillation={distillation!r}: allowed {', '.join(DISTILLATION_TYPES)}")
+        if teacher_checkpoint is not None and family != "deit":
+            raise ValueError(f"teacher_checkpoint applies to family 'deit' only, not {family!r}")
+        self.save_hyperparameters()
+        self.model = build_model(family, budget, image_size=image_size, in_chans=in_chans,
+                                 num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,
+                                 pool=pool, window_size=window_size, drop_path_rate=drop_path_rate)
+        self.is_deit = family == "deit"
+        # The teacher lives outside the module tree (set through __dict__): it is then in no
+        # parameters(), state_dict() or checkpoint, and Lightning's train() never touches it.
+        self.__dict__["teacher"] = None
+        self.complexity = {"params": count_params(self.model),
+                           "flops": count_flops(self.model, image_size, in_chans)}
+
+        heads = ("", "_cls", "_dist") if self.is_deit else ("",)
+        self.train_metrics = self._metrics("train/", "")
+        self.val_metrics = nn.ModuleDict({h or "avg": self._metrics("val/", h) for h in heads})
+        self.test_metrics = nn.ModuleDict({h or "avg": self._metrics("test/", h, calibration=True) for h in heads})
+        self.val_acc_best = MaxMetric()
+        self._images, self._seconds, self._last_end = 0, 0.0, None
+
+    def _metrics(self, prefix: str, postfix: str, calibration: bool = False) -> MetricCollection:
+        c = self.hparams.num_classes
+        m = {"acc": MulticlassAccuracy(c, top_k=1, average="micro")}
+        if c >= 10:
+            m["acc_top5"] = MulticlassAccuracy(c, top_k=5, average="micro")
+        if calibration:
+            m["ece"] = MulticlassCalibrationError(c, n_bins=15, norm="l1")
+        return MetricCollection(m, prefix=prefix, postfix=postfix)
+
+    # ---------------- teacher ----------------
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.is_deit and self.teacher is None:
+            path = self.hparams.teacher_checkpoint
+            if path is None:
+                if self.hparams.distillation != "none":
+                    rank_zero_warn("deit: no teacher_checkpoint given: the distillation head trains on the labels")
+            else:
+                self.__dict__["teacher"] = load_teacher(path, self.hparams)
+
+    def _teacher_logits(self, x: torch.Tensor) -> torch.Tensor:
+        if next(self.teacher.parameters()).device != x.device:
+            self.teacher.to(x.device)
+        self.teacher.eval()
+        with torch.no_grad():
+            return self.teacher(x)
+
+    # ---------------- losses ----------------
+    def _ce(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        eps = self.hparams.label_smoothing
+        if y.ndim == 2:  # soft targets from MixUp/CutMix
+            y = y * (1 - eps) + eps / logits.shape[1]
+            return torch.sum(-y * F.log_softmax(logits, dim=1), dim=1).mean()
+        return F.cross_entropy(logits, y, label_smoothing=eps)
+
+    def training_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, logits used for train accuracy). x: (B, C, H, W); y: (B,) or soft (B, classes)."""
+        if not self.is_deit:
+            logits = self.model(x)
+            return self._ce(logits, y), logits
+        cls, dist = self.model(x)  # training mode + set_distilled_training(True)
+        base = self._ce(cls, y)
+        kind, a = self.hparams.distillation, self.hparams.distill_alpha
+        if self.teacher is not None:
+            loss = distillation_loss(base, dist, self._teacher_logits(x), kind, a, self.hparams.distill_tau)
+        elif kind == "none":
+            loss = base
+        else:  # no teacher: the dist head learns the labels too
+            loss = (1 - a) * base + a * self._ce(dist, y)
+        return loss, (cls + dist) / 2
+
+    # ---------------- steps ----------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss, logits = self.training_loss(x, y)
+        hard_y = y.argmax(dim=1) if y.ndim == 2 else y
+        self.train_metrics.update(logits.detach(), hard_y)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.train_metrics.compute(), sync_dist=True)
+        self.train_metrics.reset()
+        if self._seconds > 0:
+            self.log("train/images_per_sec", self._images / self._seconds, sync_dist=True)
+        self._images, self._seconds, self._last_end = 0, 0.0, None
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        # Wall time between consecutive batch ends (data + forward + backward + step); the first
+        # batch of an epoch is skipped because validation ran before it.
+        now = time.perf_counter()
+        if self._last_end is not None:
+            n = batch[0].shape[0] * self.trainer.world_size
+            self._images, self._seconds = self._images + n, self._seconds + now - self._last_end
+            self.log("train/images_per_sec_step", n / (now - self._last_end), on_step=True, on_epoch=False)
+        self._last_end = now
+
+    def _eval_logits(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not self.is_deit:
+            return {"avg": self.model(x)}
+        cls, dist = deit_heads(self.model, x)
+        return {"avg": (cls + dist) / 2, "_cls": cls, "_dist": dist}
+
+    def _eval_step(self, batch, metrics: nn.ModuleDict, stage: str) -> None:
+        x, y = batch
+        outs = self._eval_logits(x)
+        for head, logits in outs.items():
+            metrics[head].update(logits.float(), y)
+        self.log(f"{stage}/loss", F.cross_entropy(outs["avg"].float(), y), on_epoch=True, sync_dist=True,
+                 batch_size=len(y))
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, self.val_metrics, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        values = {}
+        for m in self.val_metrics.values():
+            values.update(m.compute())
+            m.reset()
+        self.val_acc_best(values["val/acc"])
+        values["val/acc_best"] = self.val_acc_best.compute()
+        self.log("val/acc", values.pop("val/acc"), prog_bar=True, sync_dist=True)
+        self.log_dict(values, sync_dist=True)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, self.test_metrics, "test")
+
+    def on_test_epoch_end(self) -> None:
+        values = {}
+        for m in self.test_metrics.values():
+            values.update(m.compute())
+            m.reset()
+        self.log_dict(values, sync_dist=True)
+
+    # ---------------- recipe ----------------
+    def configure_optimizers(self):
+        h = self.hparams
+        optimizer, schedule = adamw_warmup_cosine(
+            self.model, lr=h.lr, weight_decay=h.weight_decay, betas=tuple(h.betas),
+            total_steps=int(self.trainer.estimated_stepping_batches),
+            warmup_fraction=h.warmup_fraction, min_lr_ratio=h.min_lr_ratio)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        self.val_acc_best.reset()  # forget the sanity-check validation
+        self.log_dict({"model/params": float(self.complexity["params"]),
+                       "model/flops_per_image": float(self.complexity["flops"])}, rank_zero_only=True)
+        if isinstance(self.logger, TensorBoardLogger):
+            data = dict(self.trainer.datamodule.hparams) if self.trainer.datamodule is not None else {}
+            self.logger.log_hyperparams({**{f"data/{k}": v for k, v in data.items()},
+                                         **{f"model/{k}": v for k, v in self.hparams.items()},
+                                         **self.complexity},
+                                        {m: 0.0 for m in HPARAM_METRICS})
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["complexity"] = self.complexity
+
+
+def load_teacher(path: str, student_hparams) -> nn.Module:
+    """The frozen network of a checkpoint this suite wrote; one clear error if it is not one."""
+    try:
+        teacher = ImageClassifier.load_from_checkpoint(path, map_location="cpu", teacher_checkpoint=None)
+    except FileNotFoundError:
+        raise ValueError(f"teacher_checkpoint {path!r} does not exist") from None
+    except Exception as e:
+        raise ValueError(f"teacher_checkpoint {path!r} is not a readable checkpoint of this suite "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    t = teacher.hparams
+    for k in ("num_classes", "image_size", "in_chans"):
+        if t[k] != student_hparams[k]:
+            raise ValueError(f"teacher_checkpoint {path!r} has {k}={t[k]}, the student {student_hparams[k]}")
+    return freeze(teacher.model)

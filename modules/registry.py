@@ -1,0 +1,192 @@
+"""The family registry: `build_model(family, budget, ...)` configures a timm model per family.
+
+Families differ only in what their builder returns. Each builder takes the budget's row
+(modules/budgets.py), the data's shape and the architecture knobs, and rejects combinations that
+would silently drop pixels or pad windows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .budgets import ARCHS, BUDGET_TARGETS, FAMILIES
+
+POS_EMBEDS = ("learn", "none", "sincos")
+POOLS = ("token", "avg")
+
+
+class ConfigError(ValueError):
+    """A family, budget or knob value that is not allowed; the message says what is."""
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Architecture knobs the experiments vary; None = the family's default."""
+    patch_size: int | None = None
+    pos_embed: str | None = None      # vit/deit/hybrid: learn (1D learned), none, sincos (fixed 2D)
+    pool: str | None = None           # vit/hybrid: token ([CLS]) or avg (global average pooling)
+    window_size: int | None = None    # swin: default = largest size <= 8 dividing every stage grid
+    drop_path_rate: float = 0.0
+
+
+_BUILDERS: dict[str, Callable] = {}
+_KNOBS: dict[str, set[str]] = {}
+
+
+def register_family(name: str, knobs: set[str]):
+    def wrap(fn):
+        _BUILDERS[name], _KNOBS[name] = fn, knobs
+        return fn
+    return wrap
+
+
+def build_model(family: str, budget: str = "tiny", *, image_size: int = 28, in_chans: int = 1,
+                num_classes: int = 10, patch_size: int | None = None, pos_embed: str | None = None,
+                pool: str | None = None, window_size: int | None = None,
+                drop_path_rate: float = 0.0) -> nn.Module:
+    """A freshly initialised model of `family` at `budget` for (in_chans, image_size, image_size) inputs."""
+    if family not in FAMILIES:
+        raise ConfigError(f"unknown family {family!r}: allowed {', '.join(FAMILIES)}")
+    if budget not in BUDGET_TARGETS:
+        raise ConfigError(f"unknown budget {budget!r}: allowed {', '.join(BUDGET_TARGETS)}")
+    knobs = Knobs(patch_size, pos_embed, pool, window_size, drop_path_rate)
+    for k in ("patch_size", "pos_embed", "pool", "window_size"):
+        if getattr(knobs, k) is not None and k not in _KNOBS[family]:
+            allowed = ", ".join(f for f in FAMILIES if k in _KNOBS[f])
+            raise ConfigError(f"{k}={getattr(knobs, k)!r} does not apply to family {family!r} (only to {allowed})")
+    if pos_embed is not None and pos_embed not in POS_EMBEDS:
+        raise ConfigError(f"pos_embed={pos_embed!r}: allowed {', '.join(POS_EMBEDS)}")
+    if pool is not None and pool not in POOLS:
+        raise ConfigError(f"pool={pool!r}: allowed {', '.join(POOLS)}")
+    if not 0.0 <= drop_path_rate < 1.0:
+        raise ConfigError(f"drop_path_rate={drop_path_rate} is outside [0, 1)")
+    return _BUILDERS[family](ARCHS[family, budget], image_size, in_chans, num_classes, knobs)
+
+
+def _check_divides(size: int, step: int, what: str, family: str) -> None:
+    if step < 1 or size % step:
+        raise ConfigError(f"{family}: {what} {step} does not divide image size {size} "
+                          f"(border pixels would be dropped); use an image size that is a multiple of {step}")
+
+
+# ---------------- transformers with a global token sequence ----------------
+def _vit_kwargs(arch: dict, image_size: int, in_chans: int, num_classes: int, k: Knobs, family: str) -> dict:
+    pool = k.pool or "token"
+    return dict(img_size=image_size, in_chans=in_chans, num_classes=num_classes,
+                embed_dim=arch["embed_dim"], depth=arch["depth"], num_heads=arch["num_heads"], mlp_ratio=4.0,
+                class_token=pool == "token", global_pool=pool,
+                pos_embed="none" if k.pos_embed == "none" else "learn",
+                no_embed_class=k.pos_embed == "sincos",  # fixed 2D table covers the patches only
+                drop_path_rate=k.drop_path_rate)
+
+
+def _apply_sincos(model: nn.Module, knobs: Knobs) -> nn.Module:
+    if knobs.pos_embed == "sincos":
+        from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+        grid = model.patch_embed.grid_size
+        with torch.no_grad():
+            model.pos_embed.copy_(build_sincos2d_pos_embed(grid, model.embed_dim).unsqueeze(0))
+        model.pos_embed.requires_grad_(False)
+    return model
+
+
+@register_family("vit", {"patch_size", "pos_embed", "pool"})
+def _vit(arch, image_size, in_chans, num_classes, k: Knobs):
+    from timm.models.vision_transformer import VisionTransformer
+    patch = k.patch_size or 4
+    _check_divides(image_size, patch, "patch size", "vit")
+    return _apply_sincos(VisionTransformer(patch_size=patch, **_vit_kwargs(arch, image_size, in_chans, num_classes, k, "vit")), k)
+
+
+@register_family("deit", {"patch_size", "pos_embed"})
+def _deit(arch, image_size, in_chans, num_classes, k: Knobs):
+    from timm.models.deit import VisionTransformerDistilled
+    patch = k.patch_size or 4
+    _check_divides(image_size, patch, "patch size", "deit")
+    kwargs = _vit_kwargs(arch, image_size, in_chans, num_classes, k, "deit")
+    model = VisionTransformerDistilled(patch_size=patch, **kwargs)
+    model.set_distilled_training(True)  # training forward returns (cls_logits, dist_logits)
+    return _apply_sincos(model, k)
+
+
+def _cifar_resnet(channels, depths, in_chans: int, num_classes: int, drop_path_rate: float = 0.0, pooled=True):
+    """timm ResNet with BasicBlocks for small images: 3x3 stride-1 stem, no max-pool, stride 2
+    from the second stage on (a 7x7/2 stem + max-pool would shrink 28x28 to 7x7 before stage 1)."""
+    from timm.models.resnet import BasicBlock, ResNet
+    # timm fixes the stem's output at 64 channels except for 'deep' stems (2 x stem_width): take
+    # that width, then swap the deep stem's three convs for one 3x3 stride-1 conv.
+    # timm's ResNet always runs layer1..layer4: rows with fewer stages build the missing ones at the
+    # last width and replace them by Identity (as for ConvNeXt below).
+    pad = 4 - len(depths)
+    model = ResNet(BasicBlock, layers=tuple(depths) + (1,) * pad, channels=tuple(channels) + (channels[-1],) * pad,
+                   in_chans=in_chans, num_classes=num_classes, stem_type="deep", stem_width=channels[0] // 2,
+                   global_pool="avg" if pooled else "", drop_path_rate=drop_path_rate)
+    model.conv1 = nn.Conv2d(in_chans, channels[0], 3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    for i in range(len(depths), 4):
+        setattr(model, f"layer{i + 1}", nn.Identity())
+    return model
+
+
+@register_family("hybrid", {"patch_size", "pos_embed", "pool"})
+def _hybrid(arch, image_size, in_chans, num_classes, k: Knobs):
+    """ViT paper's hybrid: a ResNet feature map (stride 4) tokenised with 1x1 patches."""
+    from timm.layers import HybridEmbed
+    from timm.models.vision_transformer import VisionTransformer
+    stride = 2 ** (len(arch["stem_channels"]) - 1)
+    _check_divides(image_size, stride, "ResNet stem stride", "hybrid")
+    patch = k.patch_size or 1
+    _check_divides(image_size // stride, patch, "patch size (on the stem's feature map)", "hybrid")
+    stem = _cifar_resnet(arch["stem_channels"], arch["stem_depths"], in_chans, 0, pooled=False)
+    model = VisionTransformer(patch_size=patch, embed_layer=partial(HybridEmbed, backbone=stem),
+                              **_vit_kwargs(arch, image_size, in_chans, num_classes, k, "hybrid"))
+    return _apply_sincos(model, k)
+
+
+# ---------------- hierarchical families ----------------
+@register_family("swin", {"patch_size", "window_size"})
+def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
+    from timm.models.swin_transformer import SwinTransformer
+    patch = k.patch_size or 2
+    _check_divides(image_size, patch, "patch size", "swin")
+    n_stages = len(arch["depths"])
+    grid0 = image_size // patch
+    if grid0 % 2 ** (n_stages - 1):
+        raise ConfigError(f"swin: a {grid0}x{grid0} patch grid cannot be halved {n_stages - 1} times by patch "
+                          f"merging without padding; use an image size that is a multiple of {patch * 2 ** (n_stages - 1)}")
+    grids = [grid0 // 2 ** i for i in range(n_stages)]
+    window = k.window_size or max(w for w in range(1, 9) if all(g % w == 0 for g in grids))
+    bad = [g for g in grids if g > window and g % window]
+    if window < 1 or bad:
+        raise ConfigError(f"swin: window size {window} does not divide the stage grids {grids} "
+                          f"(timm would pad windows without masking); use a window dividing all of them")
+    return SwinTransformer(img_size=image_size, patch_size=patch, in_chans=in_chans, num_classes=num_classes,
+                           embed_dim=arch["embed_dim"], depths=arch["depths"], num_heads=arch["num_heads"],
+                           window_size=window, drop_path_rate=k.drop_path_rate)
+
+
+@register_family("convnext", {"patch_size"})
+def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
+    """timm's ConvNeXt always builds 4 stages; a 4th would halve 7x7 to 3x3 (dropping a row and a
+    column at 28x28), so rows list fewer stages and the missing ones become Identity."""
+    from timm.models.convnext import ConvNeXt
+    patch = k.patch_size or 1  # timm's default stem (4x4/4) leaves too little to downsample
+    n_stages = len(arch["depths"])
+    _check_divides(image_size, patch * 2 ** (n_stages - 1), f"stem patch x 2^{n_stages - 1} stage downsampling",
+                   "convnext")
+    pad = 4 - n_stages
+    model = ConvNeXt(in_chans=in_chans, num_classes=num_classes, patch_size=patch,
+                     depths=tuple(arch["depths"]) + (0,) * pad, dims=tuple(arch["dims"]) + (arch["dims"][-1],) * pad,
+                     drop_path_rate=k.drop_path_rate)
+    for i in range(n_stages, 4):
+        model.stages[i] = nn.Identity()
+    return model
+
+
+@register_family("resnet", set())
+def _resnet(arch, image_size, in_chans, num_classes, k: Knobs):
+    return _cifar_resnet(arch["channels"], arch["depths"], in_chans, num_classes, k.drop_path_rate)
