@@ -54,7 +54,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
                  mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
                  cache_dir: str | None = None):
         super().__init__()
-        if train_size is None and not 0.0 < fraction <= 1.0:  # fail before any loading
+        if not 0.0 < fraction <= 1.0:  # fail before any loading
             raise ValueError(f"fraction={fraction} is outside (0, 1]")
         if train_size is not None and train_size < 1:
             raise ValueError(f"train_size={train_size} must be a positive number of images")

@@ -2,7 +2,7 @@
 
 Each batch is one index into the whole tensor plus batched tensor ops: no workers, no collate,
 no per-sample PIL. Shards by rank for multi-process training (every rank draws the same
-permutation from (seed, epoch) and takes every world_size-th batch).
+permutation from (seed, epoch) and takes every world_size-th image of it).
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ class TensorBatchLoader:
         self.seed, self.epoch = seed, start_epoch
         self.rank, self.world_size = rank, world_size
 
-    def _batches_total(self) -> int:
+    def _rank_count(self) -> int:
+        """Images this rank sees per epoch: every world_size-th of the epoch's order (training
+        truncates to an equal share so every rank runs the same number of steps)."""
         n = len(self.labels)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        return n // self.world_size if self.drop_last else len(range(self.rank, n, self.world_size))
 
     def __len__(self) -> int:
-        total = self._batches_total()
-        if self.shuffle:  # training: every rank gets the same number of batches
-            return total // self.world_size
-        return len(range(self.rank, total, self.world_size))
+        n = self._rank_count()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         device = self.labels.device
@@ -39,7 +39,7 @@ class TensorBatchLoader:
         self.epoch += 1
         n = len(self.labels)
         order = torch.randperm(n, generator=g, device=device) if self.shuffle else torch.arange(n, device=device)
+        mine = order[self.rank::self.world_size][: self._rank_count()]
         for i in range(len(self)):
-            start = (i * self.world_size + self.rank) * self.batch_size
-            idx = order[start:start + self.batch_size]
+            idx = mine[i * self.batch_size:(i + 1) * self.batch_size]
             yield self.transform(self.images[idx], self.labels[idx], g)

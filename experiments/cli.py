@@ -10,12 +10,14 @@ import sys
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier
+
+from .run_record import RunRecord
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -33,18 +35,6 @@ def run_name(model, data) -> str:
     dataset = Path(str(data.dataset).rstrip("/")).name.replace("/", "-")
     size = f"n{data.train_size}" if data.train_size is not None else f"f{data.fraction:g}"
     return f"{model.family}-{model.budget}_{dataset}_{size}_s{data.seed}"
-
-
-class SaveTrainIndices(Callback):
-    """Records exactly which images the run trained on."""
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
-
-    def on_fit_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero and trainer.datamodule is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            trainer.datamodule.save_train_indices(self.run_dir / "train_indices.json")
 
 
 class SuiteCLI(LightningCLI):
@@ -71,7 +61,22 @@ class SuiteCLI(LightningCLI):
     @property
     def run_dir(self) -> Path:
         c = self.config[self.subcommand]
+        ckpt = Path(c.ckpt_path) if c.get("ckpt_path") else None
+        if self.subcommand != "fit" and ckpt is not None and ckpt.parent.name == "checkpoints" and not c.run_name:
+            return ckpt.parent.parent  # evaluating a run's checkpoint: records go to that run
         return Path(c.runs_dir) / c.experiment / (c.run_name or run_name(c.model, c.data))
+
+    def _parse_ckpt_path(self) -> None:
+        """Model hyper-parameters come from the checkpoint; one clear error when it is unreadable."""
+        c = self.config[self.config.subcommand] if self.config.get("subcommand") else {}
+        path = c.get("ckpt_path") if c else None
+        if path and path != "last" and not Path(path).is_file():
+            raise ValueError(f"ckpt_path {path!r} does not exist")
+        try:
+            super()._parse_ckpt_path()
+        except Exception as e:
+            raise ValueError(f"ckpt_path {path!r} is not a readable checkpoint of this suite "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
 
     def instantiate_trainer(self, **kwargs):
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
@@ -87,7 +92,7 @@ class SuiteCLI(LightningCLI):
                                           mode="max", save_last=True, auto_insert_metric_name=False)]
         if trainer_cfg.get("enable_progress_bar", True) is not False and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
-        callbacks.append(SaveTrainIndices(run_dir))
+        callbacks.append(RunRecord(run_dir, self.config[self.subcommand].experiment))
         kwargs["callbacks"] = callbacks
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)

@@ -211,7 +211,7 @@ class ImageClassifier(L.LightningModule):
     def on_train_start(self) -> None:
         self.val_acc_best.reset()  # forget the sanity-check validation
         self.log_dict({"model/params": float(self.complexity["params"]),
-                       "model/flops_per_image": float(self.complexity["flops"])}, rank_zero_only=True)
+                       "model/flops_per_image": float(self.complexity["flops"])}, sync_dist=True)
         if isinstance(self.logger, TensorBoardLogger):
             data = dict(self.trainer.datamodule.hparams) if self.trainer.datamodule is not None else {}
             self.logger.log_hyperparams({**{f"data/{k}": v for k, v in data.items()},

@@ -184,6 +184,10 @@ def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
                      drop_path_rate=k.drop_path_rate)
     for i in range(n_stages, 4):
         model.stages[i] = nn.Identity()
+    if patch == 1:
+        # A 1x1 stem conv + LayerNorm on one gray pixel keeps little more than its sign (LN removes
+        # the scale of w * x + b): patchify 3x3 neighbourhoods at stride 1 instead.
+        model.stem[0] = nn.Conv2d(in_chans, arch["dims"][0], kernel_size=3, stride=1, padding=1)
     return model
 
 

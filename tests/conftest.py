@@ -1,0 +1,59 @@
+"""Shared fixtures: a small Fashion-MNIST-format dataset written as IDX files, and an isolated cache."""
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """The IDX format: magic (0, 0, type 0x08 = uint8, ndim), big-endian dims, raw bytes."""
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def make_images(n: int, num_classes: int, seed: int, size: int = 28, channels: int = 1):
+    """Learnable images: class c lights a band of rows at a class-specific height, plus noise."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % num_classes
+    rng.shuffle(labels)
+    images = rng.integers(0, 60, size=(n, size, size, channels), dtype=np.uint8)
+    band = size // num_classes
+    for i, c in enumerate(labels):
+        images[i, c * band:(c + 1) * band, :, :] = 220
+    return images, labels
+
+
+@pytest.fixture(scope="session")
+def fmnist_dir(tmp_path_factory) -> Path:
+    """600 training and 200 test images in the files of Debian's dataset-fashion-mnist."""
+    d = tmp_path_factory.mktemp("fashion-mnist")
+    for prefix, n, seed in (("train", 600, 0), ("t10k", 200, 1)):
+        images, labels = make_images(n, 10, seed)
+        write_idx(d / f"{prefix}-images-idx3-ubyte.gz", images[..., 0])
+        write_idx(d / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    return d
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_cache(tmp_path_factory):
+    """Decoded datasets go to a fresh cache, never the user's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VIT_FAMILIES_CACHE", str(tmp_path_factory.mktemp("cache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture
+def make_dm(fmnist_dir):
+    """ImageClassificationDataModule on the small IDX data; keyword arguments override."""
+    from datamodules import ImageClassificationDataModule
+
+    def make(**kw):
+        kw.setdefault("data_dir", str(fmnist_dir))
+        return ImageClassificationDataModule(**kw)
+    return make

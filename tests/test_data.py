@@ -1,0 +1,231 @@
+"""The shared DataModule: sources, splits, subsets, augmentation, bad input."""
+from __future__ import annotations
+
+import json
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from datamodules import DatasetError, ImageClassificationDataModule
+from datamodules import sources
+from datamodules.batch_augment import random_crop
+
+from .conftest import make_images
+
+
+# ---------------- sources ----------------
+def test_fashion_mnist_from_idx_files(make_dm):
+    dm = make_dm()
+    assert (dm.image_size, dm.num_channels, dm.num_classes) == (28, 1, 10)
+    assert dm.class_names[0] == "T-shirt/top" and dm.class_names[9] == "Ankle boot"
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (min(128, dm.train_size), 1, 28, 28) and x.dtype == torch.float32
+    assert y.dtype == torch.int64 and int(y.max()) < 10
+
+
+def test_decoded_dataset_is_cached(make_dm, monkeypatch):
+    make_dm().prepare_data()
+
+    def no_reload(*a, **k):
+        raise AssertionError("decoded again despite the cache")
+    monkeypatch.setattr(sources, "_load_raw", no_reload)
+    dm = make_dm()
+    assert dm.num_classes == 10  # served from the Arrow cache
+
+
+def _write_image_folder(root, classes, n_per_class, size=(16, 16), mode="RGB"):
+    rng = np.random.default_rng(0)
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for i in range(n_per_class):
+            shape = (size[1], size[0], 3) if mode == "RGB" else (size[1], size[0])
+            Image.fromarray(rng.integers(0, 255, shape, dtype=np.uint8), mode).save(root / c / f"{i}.png")
+
+
+def test_image_folder_source(tmp_path):
+    _write_image_folder(tmp_path / "pets", ["cat", "dog", "eel"], 10)
+    dm = ImageClassificationDataModule(str(tmp_path / "pets"), val_size=3)
+    assert (dm.image_size, dm.num_channels, dm.num_classes) == (16, 3, 3)
+    assert dm.class_names == ["cat", "dog", "eel"]
+    dm.setup("fit")
+    assert len(dm._tensors["test"][1]) == 6  # no test/ folder: a stratified 20% is held out
+    assert len(dm.val_indices) == 3 and dm.train_size == 24 - 3
+
+
+def test_image_folder_with_train_and_test_and_resize(tmp_path):
+    _write_image_folder(tmp_path / "f" / "train", ["a", "b"], 6, size=(20, 20), mode="L")
+    _write_image_folder(tmp_path / "f" / "test", ["a", "b"], 2, size=(20, 20), mode="L")
+    dm = ImageClassificationDataModule(str(tmp_path / "f"), val_size=2, resize_to=12)
+    assert (dm.image_size, dm.num_channels, dm.num_classes) == (12, 1, 2)
+    dm.setup("test")
+    assert dm._tensors["test"][0].shape == (4, 1, 12, 12)
+
+
+def test_image_folder_needs_two_classes(tmp_path):
+    _write_image_folder(tmp_path / "one", ["only"], 4)
+    with pytest.raises(DatasetError, match="at least 2"):
+        ImageClassificationDataModule(str(tmp_path / "one")).num_classes
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """A hub dataset repo (parquet shards, CIFAR-100-style columns img/fine_label) served from disk:
+    only the name -> files step of `datasets.load_dataset` is redirected."""
+    repo = tmp_path / "hub" / "cifar-like"
+    features = datasets.Features({"img": datasets.Image(), "fine_label": datasets.ClassLabel(names=["x", "y", "z"]),
+                                  "coarse_label": datasets.ClassLabel(names=["p", "q"])})
+    for split, n in (("train", 30), ("test", 9)):
+        images, labels = make_images(n, 3, seed=n, size=8, channels=3)
+        datasets.Dataset.from_dict({"img": [Image.fromarray(a) for a in images], "fine_label": labels.tolist(),
+                                    "coarse_label": (labels % 2).tolist()}, features=features
+                                   ).to_parquet(str(repo / "data" / f"{split}-00000-of-00001.parquet"))
+    real = datasets.load_dataset
+
+    def load_dataset(name, *args, **kwargs):
+        if name == "someone/cifar-like":
+            return real(str(repo), *args, **kwargs)
+        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (offline)")
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return "someone/cifar-like"
+
+
+def test_hub_source_detects_columns(fake_hub):
+    dm = ImageClassificationDataModule(fake_hub, val_size=3)
+    assert (dm.image_size, dm.num_channels, dm.class_names) == (8, 3, ["x", "y", "z"])
+    dm.setup("fit")
+    assert dm._tensors["train"][0].shape == (27, 3, 8, 8)
+
+
+def test_hub_source_named_label_column(fake_hub):
+    assert ImageClassificationDataModule(fake_hub, label_column="coarse_label", val_size=3).class_names == ["p", "q"]
+
+
+def test_hub_source_missing_column(fake_hub):
+    with pytest.raises(DatasetError, match="'picture'.*columns"):
+        ImageClassificationDataModule(fake_hub, image_column="picture").num_classes
+
+
+def test_unknown_dataset_names_it(fake_hub):
+    with pytest.raises(DatasetError, match="'nobody/nothing'.*fashion_mnist"):
+        ImageClassificationDataModule("nobody/nothing").num_classes
+    with pytest.raises(DatasetError, match="does not exist"):
+        ImageClassificationDataModule("./no/such/folder").num_classes
+
+
+def test_fashion_mnist_missing_says_how_to_get_it(tmp_path, fake_hub):
+    with pytest.raises(DatasetError, match="apt-get install dataset-fashion-mnist"):
+        ImageClassificationDataModule(data_dir=str(tmp_path / "empty")).num_classes
+
+
+# ---------------- splits and subsets ----------------
+def _counts(labels, idx, k=10):
+    return np.bincount(labels[idx], minlength=k)
+
+
+def test_split_sizes_disjoint_and_stratified(make_dm):
+    dm = make_dm(fraction=0.5)
+    _, labels = dm._train_arrays
+    pool, val, train = dm._splits["pool"], dm.val_indices, dm.train_indices
+    assert len(val) == 60  # min(5000, 10% of 600)
+    assert len(pool) + len(val) == 600 and not set(pool) & set(val)
+    assert set(train) <= set(pool) and dm.train_size == 270
+    for idx in (val, train):
+        c = _counts(labels, idx)
+        assert c.max() - c.min() <= 1
+
+
+def test_default_val_size_caps_at_5000():
+    from datamodules.splits import default_val_size
+    assert default_val_size(60000) == 5000 and default_val_size(50000) == 5000 and default_val_size(600) == 60
+
+
+def test_subsets_nested_and_deterministic(make_dm):
+    subsets = [set(make_dm(fraction=f, seed=3).train_indices) for f in (0.1, 0.3, 0.7, 1.0)]
+    assert all(a < b for a, b in zip(subsets, subsets[1:]))
+    assert set(make_dm(fraction=0.3, seed=3).train_indices) == subsets[1]
+    assert set(make_dm(fraction=0.3, seed=4).train_indices) != subsets[1]
+    assert set(make_dm(train_size=54, seed=3).train_indices) == subsets[0]
+
+
+def test_validation_split_same_for_every_run(make_dm):
+    val = make_dm().val_indices
+    for kw in (dict(fraction=0.1), dict(seed=7), dict(train_size=100, seed=2)):
+        assert np.array_equal(make_dm(**kw).val_indices, val)
+
+
+def test_train_indices_are_saved(make_dm, tmp_path):
+    dm = make_dm(fraction=0.2, seed=1)
+    dm.save_train_indices(tmp_path / "idx.json")
+    saved = json.loads((tmp_path / "idx.json").read_text())
+    assert saved["indices"] == dm.train_indices.tolist() and saved["train_size"] == 108
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(fraction=0.0), r"fraction=0.0 is outside \(0, 1\]"),
+    (dict(fraction=1.5), r"fraction=1.5 is outside \(0, 1\]"),
+    (dict(fraction=-0.1), r"fraction=-0.1"),
+    (dict(train_size=0), r"train_size=0"),
+])
+def test_bad_subset_arguments_fail_at_construction(make_dm, kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_dm(**kw)
+
+
+def test_train_size_larger_than_pool(make_dm):
+    with pytest.raises(ValueError, match=r"train_size=1000 is outside the training pool: allowed 1..540"):
+        make_dm(train_size=1000).train_indices
+
+
+# ---------------- augmentation ----------------
+def test_augmentation_changes_training_batches_only(make_dm):
+    dm = make_dm(seed=0)
+    dm.setup("fit")
+    raw_x, raw_y = dm._tensors["train"]
+    norm = dm.augment.normalize
+    x, y = next(iter(dm.train_dataloader()))
+    # find the raw images of this batch by label order is impossible; compare against all raw images
+    exact = [(norm(raw_x) == xi).flatten(1).all(1).any().item() for xi in x]
+    assert sum(exact) < len(x) // 2  # most training images were cropped or flipped
+    for loader in (dm.val_dataloader, dm.test_dataloader):
+        first = [b for b in loader()]
+        second = [b for b in loader()]
+        split = "val" if loader == dm.val_dataloader else "test"
+        raw, labels = dm._tensors[split]
+        got = torch.cat([b[0] for b in first])
+        assert torch.equal(got, norm(raw)) and torch.equal(torch.cat([b[1] for b in first]), labels)
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second))
+
+
+def test_epochs_draw_different_batches(make_dm):
+    dm = make_dm()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    a, b = next(iter(loader))[1], next(iter(loader))[1]
+    assert not torch.equal(a, b)
+
+
+def test_random_crop_is_a_shifted_window():
+    x = torch.arange(2 * 1 * 6 * 6, dtype=torch.uint8).view(2, 1, 6, 6)
+    g = torch.Generator().manual_seed(0)
+    out = random_crop(x, 2, g)
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    for i in range(2):
+        windows = [padded[i, :, dy:dy + 6, dx:dx + 6] for dy in range(5) for dx in range(5)]
+        assert any(torch.equal(out[i], w) for w in windows)
+
+
+def test_strong_augmentation_switches(make_dm):
+    dm = make_dm(randaugment=True, random_erasing=0.5, mixup_alpha=0.8, cutmix_alpha=1.0, batch_size=32)
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (32, 1, 28, 28) and torch.isfinite(x).all()
+    assert y.shape == (32, 10) and torch.allclose(y.sum(1), torch.ones(32))
+
+
+def test_bad_erasing_probability(make_dm):
+    with pytest.raises(ValueError, match="random_erasing=2"):
+        make_dm(random_erasing=2)
