@@ -1,4 +1,4 @@
-# ViT Families. `make help` lists the targets; every target bootstraps .venv first.
+# ViT Families. `make help` lists the targets; every target bootstraps .venv (and the data) first.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -6,15 +6,29 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-BUDGET ?= tiny
+# exp-datascale axes; empty = the spec's profile (experiments/specs/datascale.yaml)
+PROFILE ?=
+FAMILIES ?=
+FRACTIONS ?=
+SEEDS ?=
+BUDGET ?=
+DATASET ?=
+RECIPES ?=
+JOBS ?= 1
+SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
+	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
+	$(if $(BUDGET),--budget $(BUDGET)) $(if $(DATASET),--dataset $(DATASET)) \
+	$(if $(RECIPES),--recipes $(RECIPES)) --jobs $(JOBS)
+# fit-families
 EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test families fit-families tensorboard bench clean-venv
+.PHONY: help install data test exp-datascale exp-datascale-commands tables tensorboard families \
+	fit-families bench clean-venv
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +38,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) data ## create .venv with the project and its packages (and the data)
 
-data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (falls back to the hub copy without apt)
+data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub copy is tried)
 	@if [ -f $(FMNIST) ]; then :; \
 	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null \
@@ -34,21 +48,31 @@ data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (falls back to the hu
 test: install ## run the test suite (offline, a few minutes on 2 cores)
 	$(PY) -m pytest
 
+exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= JOBS=)
+	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
+	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
+
+exp-datascale-commands: install ## print each run's exact command for a cluster scheduler; runs nothing
+	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run
+
+tables: install ## regenerate results/*.csv, *.md and *.png from the run folders alone
+	$(PY) -m experiments tables
+
+tensorboard: install ## serve the curves of every run in results/runs
+	$(VENV)/bin/tensorboard --logdir results/runs --bind_all
+
 families: install ## the family x budget table: parameters and FLOPs at 28x28x1 and 32x32x3
 	$(PY) -m experiments families --image_size 28 --in_chans 1
 	$(PY) -m experiments families --image_size 32 --in_chans 3
 
 fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tiny EPOCHS=5; DeiT distils from the ResNet)
-	@for f in $(FAMILY_ORDER); do \
-	  extra=""; [ $$f = deit ] && extra="--model.teacher_checkpoint results/runs/fit-families/resnet-$(BUDGET)_fashion_mnist_f1_s0/checkpoints/best.ckpt"; \
-	  echo "== $$f"; /usr/bin/time -f "$$f wall %e s" $(PY) -m experiments fit --experiment fit-families \
-	    --model.family $$f --model.budget $(BUDGET) --trainer.max_epochs $(EPOCHS) $$extra || exit 1; \
+	@b=$${BUDGET:-tiny}; for f in $(FAMILY_ORDER); do \
+	  extra=""; [ $$f = deit ] && extra="--model.teacher_checkpoint results/runs/fit-families/resnet-$${b}_fashion_mnist_f1_s0/checkpoints/best.ckpt"; \
+	  echo "== $$f"; $(PY) -m experiments fit --experiment fit-families \
+	    --model.family $$f --model.budget $$b --trainer.max_epochs $(EPOCHS) $$extra || exit 1; \
 	done
 
-tensorboard: install ## serve the curves of every run in results/runs
-	$(VENV)/bin/tensorboard --logdir results/runs --bind_all
-
-bench: install ## benchmarks: DataModule loader vs a per-sample DataLoader, LightningModule vs a plain loop
+bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop
 	$(PY) benchmarks/datamodule_throughput.py
 	$(PY) benchmarks/module_overhead.py
 

@@ -24,7 +24,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
     Args:
         dataset: 'fashion_mnist' (offline default, Debian's IDX files), a hub name such as
             'uoft-cs/cifar10', or a folder of class sub-folders (HF imagefolder).
-        data_dir: folder of the Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist).
+        data_dir: folder of the Fashion-MNIST IDX files (default $FASHION_MNIST_DIR or
+            /usr/share/datasets/fashion-mnist).
         image_column: image column of a hub dataset (default: detect image/img).
         label_column: label column of a hub dataset (default: detect label/fine_label).
         resize_to: resize every image to this square size when decoding (default: native size).
@@ -35,7 +36,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
         split_seed: draws the validation split; fixed so every run validates on the same images.
         batch_size: training batch size (per device).
         eval_batch_size: validation and test batch size.
-        crop_padding: random crop with this zero padding (default image_size // 8; 0 = off).
+        crop_padding: random crop with this zero padding (default max(2, image_size // 16); 0 = off).
         hflip: random horizontal flip (default: on, except for digit datasets).
         randaugment: torchvision RandAugment(2, 9) on uint8 batches.
         random_erasing: per-image probability of timm Random Erasing (0 = off).
@@ -140,7 +141,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
     def augment(self) -> BatchAugment:
         a = dict(self._augment_args)
         if a["crop_padding"] is None:
-            a["crop_padding"] = max(1, self.image_size // 8)
+            a["crop_padding"] = max(2, self.image_size // 16)
         if a["hflip"] is None:
             a["hflip"] = self.dataset not in NO_HFLIP
         mean, std = self.normalization

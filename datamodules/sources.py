@@ -20,6 +20,7 @@ from datasets import Array3D, ClassLabel, Dataset, DatasetDict, Features
 
 FASHION_MNIST = "fashion_mnist"
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian: dataset-fashion-mnist
+FASHION_MNIST_DIR_ENV = "FASHION_MNIST_DIR"  # another folder of the same IDX files
 FASHION_MNIST_HUB = "zalando-datasets/fashion_mnist"
 FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
@@ -41,6 +42,8 @@ def load_decoded(name: str, *, data_dir: str | None = None, image_column: str | 
                  label_column: str | None = None, image_size: int | None = None,
                  cache_dir: str | Path | None = None) -> DatasetDict:
     """The decoded train/test DatasetDict for `name`, from the Arrow cache when present."""
+    if name == FASHION_MNIST:  # the folder is part of the cache key: another folder, another dataset
+        data_dir = str(data_dir or os.environ.get(FASHION_MNIST_DIR_ENV) or FASHION_MNIST_DIR)
     key = f"{name}|{data_dir}|{image_column}|{label_column}|{image_size}"
     slug = "".join(c if c.isalnum() else "_" for c in name.strip("/"))[-40:]
     path = Path(cache_dir or default_cache_dir()) / f"{slug}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
@@ -58,7 +61,7 @@ def load_decoded(name: str, *, data_dir: str | None = None, image_column: str | 
 
 def _load_raw(name: str, data_dir: str | None) -> DatasetDict:
     if name == FASHION_MNIST:
-        return _fashion_mnist(Path(data_dir) if data_dir else FASHION_MNIST_DIR)
+        return _fashion_mnist(Path(data_dir))
     if Path(name).is_dir():
         return _image_folder(Path(name))
     if name.startswith((".", "/", "~")):

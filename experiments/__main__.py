@@ -4,8 +4,12 @@
   fit        train one run (LightningCLI; --help lists every option)
   validate   evaluate a checkpoint on the validation split
   test       evaluate a checkpoint on the test split (--ckpt_path)
+  sweep      run an experiment spec (experiments/specs/*.yaml), resumably
+  tables     regenerate results/<experiment>.{csv,md,png} from the run folders
 """
 import sys
+
+DIVERGED = 3  # exit status of a run whose loss became NaN or inf
 
 from modules.registry import ConfigError
 from datamodules import DatasetError
@@ -20,15 +24,24 @@ def main(argv: list[str]) -> int:
         if command == "families":
             from .families import main as families
             families(rest)
+        elif command == "sweep":
+            from .sweep import main as sweep
+            return sweep(rest)
+        elif command == "tables":
+            from .tables import main as tables
+            return tables(rest)
         elif command in ("fit", "validate", "test"):
             from .cli import SuiteCLI
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
         else:
-            print(f"unknown command {command!r}: allowed families, fit, validate, test", file=sys.stderr)
+            print(f"unknown command {command!r}: allowed families, fit, validate, test, sweep, tables", file=sys.stderr)
             return 2
     except (ConfigError, DatasetError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:  # recorded as diverged in the run's summary.json
+        print(f"error: {e}", file=sys.stderr)
+        return DIVERGED
     return 0
 
 

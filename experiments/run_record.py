@@ -56,11 +56,18 @@ class RunRecord(Callback):
         self.wall_time_s, self._start = self._elapsed(), None
         self._write(trainer, pl_module, status="fitted")
 
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, KeyboardInterrupt):
+            return  # interrupted, not failed: the next start resumes from last.ckpt
+        self.wall_time_s, self._start = self._elapsed(), None
+        status = "diverged" if isinstance(exception, FloatingPointError) else "failed"
+        self._write(trainer, pl_module, status=status, error=f"{type(exception).__name__}: {exception}")
+
     def on_test_end(self, trainer, pl_module) -> None:
         test = {k.removeprefix("test/"): float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
         self._write(trainer, pl_module, status="done", test=test)
 
-    def _write(self, trainer, pl_module, status: str, test: dict | None = None) -> None:
+    def _write(self, trainer, pl_module, status: str, test: dict | None = None, error: str | None = None) -> None:
         if not trainer.is_global_zero:
             return
         previous = read_summary(self.run_dir) or {}
@@ -79,6 +86,9 @@ class RunRecord(Callback):
             "precision": str(trainer.precision), "devices": trainer.world_size,
             "commit": git_commit(), "versions": versions(), "hardware": hardware(),
         }
+        summary.pop("error", None)
+        if error is not None:
+            summary.update(error=error[:500], steps=trainer.global_step, wall_time_s=round(self.wall_time_s, 1))
         if status == "fitted":
             summary.update(epochs=trainer.current_epoch, steps=trainer.global_step,
                            wall_time_s=round(self.wall_time_s, 1), images_per_sec=self.images_per_sec,

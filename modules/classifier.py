@@ -55,7 +55,7 @@ class ImageClassifier(L.LightningModule):
     def __init__(self, family: str = "vit", budget: str = "tiny", num_classes: int = 10, image_size: int = 28,
                  in_chans: int = 1, patch_size: int | None = None, pos_embed: str | None = None,
                  pool: str | None = None, window_size: int | None = None, drop_path_rate: float = 0.0,
-                 lr: float = 1e-3, weight_decay: float = 0.05, betas: tuple[float, float] = (0.9, 0.999),
+                 lr: float = 3e-3, weight_decay: float = 0.05, betas: tuple[float, float] = (0.9, 0.999),
                  warmup_fraction: float = 0.05, min_lr_ratio: float = 0.01, label_smoothing: float = 0.1,
                  distillation: str = "hard", distill_alpha: float = 0.5, distill_tau: float = 1.0,
                  teacher_checkpoint: str | None = None):
@@ -139,6 +139,8 @@ class ImageClassifier(L.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss, logits = self.training_loss(x, y)
+        if not torch.isfinite(loss):  # stop now: every later step would be NaN too
+            raise FloatingPointError(f"diverged: loss is {loss.item()} at step {self.global_step}")
         hard_y = y.argmax(dim=1) if y.ndim == 2 else y
         self.train_metrics.update(logits.detach(), hard_y)
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)

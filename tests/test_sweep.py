@@ -1,0 +1,226 @@
+"""Sweeps: a tiny spec end to end into tables and plot, kill and resume, divergence, the table
+generator on hand-written run folders, and every committed spec for one batch."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.__main__ import main
+from experiments.spec import expand, load_spec, resolve_axes
+from experiments.sweep import launch, run_status, run_sweep
+from experiments.tables import aggregate, make_tables, sample_efficiency
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY_SPEC = {
+    "name": "tiny", "dataset": "fashion_mnist", "families": ["deit", "resnet"], "protocol": "equal_steps",
+    "recipes": ["default"], "sample_efficiency_accuracy": 0.2, "recipe_args": {"default": {}},
+    "profiles": {"cpu": {"budget": "tiny", "fractions": [0.5, 1.0], "seeds": [0], "epochs": 0.25,
+                         "val_checks": 2, "batch_size": 32}},
+}
+
+
+@pytest.fixture
+def sweep_env(fmnist_dir, tmp_path, monkeypatch):
+    """The tiny spec on the small IDX data; run subprocesses find the data through the env."""
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(TINY_SPEC))
+    return spec, tmp_path / "runs"
+
+
+def _summaries(exp_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")}
+
+
+def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
+    spec, runs = sweep_env
+    assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
+    done = _summaries(runs / "tiny")
+    assert sorted(done) == ["deit-tiny_fashion_mnist_f0.5_s0", "deit-tiny_fashion_mnist_f1_s0",
+                            "resnet-tiny_fashion_mnist_f0.5_s0", "resnet-tiny_fashion_mnist_f1_s0"]
+    assert all(s["status"] == "done" for s in done.values())
+    # equal steps: 0.25 epochs of the 540-image pool at batch 32 = 4 steps for every fraction
+    assert {s["steps"] for s in done.values()} == {4}
+    assert {s["train_size"] for s in done.values()} == {270, 540}
+    deit_cfg = yaml.safe_load((runs / "tiny" / "deit-tiny_fashion_mnist_f0.5_s0" / "config.yaml").read_text())
+    assert deit_cfg["model"]["teacher_checkpoint"].endswith("resnet-tiny_fashion_mnist_f0.5_s0/checkpoints/best.ckpt")
+
+    out = tmp_path / "results"
+    assert main(["tables", "--runs_dir", str(runs), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "tiny.csv")))
+    assert [(r["family"], r["fraction"]) for r in rows] == [("deit", "0.5"), ("deit", "1.0"),
+                                                           ("resnet", "0.5"), ("resnet", "1.0")]
+    md = (out / "tiny.md").read_text()
+    assert "| resnet | default | 1 | 540 |" in md and "![" in md and "steps" in md
+    assert (out / "tiny.png").stat().st_size > 10_000
+    # deleting the generated files and regenerating gives the same files back
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for p in out.iterdir():
+        p.unlink()
+    assert main(["tables", "--runs_dir", str(runs), "--out", str(out)]) == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):
+    spec, runs = sweep_env
+    longer = yaml.safe_load(spec.read_text())
+    longer["profiles"]["cpu"]["epochs"] = 1.0  # 16 steps, a checkpoint after 8: time to kill in between
+    longer["families"] = ["resnet"]
+    spec.write_text(yaml.safe_dump(longer))
+    cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = runs / "tiny" / "resnet-tiny_fashion_mnist_f0.5_s0" / "summary.json"
+    second = runs / "tiny" / "resnet-tiny_fashion_mnist_f1_s0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (second / "checkpoints" / "last.ckpt").exists():
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the run it had started, mid-training
+    proc.wait()
+    assert json.loads(first.read_text())["status"] == "done"
+    finished_at = first.stat().st_mtime_ns
+    assert run_status_of(second) != "done", "the kill came too late to test anything"
+
+    assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
+    assert first.stat().st_mtime_ns == finished_at  # not run again
+    assert "resuming from" in (second / "log.txt").read_text()  # continued from its last checkpoint
+    assert json.loads((second / "summary.json").read_text())["steps"] == 16
+    assert {n: s["status"] for n, s in _summaries(runs / "tiny").items()} == {
+        "resnet-tiny_fashion_mnist_f0.5_s0": "done", "resnet-tiny_fashion_mnist_f1_s0": "done"}
+
+
+def run_status_of(run_dir: Path) -> str | None:
+    p = run_dir / "summary.json"
+    return json.loads(p.read_text()).get("status") if p.exists() else None
+
+
+def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env):
+    spec_path, runs = sweep_env
+    spec = load_spec(str(spec_path))
+    axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[1.0])
+    plan = expand(spec, axes, runs, pool_size=540)
+    assert [r.family for r in plan] == ["resnet", "vit"]
+    launched = []
+
+    def launcher(run):  # the ResNet gets an absurd learning rate: its loss becomes NaN
+        launched.append(run.name)
+        if run.family == "resnet":
+            run = replace(run, args=run.args + ("--model.lr", "1e30"))
+        return launch(run)
+    results = run_sweep(plan, launcher=launcher)
+    assert results == {plan[0].name: "diverged", plan[1].name: "done"}
+    s = json.loads((plan[0].run_dir / "summary.json").read_text())
+    assert s["status"] == "diverged" and "loss is nan" in s["error"].lower()
+    # a diverged run is final: the next sweep does not launch it again
+    launched.clear()
+    assert run_sweep(plan, launcher=launcher) == results and launched == []
+
+
+def test_failed_runs_are_retried(sweep_env):
+    spec_path, runs = sweep_env
+    spec = load_spec(str(spec_path))
+    plan = expand(spec, resolve_axes(spec, "cpu", families=["vit"], fractions=[1.0]), runs, pool_size=540)
+    assert run_sweep(plan, launcher=lambda run: 1) == {plan[0].name: "failed"}
+    assert run_status(plan[0]) == "failed"
+    assert run_sweep(plan, launcher=launch) == {plan[0].name: "done"}
+
+
+def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"):
+    d = exp / f"{family}_f{fraction}_s{seed}"
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({
+        "run": d.name, "family": family, "recipe": "default", "fraction": fraction, "seed": seed, "status": status,
+        "train_size": train_size, "test_acc": acc, "params": 1000, "flops_per_image": 2e6, "wall_time_s": 60,
+        "hardware": "test machine", "commit": "abc", "versions": {"torch": "x"}, "precision": "32-true"}))
+
+
+def test_table_generator_on_hand_written_runs(tmp_path):
+    exp = tmp_path / "runs" / "hand"
+    accs = {("vit", 0.1): [0.60, 0.64, 0.65], ("vit", 1.0): [0.88, 0.90, 0.89],
+            ("resnet", 0.1): [0.80, 0.81, 0.79], ("resnet", 1.0): [0.91, 0.91, 0.91]}
+    for (family, fraction), values in accs.items():
+        for seed, acc in enumerate(values):
+            _write_run(exp, family, fraction, seed, acc, int(fraction * 1000))
+    _write_run(exp, "vit", 0.5, 0, None, 500, status="diverged")
+    rows = aggregate([json.loads(p.read_text()) for p in exp.glob("*/summary.json")])
+    assert [(r["family"], r["fraction"]) for r in rows] == [("vit", 0.1), ("vit", 1.0), ("resnet", 0.1), ("resnet", 1.0)]
+    for r in rows:
+        values = accs[r["family"], r["fraction"]]
+        assert r["test_acc_mean"] == pytest.approx(statistics.fmean(values))
+        assert r["test_acc_std"] == pytest.approx(statistics.stdev(values))
+        assert r["seeds"] == 3
+    assert rows[0]["test_acc_mean"] == pytest.approx(0.63) and rows[0]["test_acc_std"] == pytest.approx(0.0264575, rel=1e-5)
+    assert sample_efficiency(rows, 0.75) == {("vit", "default"): 1000, ("resnet", "default"): 100}
+    assert sample_efficiency(rows, 0.95) == {("vit", "default"): None, ("resnet", "default"): None}
+    paths = make_tables(exp, tmp_path / "out")
+    md = paths[1].read_text()
+    assert "| vit | default | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in md
+    assert "vit_f0.5_s0: diverged" in md and "test machine" in md
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"epochz": 1}, "unknown key 'epochz' in spec"),
+    ({"protocol": "equal_time"}, "protocol 'equal_time'"),
+])
+def test_spec_keys_are_checked(tmp_path, bad, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**TINY_SPEC, **bad}))
+    with pytest.raises(ValueError, match=match):
+        load_spec(str(path))
+
+
+def test_sweep_overrides_are_checked():
+    spec = load_spec("datascale")
+    with pytest.raises(ValueError, match="fraction 1.5 is outside"):
+        resolve_axes(spec, "cpu", fractions=[1.5])
+    with pytest.raises(ValueError, match="unknown family 'cnn'"):
+        resolve_axes(spec, "cpu", families=["cnn"])
+    with pytest.raises(ValueError, match="unknown profile 'tpu': allowed cpu, gpu"):
+        resolve_axes(spec, "tpu")
+    with pytest.raises(ValueError, match="unknown experiment spec 'nope'"):
+        load_spec("nope")
+
+
+SPECS = sorted(p.stem for p in (ROOT / "experiments" / "specs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+@pytest.mark.parametrize("name", SPECS)
+def test_every_spec_runs_one_batch(name, profile, fmnist_dir, tmp_path, capsys):
+    """Every committed spec and profile expands into runs whose commands the CLI accepts and that
+    train one batch of each family on CPU (DeiT without its teacher, which this test does not train)."""
+    spec = load_spec(name)
+    axes = resolve_axes(spec, profile)
+    plan = expand(spec, axes, tmp_path / "runs", pool_size=55_000)
+    assert len(plan) == len(axes["families"]) * len(axes["fractions"]) * len(axes["seeds"]) * len(axes["recipes"])
+    assert [r.family for r in plan].index("resnet") < [r.family for r in plan].index("deit")
+    firsts = {r.family: r for r in reversed(plan)}
+    for run in firsts.values():
+        args = list(run.args)
+        if "--model.teacher_checkpoint" in args:
+            i = args.index("--model.teacher_checkpoint")
+            del args[i:i + 2]
+        code = main(["fit", *args, "--data.data_dir", str(fmnist_dir), "--data.fraction", "1",
+                     "--trainer.fast_dev_run", "1", "--trainer.enable_model_summary", "false"])
+        assert code == 0, capsys.readouterr().err[-2000:]
+
+
+def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys):
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    assert main(["sweep", "--spec", "datascale", "--profile", "gpu", "--dry_run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    commands = [line for line in out if line.startswith("python -m experiments fit")]
+    assert len(commands) == 6 * 7 * 3
+    assert all("--trainer.max_steps" in c for c in commands)
