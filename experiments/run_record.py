@@ -32,6 +32,7 @@ class RunRecord(Callback):
 
     def __init__(self, run_dir: Path, experiment: str):
         self.run_dir, self.experiment = Path(run_dir), experiment
+        self.commit = git_commit()  # the code this process loaded, whatever HEAD becomes later
         self.wall_time_s, self._start = 0.0, None
         self.images_per_sec: float | None = None
 
@@ -84,7 +85,7 @@ class RunRecord(Callback):
             "status": status,
             "params": pl_module.complexity["params"], "flops_per_image": pl_module.complexity["flops"],
             "precision": str(trainer.precision), "devices": trainer.world_size,
-            "commit": git_commit(), "versions": versions(), "hardware": hardware(),
+            "commit": self.commit, "versions": versions(), "hardware": hardware(),
         }
         summary.pop("error", None)
         if error is not None:

@@ -155,6 +155,12 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     results = run_sweep(runs, jobs=a.jobs)
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
-    print(f"sweep {spec['name']} ({profile}): {len(runs)} runs in {time.perf_counter() - start:.0f} s: "
+    wall = time.perf_counter() - start
+    print(f"sweep {spec['name']} ({profile}): {len(runs)} runs in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if not a.only:  # the whole sweep's wall time, for the tables
+        record = json.loads((exp_dir / "sweep.json").read_text())
+        record.update(last_invocation={"wall_time_s": round(wall), "runs": len(runs), "statuses": counts,
+                                       "jobs": a.jobs})
+        (exp_dir / "sweep.json").write_text(json.dumps(record, indent=1) + "\n")
     return 0 if all(s in FINAL for s in results.values()) else 1

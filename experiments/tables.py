@@ -88,8 +88,11 @@ def write_markdown(name: str, rows, summaries, sweep: dict, path: Path, plot: Pa
     statuses = defaultdict(int)
     for s in summaries:
         statuses[s.get("status")] += 1
+    last = sweep.get("last_invocation")
+    sweep_wall = (f"; the last `sweep` invocation ran {last['runs']} runs in {last['wall_time_s'] / 60:.1f} min "
+                  f"with {last['jobs']} at a time" if last else "")
     out += [f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
-            f"training wall time summed over runs: {wall / 60:.1f} min", *_provenance(summaries), ""]
+            f"wall time summed over runs (fit only): {wall / 60:.1f} min{sweep_wall}", *_provenance(summaries), ""]
     out += ["| family | recipe | fraction | train images | test acc (mean ± std) | seeds | params | MFLOPs |",
             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

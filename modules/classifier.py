@@ -148,8 +148,7 @@ class ImageClassifier(L.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
-        self.log_dict(self.train_metrics.compute(), sync_dist=True)
-        self.train_metrics.reset()
+        self.log_dict(_drain(self.train_metrics), sync_dist=True)
         if self._seconds > 0:
             self.log("train/images_per_sec", self._images / self._seconds, sync_dist=True)
         self._images, self._seconds, self._last_end = 0, 0.0, None
@@ -182,10 +181,7 @@ class ImageClassifier(L.LightningModule):
         self._eval_step(batch, self.val_metrics, "val")
 
     def on_validation_epoch_end(self) -> None:
-        values = {}
-        for m in self.val_metrics.values():
-            values.update(m.compute())
-            m.reset()
+        values = _drain(*self.val_metrics.values())
         self.val_acc_best(values["val/acc"])
         values["val/acc_best"] = self.val_acc_best.compute()
         self.log("val/acc", values.pop("val/acc"), prog_bar=True, sync_dist=True)
@@ -195,11 +191,7 @@ class ImageClassifier(L.LightningModule):
         self._eval_step(batch, self.test_metrics, "test")
 
     def on_test_epoch_end(self) -> None:
-        values = {}
-        for m in self.test_metrics.values():
-            values.update(m.compute())
-            m.reset()
-        self.log_dict(values, sync_dist=True)
+        self.log_dict(_drain(*self.test_metrics.values()), sync_dist=True)
 
     # ---------------- recipe ----------------
     def configure_optimizers(self):
@@ -223,6 +215,15 @@ class ImageClassifier(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["complexity"] = self.complexity
+
+
+def _drain(*collections: MetricCollection) -> dict[str, torch.Tensor]:
+    """The values of metric collections, which then start afresh for the next epoch."""
+    values = {}
+    for m in collections:
+        values.update(m.compute())
+        m.reset()
+    return values
 
 
 def load_teacher(path: str, student_hparams) -> nn.Module:
