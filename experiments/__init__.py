@@ -1,0 +1,1 @@
+"""Experiments: `python -m experiments` (fit, test, sweep, tables, families)."""
