@@ -72,9 +72,9 @@ fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tin
 	    --model.family $$f --model.budget $$b --trainer.max_epochs $(EPOCHS) $$extra || exit 1; \
 	done
 
-bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop
-	$(PY) benchmarks/datamodule_throughput.py
-	$(PY) benchmarks/module_overhead.py
+bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop (-> results/benchmarks.txt)
+	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py; } \
+	  | tee results/benchmarks.txt
 
 clean-venv: ## remove .venv
 	rm -rf $(VENV)

@@ -17,7 +17,8 @@ from modules import FAMILIES
 from .run_record import read_summary
 
 COLUMNS = ("family", "recipe", "fraction", "train_size", "test_acc_mean", "test_acc_std", "seeds",
-           "params", "flops_per_image")
+           "params", "flops_per_image", "images_per_sec", "wall_time_s")
+README = Path("README.md")  # its block between <!-- tables:NAME --> and <!-- /tables:NAME --> is regenerated
 
 
 def collect(exp_dir: Path) -> list[dict]:
@@ -37,7 +38,9 @@ def aggregate(summaries: list[dict]) -> list[dict]:
         rows.append({"family": family, "recipe": recipe, "fraction": fraction,
                      "train_size": runs[0]["train_size"], "test_acc_mean": statistics.fmean(accs),
                      "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0, "seeds": len(accs),
-                     "params": runs[0]["params"], "flops_per_image": runs[0]["flops_per_image"]})
+                     "params": runs[0]["params"], "flops_per_image": runs[0]["flops_per_image"],
+                     "images_per_sec": round(statistics.fmean(r.get("images_per_sec") or 0 for r in runs)),
+                     "wall_time_s": round(statistics.fmean(r.get("wall_time_s") or 0 for r in runs))})
     order = {f: i for i, f in enumerate(FAMILIES)}
     return sorted(rows, key=lambda r: (order.get(r["family"], 99), r["recipe"], r["fraction"]))
 
@@ -73,7 +76,7 @@ def _provenance(summaries: list[dict]) -> list[str]:
     return lines
 
 
-def write_markdown(name: str, rows, summaries, sweep: dict, path: Path, plot: Path) -> None:
+def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None) -> str:
     threshold = sweep.get("sample_efficiency_accuracy") or 0.8
     recipes = sorted({r["recipe"] for r in rows})
     wall = sum(s.get("wall_time_s") or 0 for s in summaries)
@@ -93,12 +96,17 @@ def write_markdown(name: str, rows, summaries, sweep: dict, path: Path, plot: Pa
                   f"with {last['jobs']} at a time" if last else "")
     out += [f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
             f"wall time summed over runs (fit only): {wall / 60:.1f} min{sweep_wall}", *_provenance(summaries), ""]
-    out += ["| family | recipe | fraction | train images | test acc (mean ± std) | seeds | params | MFLOPs |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    out += ["| family | recipe | fraction | train images | test acc (mean ± std) | seeds | params | MFLOPs "
+            "| train img/s | fit min |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['family']} | {r['recipe']} | {r['fraction']:g} | {r['train_size']:,} | "
                    f"{r['test_acc_mean']:.4f} ± {r['test_acc_std']:.4f} | {r['seeds']} | {r['params']:,} | "
-                   f"{r['flops_per_image'] / 1e6:.1f} |")
+                   f"{r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
+    deit = [s for s in summaries if s.get("family") == "deit" and s.get("status") == "done" and s.get("test")]
+    if deit:
+        out += ["", "DeiT's heads on test (cls / distillation / their average, which the table reports):", ""]
+        out += [f"- {s['run']}: {s['test'].get('acc_cls', float('nan')):.4f} / "
+                f"{s['test'].get('acc_dist', float('nan')):.4f} / {s['test']['acc']:.4f}" for s in deit]
     out += ["", f"Sample efficiency: the smallest training set whose mean test accuracy reaches {threshold:.2f}.", "",
             "| family | " + " | ".join(recipes) + " |", "|---|" + "---:|" * len(recipes)]
     eff = sample_efficiency(rows, threshold)
@@ -108,8 +116,9 @@ def write_markdown(name: str, rows, summaries, sweep: dict, path: Path, plot: Pa
     bad = [s for s in summaries if s.get("status") in ("failed", "diverged")]
     if bad:
         out += ["", "Runs left out of the table:", ""] + [f"- {s['run']}: {s['status']} ({s.get('error', '')})" for s in bad]
-    out += ["", f"![test accuracy against training images]({plot.name})", ""]
-    path.write_text("\n".join(out))
+    if plot is not None:
+        out += ["", f"![test accuracy against training images]({plot.name})"]
+    return "\n".join(out) + "\n"
 
 
 def plot(rows: list[dict], sweep: dict, path: Path) -> None:
@@ -139,36 +148,61 @@ def plot(rows: list[dict], sweep: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
+def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
+    """<out>/<name>.csv and .md, and .png when the runs span more than one training-set size;
+    also the README's block for this experiment, if it has one."""
     name = exp_dir.name
     summaries = collect(exp_dir)
     sweep_file = exp_dir / "sweep.json"
     sweep = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
     rows = aggregate(summaries)
     if not rows:
-        raise ValueError(f"no finished runs in {exp_dir}: run the experiment first (make exp-{name})")
+        raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.png"]
+    paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
     write_csv(rows, paths[0])
-    plot(rows, sweep, paths[2])
-    write_markdown(name, rows, summaries, sweep, paths[1], paths[2])
+    png = None
+    if len({r["train_size"] for r in rows}) > 1:
+        png = out_dir / f"{name}.png"
+        plot(rows, sweep, png)
+        paths.append(png)
+    text = render_markdown(name, rows, summaries, sweep, png)
+    paths[1].write_text(text)
+    if readme is not None and update_readme_block(readme, name, text, out_dir):
+        paths.append(readme)
     return paths
+
+
+def update_readme_block(readme: Path, name: str, text: str, out_dir: Path) -> bool:
+    """Replaces the README's generated block for `name` (title dropped, image paths made relative
+    to the README). False when the README has no such block."""
+    begin, end = f"<!-- tables:{name} -->", f"<!-- /tables:{name} -->"
+    if not readme.is_file():
+        return False
+    doc = readme.read_text()
+    if begin not in doc or end not in doc:
+        return False
+    body = text.split("\n", 2)[2].replace(f"]({name}.png)", f"]({out_dir.as_posix()}/{name}.png)")
+    head, rest = doc.split(begin, 1)
+    readme.write_text(f"{head}{begin}\n{body.strip()}\n{end}{rest.split(end, 1)[1]}")
+    return True
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments tables", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--experiment", nargs="+", help="experiment folders under runs_dir (default: every swept one)")
+    p.add_argument("--experiment", nargs="+", help="experiment folders under runs_dir (default: every one with runs)")
     p.add_argument("--runs_dir", default="results/runs", help="default results/runs")
     p.add_argument("--out", default="results", help="where tables and plots go (default results)")
+    p.add_argument("--readme", default=str(README), help="README whose generated blocks to refresh ('' for none)")
     a = p.parse_args(argv)
     runs_dir = Path(a.runs_dir)
-    names = a.experiment or sorted(d.parent.name for d in runs_dir.glob("*/sweep.json"))
+    names = a.experiment or sorted({d.parent.parent.name for d in runs_dir.glob("*/*/summary.json")})
     if not names:
-        raise ValueError(f"no swept experiments in {runs_dir}: run one first (make exp-datascale)")
+        raise ValueError(f"no runs in {runs_dir}: run an experiment first (make exp-datascale)")
     for name in names:
         if not (runs_dir / name).is_dir():
             raise ValueError(f"experiment {name!r} has no folder in {runs_dir}")
-        for path in make_tables(runs_dir / name, Path(a.out)):
+        for path in make_tables(runs_dir / name, Path(a.out), Path(a.readme) if a.readme else None):
             print(f"wrote {path}")
     return 0

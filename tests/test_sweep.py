@@ -59,7 +59,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     assert deit_cfg["model"]["teacher_checkpoint"].endswith("resnet-tiny_fashion_mnist_f0.5_s0/checkpoints/best.ckpt")
 
     out = tmp_path / "results"
-    assert main(["tables", "--runs_dir", str(runs), "--out", str(out)]) == 0
+    assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
     rows = list(csv.DictReader(open(out / "tiny.csv")))
     assert [(r["family"], r["fraction"]) for r in rows] == [("deit", "0.5"), ("deit", "1.0"),
                                                            ("resnet", "0.5"), ("resnet", "1.0")]
@@ -70,7 +70,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     for p in out.iterdir():
         p.unlink()
-    assert main(["tables", "--runs_dir", str(runs), "--out", str(out)]) == 0
+    assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -164,10 +164,16 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     assert rows[0]["test_acc_mean"] == pytest.approx(0.63) and rows[0]["test_acc_std"] == pytest.approx(0.0264575, rel=1e-5)
     assert sample_efficiency(rows, 0.75) == {("vit", "default"): 1000, ("resnet", "default"): 100}
     assert sample_efficiency(rows, 0.95) == {("vit", "default"): None, ("resnet", "default"): None}
-    paths = make_tables(exp, tmp_path / "out")
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- tables:hand -->\nold numbers\n<!-- /tables:hand -->\noutro\n")
+    paths = make_tables(exp, tmp_path / "out", readme)
     md = paths[1].read_text()
     assert "| vit | default | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in md
     assert "vit_f0.5_s0: diverged" in md and "test machine" in md
+    doc = readme.read_text()
+    assert doc.startswith("intro\n<!-- tables:hand -->\n") and doc.endswith("<!-- /tables:hand -->\noutro\n")
+    assert "old numbers" not in doc and "| vit | default | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in doc
+    assert f"]({(tmp_path / 'out').as_posix()}/hand.png)" in doc
 
 
 @pytest.mark.parametrize("bad, match", [
