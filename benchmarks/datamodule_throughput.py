@@ -11,7 +11,6 @@ import io
 import time
 
 import datasets
-import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader
