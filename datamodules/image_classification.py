@@ -81,7 +81,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
     @cached_property
     def _train_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         split = self._decoded["train"]
-        return split["image"][:], np.asarray(split["label"][:], dtype=np.int64)
+        # Arrow hands Array3D back as int64: store uint8 (8x less memory, cheaper batch ops)
+        return np.asarray(split["image"][:], dtype=np.uint8), np.asarray(split["label"][:], dtype=np.int64)
 
     @property
     def image_size(self) -> int:
@@ -160,7 +161,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
             idx = self._splits[name]
             self._tensors[name] = self._to_device(images[idx], labels[idx])
         test = self._decoded["test"]
-        self._tensors["test"] = self._to_device(test["image"][:], np.asarray(test["label"][:], dtype=np.int64))
+        self._tensors["test"] = self._to_device(np.asarray(test["image"][:], dtype=np.uint8),
+                                                np.asarray(test["label"][:], dtype=np.int64))
 
     def _to_device(self, images: np.ndarray, labels: np.ndarray):
         x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW

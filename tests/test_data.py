@@ -22,6 +22,7 @@ def test_fashion_mnist_from_idx_files(make_dm):
     assert (dm.image_size, dm.num_channels, dm.num_classes) == (28, 1, 10)
     assert dm.class_names[0] == "T-shirt/top" and dm.class_names[9] == "Ankle boot"
     dm.setup("fit")
+    assert all(dm._tensors[s][0].dtype == torch.uint8 for s in ("train", "val", "test"))  # held as uint8
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (min(128, dm.train_size), 1, 28, 28) and x.dtype == torch.float32
     assert y.dtype == torch.int64 and int(y.max()) < 10
