@@ -46,7 +46,7 @@ class BatchAugment:
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """uint8 (B, C, H, W) -> normalised float32."""
-        return (x.float() - self.mean.to(x.device)) / self.std.to(x.device)
+        return x.float().sub_(self.mean.to(x.device)).div_(self.std.to(x.device))
 
     def train(self, x: torch.Tensor, y: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 (B, C, H, W), int64 (B,) -> float32 (B, C, H, W), int64 (B,) or soft (B, classes)."""
@@ -70,11 +70,11 @@ class BatchAugment:
 def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:
     """Per-image random crop of the zero-padded batch, by one gather: (B, C, H, W) -> same shape."""
     B, C, H, W = x.shape
-    padded = F.pad(x, (padding,) * 4)
-    dy = torch.randint(0, 2 * padding + 1, (B, 1), generator=g, device=x.device)
-    dx = torch.randint(0, 2 * padding + 1, (B, 1), generator=g, device=x.device)
-    rows = (dy + torch.arange(H, device=x.device))[:, None, :, None]   # (B, 1, H, 1)
-    cols = (dx + torch.arange(W, device=x.device))[:, None, None, :]   # (B, 1, 1, W)
-    b = torch.arange(B, device=x.device)[:, None, None, None]
-    c = torch.arange(C, device=x.device)[None, :, None, None]
-    return padded[b, c, rows, cols]
+    Wp = W + 2 * padding
+    padded = F.pad(x, (padding,) * 4).view(B, C, -1)                  # (B, C, Hp * Wp)
+    dy = torch.randint(0, 2 * padding + 1, (B, 1, 1), generator=g, device=x.device)
+    dx = torch.randint(0, 2 * padding + 1, (B, 1, 1), generator=g, device=x.device)
+    rows = dy + torch.arange(H, device=x.device).view(1, H, 1)          # (B, H, 1)
+    cols = dx + torch.arange(W, device=x.device).view(1, 1, W)          # (B, 1, W)
+    flat = (rows * Wp + cols).view(B, 1, H * W).expand(B, C, H * W)     # positions in the padded image
+    return padded.gather(2, flat).view(B, C, H, W)
