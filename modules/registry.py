@@ -74,7 +74,7 @@ def _check_divides(size: int, step: int, what: str, family: str) -> None:
 
 
 # ---------------- transformers with a global token sequence ----------------
-def _vit_kwargs(arch: dict, image_size: int, in_chans: int, num_classes: int, k: Knobs, family: str) -> dict:
+def _vit_kwargs(arch: dict, image_size: int, in_chans: int, num_classes: int, k: Knobs) -> dict:
     pool = k.pool or "token"
     return dict(img_size=image_size, in_chans=in_chans, num_classes=num_classes,
                 embed_dim=arch["embed_dim"], depth=arch["depth"], num_heads=arch["num_heads"], mlp_ratio=4.0,
@@ -99,7 +99,7 @@ def _vit(arch, image_size, in_chans, num_classes, k: Knobs):
     from timm.models.vision_transformer import VisionTransformer
     patch = k.patch_size or 4
     _check_divides(image_size, patch, "patch size", "vit")
-    return _apply_sincos(VisionTransformer(patch_size=patch, **_vit_kwargs(arch, image_size, in_chans, num_classes, k, "vit")), k)
+    return _apply_sincos(VisionTransformer(patch_size=patch, **_vit_kwargs(arch, image_size, in_chans, num_classes, k)), k)
 
 
 @register_family("deit", {"patch_size", "pos_embed"})
@@ -107,7 +107,7 @@ def _deit(arch, image_size, in_chans, num_classes, k: Knobs):
     from timm.models.deit import VisionTransformerDistilled
     patch = k.patch_size or 4
     _check_divides(image_size, patch, "patch size", "deit")
-    kwargs = _vit_kwargs(arch, image_size, in_chans, num_classes, k, "deit")
+    kwargs = _vit_kwargs(arch, image_size, in_chans, num_classes, k)
     model = VisionTransformerDistilled(patch_size=patch, **kwargs)
     model.set_distilled_training(True)  # training forward returns (cls_logits, dist_logits)
     return _apply_sincos(model, k)
@@ -143,7 +143,7 @@ def _hybrid(arch, image_size, in_chans, num_classes, k: Knobs):
     _check_divides(image_size // stride, patch, "patch size (on the stem's feature map)", "hybrid")
     stem = _cifar_resnet(arch["stem_channels"], arch["stem_depths"], in_chans, 0, pooled=False)
     model = VisionTransformer(patch_size=patch, embed_layer=partial(HybridEmbed, backbone=stem),
-                              **_vit_kwargs(arch, image_size, in_chans, num_classes, k, "hybrid"))
+                              **_vit_kwargs(arch, image_size, in_chans, num_classes, k))
     return _apply_sincos(model, k)
 
 
