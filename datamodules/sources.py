@@ -17,6 +17,7 @@ import numpy as np
 
 import datasets
 from datasets import Array3D, ClassLabel, Dataset, DatasetDict, Features
+from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 
 FASHION_MNIST = "fashion_mnist"
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian: dataset-fashion-mnist
@@ -98,14 +99,22 @@ def _fashion_mnist(folder: Path) -> DatasetDict:
         ) from None
 
 
+def _class_dirs(folder: Path) -> list[Path]:
+    """Sub-folders as imagefolder sees them (hidden ones are skipped)."""
+    return [d for d in folder.iterdir() if d.is_dir() and not d.name.startswith((".", "__"))]
+
+
 def _image_folder(folder: Path) -> DatasetDict:
-    classes = [d for d in folder.iterdir() if d.is_dir()]
-    split_dirs = {d.name for d in classes} & {"train", "test"}
-    class_root = folder / "train" if split_dirs == {"train", "test"} else folder
-    n_classes = sum(d.is_dir() for d in class_root.iterdir())
+    split_dirs = {d.name for d in _class_dirs(folder)} & {"train", "test"}
+    roots = [folder / "train", folder / "test"] if split_dirs == {"train", "test"} else [folder]
+    n_classes = len(_class_dirs(roots[0]))
     if n_classes < 2:
         raise DatasetError(f"image folder {str(folder)!r} has {n_classes} class sub-folder(s); "
                            "it needs at least 2 (one sub-folder per class, or train/ and test/ holding them)")
+    for d in (d for root in roots for d in _class_dirs(root)):
+        if not any(f.is_file() and f.suffix.lower() in ImageFolder.EXTENSIONS for f in d.iterdir()):
+            raise DatasetError(f"class folder {str(d)!r} holds no images: allowed image files "
+                               f"{' '.join(ImageFolder.EXTENSIONS)}")
     raw = datasets.load_dataset("imagefolder", data_dir=str(folder))
     if "test" not in raw:
         # No official test split: hold out a stratified, fixed 20% as the test set.

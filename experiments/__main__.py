@@ -7,6 +7,7 @@
   sweep      run an experiment spec (experiments/specs/*.yaml), resumably
   tables     regenerate results/<experiment>.{csv,md,png} from the run folders
 """
+import logging
 import sys
 
 DIVERGED = 3  # exit status of a run whose loss became NaN or inf
@@ -32,12 +33,19 @@ def main(argv: list[str]) -> int:
             return tables(rest)
         elif command in ("fit", "validate", "test"):
             from .cli import SuiteCLI
+            # "Seed set to N" would precede a bad-input error line; the seed is in the run's config.yaml
+            logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
         else:
-            print(f"unknown command {command!r}: allowed families, fit, validate, test, sweep, tables", file=sys.stderr)
+            print(f"error: unknown command {command!r}: allowed families, fit, validate, test, sweep, tables",
+                  file=sys.stderr)
             return 2
     except (ConfigError, DatasetError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (PermissionError, NotADirectoryError, FileExistsError) as e:  # a folder that cannot be written
+        print(f"error: cannot write {e.filename!r}: {e.strerror.lower()}" if e.filename and e.strerror
+              else f"error: {e}", file=sys.stderr)
         return 2
     except FloatingPointError as e:  # recorded as diverged in the run's summary.json
         print(f"error: {e}", file=sys.stderr)
