@@ -45,11 +45,13 @@ class ImageClassifier(L.LightningModule):
         warmup_fraction: share of all optimisation steps spent in linear warmup.
         min_lr_ratio: final learning rate as a share of the peak (cosine floor).
         label_smoothing: label smoothing of the cross-entropy (also applied to MixUp/CutMix targets).
-        distillation: DeiT: hard (teacher's argmax), soft (KL at distill_tau) or none (cls head only).
+        distillation: DeiT: hard (teacher's argmax), soft (KL at distill_tau) or none (cls head only:
+            the untrained distillation head is left out of the reported accuracy, and no teacher runs).
         distill_alpha: DeiT: weight of the distillation loss.
         distill_tau: DeiT: temperature of soft distillation.
         teacher_checkpoint: DeiT: checkpoint of a model trained by this suite (frozen CNN teacher).
-            Without one, DeiT trains its distillation head on the labels.
+            Without one, DeiT trains its distillation head on the labels. Ignored (not even opened,
+            with a warning) when distillation is none.
     """
 
     def __init__(self, family: str = "vit", budget: str = "tiny", num_classes: int = 10, image_size: int = 28,
@@ -69,12 +71,17 @@ class ImageClassifier(L.LightningModule):
                                  num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,
                                  pool=pool, window_size=window_size, drop_path_rate=drop_path_rate)
         self.is_deit = family == "deit"
+        # DeiT reports (cls + dist) / 2 when its dist head learns (from the teacher or the labels);
+        # with distillation none that head gets no gradient, so cls alone is reported (and selected on).
+        self.deit_reports_cls = self.is_deit and distillation == "none"
         # The teacher lives outside the module tree (set through __dict__): it is then in no
         # parameters(), state_dict() or checkpoint, and Lightning's train() never touches it.
         self.__dict__["teacher"] = None
         self.complexity = {"params": count_params(self.model),
                            "flops": count_flops(self.model, image_size, in_chans)}
 
+        # "avg" holds the reported head (val/acc, test/acc): the model's output, or for DeiT
+        # reported_logits(cls, dist); DeiT also logs each head (_cls, _dist).
         heads = ("", "_cls", "_dist") if self.is_deit else ("",)
         self.train_metrics = self._metrics("train/", "")
         self.val_metrics = nn.ModuleDict({h or "avg": self._metrics("val/", h) for h in heads})
@@ -95,9 +102,12 @@ class ImageClassifier(L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.is_deit and self.teacher is None:
             path = self.hparams.teacher_checkpoint
-            if path is None:
-                if self.hparams.distillation != "none":
-                    rank_zero_warn("deit: no teacher_checkpoint given: the distillation head trains on the labels")
+            if self.hparams.distillation == "none":
+                # the sweep hands every DeiT run its teacher: with none it is neither loaded nor run
+                if path is not None:
+                    rank_zero_warn(f"deit: distillation='none': teacher_checkpoint {path!r} is ignored")
+            elif path is None:
+                rank_zero_warn("deit: no teacher_checkpoint given: the distillation head trains on the labels")
             else:
                 self.__dict__["teacher"] = load_teacher(path, self.hparams)
 
@@ -124,13 +134,18 @@ class ImageClassifier(L.LightningModule):
         cls, dist = self.model(x)  # training mode + set_distilled_training(True)
         base = self._ce(cls, y)
         kind, a = self.hparams.distillation, self.hparams.distill_alpha
-        if self.teacher is not None:
-            loss = distillation_loss(base, dist, self._teacher_logits(x), kind, a, self.hparams.distill_tau)
-        elif kind == "none":
+        if kind == "none":  # DeiT's losses.py: the cls head's loss only; no teacher runs
             loss = base
+        elif self.teacher is not None:
+            loss = distillation_loss(base, dist, self._teacher_logits(x), kind, a, self.hparams.distill_tau)
         else:  # no teacher: the dist head learns the labels too
             loss = (1 - a) * base + a * self._ce(dist, y)
-        return loss, (cls + dist) / 2
+        return loss, self.reported_logits(cls, dist)
+
+    def reported_logits(self, cls: torch.Tensor, dist: torch.Tensor) -> torch.Tensor:
+        """DeiT's reported prediction: (cls + dist) / 2, or cls alone with distillation none (its
+        dist head never trains then)."""
+        return cls if self.deit_reports_cls else (cls + dist) / 2
 
     # ---------------- steps ----------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -167,7 +182,7 @@ class ImageClassifier(L.LightningModule):
         if not self.is_deit:
             return {"avg": self.model(x)}
         cls, dist = deit_heads(self.model, x)
-        return {"avg": (cls + dist) / 2, "_cls": cls, "_dist": dist}
+        return {"avg": self.reported_logits(cls, dist), "_cls": cls, "_dist": dist}
 
     def _eval_step(self, batch, metrics: nn.ModuleDict, stage: str) -> None:
         x, y = batch

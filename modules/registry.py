@@ -7,7 +7,7 @@ would silently drop pixels or pad windows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Callable
 
 import torch
@@ -30,6 +30,7 @@ class Knobs:
     pos_embed: str | None = None      # vit/deit/hybrid: learn (1D learned), none, sincos (fixed 2D)
     pool: str | None = None           # vit/hybrid: token ([CLS]) or avg (global average pooling)
     window_size: int | None = None    # swin: default = largest size <= 8 dividing every stage grid
+                                      # (7 at 28x28, 8 at 32x32: stage grids 28/14/7, 32/16/8)
     drop_path_rate: float = 0.0
 
 
@@ -102,13 +103,47 @@ def _vit(arch, image_size, in_chans, num_classes, k: Knobs):
     return _apply_sincos(VisionTransformer(patch_size=patch, **_vit_kwargs(arch, image_size, in_chans, num_classes, k)), k)
 
 
+@cache
+def _distilled_vit_class() -> type:
+    """timm's VisionTransformerDistilled, able to run without a position table. Built on first use
+    (timm is imported lazily) and reachable as `modules.registry.DistilledViT` (pickling)."""
+    from timm.models.deit import VisionTransformerDistilled
+
+    class DistilledViT(VisionTransformerDistilled):
+        # timm's distilled `_pos_embed` always adds `self.pos_embed`; with none, only prepend the
+        # two prefix tokens (cls, dist) as VisionTransformer._pos_embed does without a table.
+        def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+            if self.pos_embed is not None:
+                return super()._pos_embed(x)
+            x = x.reshape(x.shape[0], -1, x.shape[-1])  # (B, H, W, D) with dynamic_img_size
+            prefix = (self.cls_token.expand(x.shape[0], -1, -1), self.dist_token.expand(x.shape[0], -1, -1))
+            return self.pos_drop(torch.cat((*prefix, x), dim=1))
+
+    DistilledViT.__qualname__, DistilledViT.__module__ = "DistilledViT", __name__
+    return DistilledViT
+
+
+def __getattr__(name: str):
+    if name == "DistilledViT":
+        return _distilled_vit_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @register_family("deit", {"patch_size", "pos_embed"})
 def _deit(arch, image_size, in_chans, num_classes, k: Knobs):
-    from timm.models.deit import VisionTransformerDistilled
+    """DeiT: ViT + distillation token and head. timm's VisionTransformerDistilled rebuilds a learned
+    (N + 2)-entry table in its __init__ whatever pos_embed says, so the knob is applied afterwards:
+    learn keeps that table (cls, dist and every patch: the original DeiT); none removes it (no
+    position parameter at all); sincos replaces it by the fixed 2D sin-cos table of the N patches
+    (frozen), and the two prefix tokens get no position (timm's no_embed_class layout: the table
+    is added to the patches, then cls and dist are prepended)."""
     patch = k.patch_size or 4
     _check_divides(image_size, patch, "patch size", "deit")
-    kwargs = _vit_kwargs(arch, image_size, in_chans, num_classes, k)
-    model = VisionTransformerDistilled(patch_size=patch, **kwargs)
+    model = _distilled_vit_class()(patch_size=patch, **_vit_kwargs(arch, image_size, in_chans, num_classes, k))
+    if k.pos_embed == "none":
+        model.pos_embed = None
+    elif k.pos_embed == "sincos":
+        model.pos_embed = nn.Parameter(torch.zeros(1, model.patch_embed.num_patches, model.embed_dim))
     model.set_distilled_training(True)  # training forward returns (cls_logits, dist_logits)
     return _apply_sincos(model, k)
 
@@ -150,8 +185,18 @@ def _hybrid(arch, image_size, in_chans, num_classes, k: Knobs):
 # ---------------- hierarchical families ----------------
 @register_family("swin", {"patch_size", "window_size"})
 def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
+    """Swin for small images: patch 1 and three stages, widths doubling at each patch merging.
+
+    timm shifts the windows of every second block of a stage, but only where the window is smaller
+    than the stage grid (a window covering the whole grid has nothing to shift). Patch 1 gives stage
+    grids 28/14/7 at 28x28 (window 7) and 32/16/8 at 32x32 (window 8): windows shift in the first
+    two stages, the third attends globally over its grid. (Patch 2 with two stages, 14/7 or 16/8,
+    shifted in the first stage only: a window dividing 7 and smaller than it would be 1.)
+    The default window is the largest size <= 8 that divides every stage grid; windows that timm
+    would zero-pad (without masking the padding) are rejected.
+    """
     from timm.models.swin_transformer import SwinTransformer
-    patch = k.patch_size or 2
+    patch = k.patch_size or 1
     _check_divides(image_size, patch, "patch size", "swin")
     n_stages = len(arch["depths"])
     grid0 = image_size // patch
@@ -163,7 +208,8 @@ def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
     bad = [g for g in grids if g > window and g % window]
     if window < 1 or bad:
         raise ConfigError(f"swin: window size {window} does not divide the stage grids {grids} "
-                          f"(timm would pad windows without masking); use a window dividing all of them")
+                          f"(timm would pad windows without masking); use a window that divides every stage "
+                          f"grid larger than it (a grid it covers is attended as one unshifted window)")
     return SwinTransformer(img_size=image_size, patch_size=patch, in_chans=in_chans, num_classes=num_classes,
                            embed_dim=arch["embed_dim"], depths=arch["depths"], num_heads=arch["num_heads"],
                            window_size=window, drop_path_rate=k.drop_path_rate)

@@ -71,3 +71,63 @@ def test_distillation_type_is_checked():
         ImageClassifier("deit", distillation="medium")
     with pytest.raises(ValueError, match="teacher_checkpoint applies to family 'deit' only"):
         ImageClassifier("vit", teacher_checkpoint="x.ckpt")
+
+
+def _capture_logs(module) -> dict:
+    """What the module logs outside a Trainer: `log` and `log_dict` record into a dict."""
+    logged = {}
+    module.log = lambda name, value, *a, **k: logged.__setitem__(name, float(value))
+    module.log_dict = lambda values, *a, **k: logged.update({n: float(v) for n, v in values.items()})
+    return logged
+
+
+@pytest.mark.parametrize("distillation, reported", [("none", 1.0), ("hard", 0.0), ("soft", 0.0)])
+def test_deit_reports_the_cls_head_without_distillation(distillation, reported):
+    """val/acc (the summary's accuracy and ModelCheckpoint's monitor) is the cls head's when the
+    dist head never trains (distillation none), (cls + dist) / 2 otherwise. Labels are the cls
+    head's predictions; the dist head is rigged to answer one class no label has."""
+    torch.manual_seed(0)
+    m = ImageClassifier("deit", distillation=distillation).eval()
+    x = torch.randn(8, 1, 28, 28)
+    with torch.no_grad():
+        cls = m._eval_logits(x)["_cls"]
+        y = cls.argmax(dim=1)
+        wrong = next(c for c in range(10) if c not in y.tolist())
+        m.model.head_dist.weight.zero_()
+        m.model.head_dist.bias.fill_(0.0)[wrong] = 100.0
+        logged = _capture_logs(m)
+        m.validation_step((x, y), 0)
+        m.on_validation_epoch_end()
+    assert logged["val/acc_cls"] == 1.0 and logged["val/acc_dist"] == 0.0
+    assert logged["val/acc"] == reported
+
+
+def test_deit_without_distillation_trains_the_cls_head_only():
+    """distillation none: the loss is the cls head's cross-entropy, the training accuracy is
+    measured on the cls logits, and a teacher, even if present, is never run."""
+    torch.manual_seed(0)
+    m = ImageClassifier("deit", distillation="none", label_smoothing=0.0).train()
+
+    class Exploding(torch.nn.Module):
+        def forward(self, x):
+            raise AssertionError("the teacher ran")
+    m.__dict__["teacher"] = Exploding()
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    loss, logits = m.training_loss(x, y)
+    cls, dist = m.model(x)
+    assert torch.equal(logits, cls) and not torch.equal(logits, (cls + dist) / 2)
+    assert loss.item() == pytest.approx(torch.nn.functional.cross_entropy(cls, y).item(), rel=1e-6)
+    loss.backward()
+    assert m.model.head_dist.weight.grad is None and m.model.head.weight.grad is not None
+
+
+def test_deit_without_distillation_ignores_the_teacher_checkpoint(tmp_path):
+    """The sweep gives every DeiT run its teacher: with distillation none it is not loaded (a
+    missing file does not raise), only named in a warning; with distillation it is loaded."""
+    missing = str(tmp_path / "no-such-teacher.ckpt")
+    m = ImageClassifier("deit", distillation="none", teacher_checkpoint=missing)
+    with pytest.warns(UserWarning, match=r"distillation='none': teacher_checkpoint .*no-such-teacher.ckpt' is ignored"):
+        m.setup("fit")
+    assert m.teacher is None
+    with pytest.raises(ValueError, match="does not exist"):
+        ImageClassifier("deit", distillation="hard", teacher_checkpoint=missing).setup("fit")

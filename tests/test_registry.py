@@ -6,6 +6,7 @@ import torch
 
 from modules import BUDGET_TARGETS, FAMILIES, ConfigError, build_model, count_flops, count_params
 from modules.budgets import BUDGET_TOLERANCE
+from modules.registry import POS_EMBEDS
 
 SHAPES = [(28, 1), (32, 3)]
 
@@ -57,7 +58,8 @@ def test_every_family_sees_every_pixel_region(family):
     ("vit", {"budget": "huge"}, r"unknown budget 'huge': allowed tiny, small, base"),
     ("vit", {"patch_size": 5}, r"patch size 5 does not divide image size 28"),
     ("deit", {"patch_size": 3, "image_size": 32}, r"patch size 3 does not divide image size 32"),
-    ("swin", {"window_size": 4}, r"window size 4 does not divide the stage grids \[14, 7\]"),
+    ("swin", {"window_size": 4}, r"window size 4 does not divide the stage grids \[28, 14, 7\]"),
+    ("swin", {"window_size": 6, "image_size": 32, "in_chans": 3}, r"window size 6 does not divide the stage grids \[32, 16, 8\]"),
     ("swin", {"image_size": 30}, r"cannot be halved"),
     ("convnext", {"image_size": 30}, r"does not divide image size 30"),
     ("hybrid", {"image_size": 30}, r"stem stride 4 does not divide image size 30"),
@@ -73,6 +75,99 @@ def test_bad_configurations_are_named(family, kwargs, match):
 def test_swin_window_is_derived_to_divide_every_stage():
     assert build_model("swin", image_size=28).layers[0].blocks[0].window_size == (7, 7)
     assert build_model("swin", image_size=32, in_chans=3).layers[0].blocks[0].window_size == (8, 8)
+
+
+def shifting_stages(model) -> list[bool]:
+    """Per stage of a timm SwinTransformer: does any block shift its windows? timm keeps
+    shift_size > 0 only where the (possibly shrunk) window is smaller than the block's grid."""
+    return [any(max(b.shift_size) > 0 and all(w < g for w, g in zip(b.window_size, b.input_resolution))
+                for b in stage.blocks) for stage in model.layers]
+
+
+def test_shift_counter_sees_the_old_single_shifting_stage():
+    """The former default (patch 2, two stages: grids 14/7 at 28x28 with window 7) shifted in one
+    stage only: the second stage's grid equals the window."""
+    from timm.models.swin_transformer import SwinTransformer
+    old = SwinTransformer(img_size=28, patch_size=2, in_chans=1, num_classes=10, embed_dim=64, depths=(2, 2),
+                          num_heads=(2, 4), window_size=7)
+    assert shifting_stages(old) == [True, False]
+
+
+@pytest.mark.parametrize("size, chans", SHAPES, ids=["28x28x1", "32x32x3"])
+@pytest.mark.parametrize("budget", list(BUDGET_TARGETS))
+def test_swin_shifts_windows_in_at_least_two_stages(budget, size, chans):
+    model = build_model("swin", budget, image_size=size, in_chans=chans)
+    grids = [stage.blocks[0].input_resolution for stage in model.layers]
+    assert grids == [(size // 2 ** i,) * 2 for i in range(len(model.layers))]  # patch 1, halving stages
+    shifting = shifting_stages(model)
+    assert sum(shifting) >= 2, f"swin/{budget} at {size}x{size}: shifting stages {shifting} (grids {grids})"
+    for stage, shifts in zip(model.layers, shifting):
+        if shifts:  # a shifting block masks attention across the wrapped-around border
+            assert any(b.attn_mask is not None for b in stage.blocks)
+
+
+@pytest.mark.parametrize("size, chans", SHAPES, ids=["28x28x1", "32x32x3"])
+@pytest.mark.parametrize("pos_embed", POS_EMBEDS)
+def test_deit_pos_embed_knob(pos_embed, size, chans):
+    """timm's VisionTransformerDistilled rebuilds a learned (N + 2)-entry table whatever pos_embed
+    says: each value must give the table it names, train, and run in both modes."""
+    from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+    torch.manual_seed(0)
+    model = build_model("deit", pos_embed=pos_embed, image_size=size, in_chans=chans)
+    grid, dim = model.patch_embed.grid_size, model.embed_dim
+    n = grid[0] * grid[1]
+    params = dict(model.named_parameters())
+    if pos_embed == "learn":  # the original DeiT: cls, dist and every patch
+        assert params["pos_embed"].shape == (1, n + 2, dim) and params["pos_embed"].requires_grad
+    elif pos_embed == "none":
+        assert model.pos_embed is None
+        assert not [k for k in (*params, *model.state_dict()) if "pos" in k]
+    else:  # fixed 2D sin-cos over the patches; cls and dist get no position
+        assert params["pos_embed"].shape == (1, n, dim) and not params["pos_embed"].requires_grad
+        assert torch.equal(params["pos_embed"][0], build_sincos2d_pos_embed(grid, dim))
+        patches = torch.randn(2, n, dim)
+        tokens = model._pos_embed(patches)
+        assert tokens.shape == (2, n + 2, dim)
+        assert torch.equal(tokens[:, 0], model.cls_token[:, 0].expand(2, -1))
+        assert torch.equal(tokens[:, 1], model.dist_token[:, 0].expand(2, -1))
+        assert torch.allclose(tokens[:, 2:], patches + params["pos_embed"])
+
+    before = {k: p.detach().clone() for k, p in params.items()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(trainable, lr=0.1)
+    model.train()
+    x, y = torch.randn(4, chans, size, size), torch.tensor([0, 1, 2, 3])
+    cls, dist = model(x)
+    assert cls.shape == dist.shape == (4, 10)
+    (torch.nn.functional.cross_entropy(cls, y) + torch.nn.functional.cross_entropy(dist, y)).backward()
+    missing = [k for k, p in params.items() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
+    assert not missing, f"no gradient for {missing}"
+    opt.step()
+    for k, p in params.items():  # every trainable parameter moved, the frozen table did not
+        assert torch.equal(p, before[k]) != p.requires_grad, k
+
+    model.eval()
+    with torch.no_grad():
+        assert model(x).shape == (4, 10)
+
+
+def _shuffle_patches(x: torch.Tensor, patch: int, perm: torch.Tensor) -> torch.Tensor:
+    b, c, h, w = x.shape
+    gh, gw = h // patch, w // patch
+    p = x.reshape(b, c, gh, patch, gw, patch).permute(0, 2, 4, 1, 3, 5).reshape(b, gh * gw, c, patch, patch)
+    return p[:, perm].reshape(b, gh, gw, c, patch, patch).permute(0, 3, 1, 4, 2, 5).reshape(b, c, h, w)
+
+
+@pytest.mark.parametrize("pos_embed", POS_EMBEDS)
+def test_deit_without_positions_ignores_patch_order(pos_embed):
+    """Without a position table DeiT is blind to the order of its patches; with one it is not."""
+    torch.manual_seed(0)
+    model = build_model("deit", pos_embed=pos_embed).double().eval()
+    x = torch.randn(2, 1, 28, 28, dtype=torch.float64)
+    shuffled = _shuffle_patches(x, 4, torch.randperm(49))
+    with torch.no_grad():
+        same = torch.allclose(model(x), model(shuffled), atol=1e-10)
+    assert same == (pos_embed == "none")
 
 
 def test_vit_knobs():
