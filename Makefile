@@ -65,11 +65,13 @@ families: install ## the family x budget table: parameters and FLOPs at 28x28x1 
 	$(PY) -m experiments families --image_size 28 --in_chans 1
 	$(PY) -m experiments families --image_size 32 --in_chans 3
 
-fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tiny EPOCHS=5; DeiT distils from the ResNet)
-	@b=$${BUDGET:-tiny}; for f in $(FAMILY_ORDER); do \
-	  extra=""; [ $$f = deit ] && extra="--model.teacher_checkpoint results/runs/fit-families/resnet-$${b}_fashion_mnist_f1_s0/checkpoints/best.ckpt"; \
-	  echo "== $$f"; $(PY) -m experiments fit --experiment fit-families \
-	    --model.family $$f --model.budget $$b --trainer.max_epochs $(EPOCHS) $$extra || exit 1; \
+fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tiny EPOCHS=5 FAMILIES=...; DeiT distils from the ResNet)
+	@b=$${BUDGET:-tiny}; args="--experiment fit-families --model.budget $$b --trainer.max_epochs $(EPOCHS)"; \
+	for f in $(or $(FAMILIES),$(FAMILY_ORDER)); do \
+	  extra=""; if [ $$f = deit ]; then \
+	    teacher=$$($(PY) -m experiments run_dir $$args --model.family resnet) || exit 1; \
+	    extra="--model.teacher_checkpoint $$teacher/checkpoints/best.ckpt"; fi; \
+	  echo "== $$f"; $(PY) -m experiments fit $$args --model.family $$f $$extra || exit 1; \
 	done
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop (-> results/benchmarks.txt)

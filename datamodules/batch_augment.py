@@ -1,11 +1,18 @@
 """Augmentation and normalisation of whole uint8 batches with tensor ops, on the batch's device.
 
 Order: crop + flip (uint8) -> RandAugment (uint8) -> float + normalise -> Random Erasing -> MixUp/CutMix.
-Validation and test batches only get normalised.
+Validation and test batches only get normalised. Every random draw comes from the loader's
+generator `g` (RandAugment, Random Erasing and MixUp draw from the global RNGs, which are seeded
+from `g` around them and then restored), so a batch is a function of `g` alone: that is what lets
+a run resume exactly, and keeps the model's own random draws (stochastic depth) apart.
 """
 from __future__ import annotations
 
+import random
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -57,14 +64,35 @@ class BatchAugment:
             flip = torch.rand(x.shape[0], generator=g, device=x.device) < 0.5
             x = torch.where(flip[:, None, None, None], x.flip(3), x)
         if self._randaugment is not None:
-            x = torch.cat([self._randaugment(chunk) for chunk in x.split(cfg.randaugment_group)])
+            with global_rng_from(g):
+                x = torch.cat([self._randaugment(chunk) for chunk in x.split(cfg.randaugment_group)])
         x = self.normalize(x)
         if self._erasing is not None:
             self._erasing.device = x.device
-            x = self._erasing(x)
+            with global_rng_from(g):
+                x = self._erasing(x)
         if self._mixup is not None:
-            x, y = self._mixup(x, y)
+            with global_rng_from(g):
+                x, y = self._mixup(x, y)
         return x, y
+
+
+@contextmanager
+def global_rng_from(g: torch.Generator):
+    """torch's (CPU and current CUDA device), numpy's and Python's global RNGs seeded from `g`
+    inside the block, and restored to their previous states after it."""
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g, device=g.device))
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            np.random.set_state(numpy_state)
+            random.setstate(python_state)
 
 
 def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:

@@ -61,6 +61,9 @@ class ImageClassificationDataModule(L.LightningDataModule):
             raise ValueError(f"train_size={train_size} must be a positive number of images")
         if not 0.0 <= random_erasing <= 1.0:
             raise ValueError(f"random_erasing={random_erasing} is a probability: allowed [0, 1]")
+        for name, value in (("seed", seed), ("split_seed", split_seed)):
+            if value < 0:
+                raise ValueError(f"{name}={value} is negative: allowed integers >= 0")
         self.save_hyperparameters()
         self.dataset, self.fraction, self.train_size_arg = dataset, fraction, train_size
         self.seed, self.split_seed = seed, split_seed
@@ -177,11 +180,20 @@ class ImageClassificationDataModule(L.LightningDataModule):
         if not hasattr(self, "_tensors"):
             self.setup("fit")
         rank, world = self._rank_world()
-        epoch = self.trainer.current_epoch if self.trainer is not None else 0
         x, y = self._tensors["train"]
         return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=self.augment.train,
-                                 shuffle=True, drop_last=True, seed=self.seed, start_epoch=epoch,
-                                 rank=rank, world_size=world)
+                                 shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
+                                 position=self._train_position if self.trainer is not None else None)
+
+    def _train_position(self) -> tuple[int, int]:
+        """(epoch, batches of it already trained) when a training pass starts. Read from the trainer's
+        progress at that moment, after Lightning restored any checkpoint (a checkpoint taken after
+        an epoch's last batch resumes with the next epoch)."""
+        progress = self.trainer.fit_loop.epoch_loop.batch_progress
+        epoch = self.trainer.current_epoch
+        if progress.is_last_batch:
+            return epoch + 1, 0
+        return epoch, progress.current.ready
 
     def _eval_loader(self, split: str) -> TensorBatchLoader:
         if not hasattr(self, "_tensors"):

@@ -2,6 +2,7 @@
 
   families   the family x budget table with measured parameters and FLOPs
   fit        train one run (LightningCLI; --help lists every option)
+  run_dir    print the folder `fit` would use for the same options (readable name + config hash)
   validate   evaluate a checkpoint on the validation split
   test       evaluate a checkpoint on the test split (--ckpt_path)
   sweep      run an experiment spec (experiments/specs/*.yaml), resumably
@@ -25,6 +26,9 @@ def main(argv: list[str]) -> int:
         if command == "families":
             from .families import main as families
             families(rest)
+        elif command == "run_dir":
+            from .cli import resolve_run_dirs
+            print(resolve_run_dirs([rest])[0])
         elif command == "sweep":
             from .sweep import main as sweep
             return sweep(rest)
@@ -37,7 +41,7 @@ def main(argv: list[str]) -> int:
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
         else:
-            print(f"error: unknown command {command!r}: allowed families, fit, validate, test, sweep, tables",
+            print(f"error: unknown command {command!r}: allowed families, fit, run_dir, validate, test, sweep, tables",
                   file=sys.stderr)
             return 2
     except (ConfigError, DatasetError, ValueError) as e:

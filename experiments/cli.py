@@ -1,23 +1,30 @@
 """`python -m experiments fit|validate|test`: one training run through LightningCLI.
 
-Every run gets a readable folder results/runs/<experiment>/<run name>/ holding its TensorBoard
-events, the resolved config.yaml, the training subset's indices and checkpoints/{best,last}.ckpt.
-Started again with the same folder, a fit resumes from checkpoints/last.ckpt.
+Every run gets a folder results/runs/<experiment>/<readable name>_<config hash>/ holding its
+TensorBoard events, the resolved config.yaml, identity.json (the settings the hash covers), the
+training subset's indices and checkpoints/{best,last}.ckpt. Started again with the same
+configuration, a fit skips a finished run and resumes an interrupted one exactly (the loader's
+position is in the checkpoint); one process at a time holds a run folder.
 """
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import sys
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier
 
-from .run_record import RunRecord
+from .run_identity import config_hash, evaluation_identity, folder_name, identity
+from .run_record import IDENTITY_FILE, RunRecord, read_summary
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -30,19 +37,32 @@ def default_precision() -> str:
         and torch.cpu._is_avx512_bf16_supported() else "32-true"
 
 
-def run_name(model, data) -> str:
-    """family-budget_dataset_f0.1_s0 (or _n5000 for an absolute train_size)."""
-    dataset = Path(str(data.dataset).rstrip("/")).name.replace("/", "-")
-    size = f"n{data.train_size}" if data.train_size is not None else f"f{data.fraction:g}"
-    return f"{model.family}-{model.budget}_{dataset}_{size}_s{data.seed}"
+def run_name(model: dict, data: dict) -> str:
+    """family-budget_dataset_f0.1_s0 (or _n5000 for an absolute train_size): the readable part."""
+    dataset = Path(str(data["dataset"]).rstrip("/")).name.replace("/", "-")
+    size = f"n{data['train_size']}" if data.get("train_size") is not None else f"f{data['fraction']:g}"
+    return f"{model['family']}-{model['budget']}_{dataset}_{size}_s{data['seed']}"
+
+
+def with_run_config(args: list[str] | None) -> list[str]:
+    """validate/test of <run>/checkpoints/*.ckpt start from that run's config.yaml (its data, its
+    trainer settings); options given on the command line still override it."""
+    args = list(sys.argv[1:] if args is None else args)
+    if not args or args[0] not in ("validate", "test"):
+        return args
+    ckpt = next((a.split("=", 1)[1] for a in args if a.startswith("--ckpt_path=")), None)
+    if ckpt is None and "--ckpt_path" in args[:-1]:
+        ckpt = args[args.index("--ckpt_path") + 1]
+    run = run_of_checkpoint(ckpt)
+    return [args[0], "--config", str(run / "config.yaml"), *args[1:]] if run is not None else args
 
 
 class SuiteCLI(LightningCLI):
     def __init__(self, args=None):
         super().__init__(
-            ImageClassifier, ImageClassificationDataModule, args=args,
+            ImageClassifier, ImageClassificationDataModule, args=with_run_config(args),
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"prog": "python -m experiments",
+            parser_kwargs={"prog": "python -m experiments", "exit_on_error": False,  # see parse_arguments
                            **{c: {"default_config_files": [str(CONFIGS / "default.yaml")]}
                               for c in ("fit", "validate", "test")}},
             auto_configure_optimizers=False)
@@ -50,7 +70,9 @@ class SuiteCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--experiment", default="single", help="group folder under runs_dir")
         parser.add_argument("--runs_dir", default="results/runs", help="where run folders go")
-        parser.add_argument("--run_name", default=None, help="run folder name (default family-budget_data_fraction_seed)")
+        parser.add_argument("--run_name", default=None,
+                            help="readable part of the run folder's name (default family-budget_data_fraction_seed); "
+                                 "a hash of the run's configuration is always appended")
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="fit: evaluate the best checkpoint on the test split afterwards")
         # the model is shaped by the data
@@ -58,29 +80,96 @@ class SuiteCLI(LightningCLI):
         parser.link_arguments("data.num_channels", "model.in_chans", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
 
-    @property
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """Bad input as one line naming the key, the value and what is allowed, instead of
+        jsonargparse's usage text; plus the ranges the parser does not check."""
+        import difflib
+        import re
+        import warnings
+        from argparse import ArgumentError
+        try:
+            with warnings.catch_warnings():  # the args are sys.argv's (plus a run's config.yaml): no mistake
+                warnings.filterwarnings("ignore", "LightningCLI's args parameter is intended")
+                super().parse_arguments(parser, args)
+        except ArgumentError as e:
+            message, argv = str(e), list(sys.argv[1:] if args is None else args)
+            sub = self._subcommand_parsers.get(argv[0] if argv else "", parser)
+            keys = [a.dest for a in sub._actions
+                    if a.option_strings and not a.dest.endswith("help") and a.dest not in ("config", "print_config")]
+            unknown = re.match(r"unrecognized arguments: -*([^\s=]+)", message) \
+                or re.search(r"accept option '([^']+)'", message)
+            typed = re.match(r'Parser key "([^"]+)":\s*(?:Expected a (.*?)\. Got value|.*?Subtypes: \[(.*?)\]\n.*'
+                             r'Given value): (.*)', message, re.S)
+            if unknown:
+                key = unknown[1]
+                group = [k for k in keys if k.rpartition(".")[0] == key.rpartition(".")[0]] \
+                    or [k for k in keys if "." not in k]
+                last = {k.rpartition(".")[2]: k for k in group}
+                close = difflib.get_close_matches(key.rpartition(".")[2], last, 1)
+                hint = f" (did you mean {last[close[0]]!r}?)" if close else ""
+                message = f"unknown key {key!r}{hint}: allowed {', '.join(group)}"
+            elif typed:
+                names = {"float": "a float", "int": "an integer", "bool": "true or false", "NoneType": "null",
+                         "str": "a string"}
+                kinds = [names.get(c, c) if c else literal
+                         for c, literal in re.findall(r"<class '(\w+)'>|Literal\[([^\]]*)\]", typed[2] or typed[3])]
+                message = f"{typed[1]}={typed[4]!r} is not valid: allowed {' or '.join(kinds)}"
+            raise ValueError(" ".join(message.split())) from None
+        c = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        seed = c.get("seed_everything")
+        if not isinstance(seed, bool) and not 0 <= seed <= 2**32 - 1:
+            raise ValueError(f"seed_everything={seed}: allowed true, false or integers 0..{2**32 - 1}")
+
+    def before_instantiate_classes(self) -> None:
+        """fit: trainer limits that would train nothing, and a run folder that cannot be written,
+        rejected before any data is loaded."""
+        if self.subcommand != "fit":
+            return
+        trainer = self._cfg()["trainer"]
+        for key, value in (("max_steps", trainer.get("max_steps")), ("max_epochs", trainer.get("max_epochs"))):
+            if value is not None and (value == 0 or value < -1):
+                raise ValueError(f"trainer.{key}={value}: allowed -1 (no limit) or integers >= 1")
+        run_dir = self.run_dir().absolute()
+        existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"cannot write to runs_dir {self._cfg()['runs_dir']!r}: {str(existing)!r} is "
+                             + ("not a folder" if not existing.is_dir() else "not writable"))
+
+    # ---------------- which folder: the run's identity ----------------
+    def _cfg(self) -> dict:
+        c = self.config[self.subcommand] if self.subcommand else self.config
+        return c.as_dict()
+
+    def identity(self) -> dict:
+        t = self._cfg()["trainer"]
+        return identity(self._cfg(), precision=t.get("precision") or default_precision(), world_size=world_size(t))
+
     def run_dir(self) -> Path:
-        c = self.config[self.subcommand]
-        ckpt = Path(c.ckpt_path) if c.get("ckpt_path") else None
-        if self.subcommand != "fit" and ckpt is not None and ckpt.parent.name == "checkpoints" and not c.run_name:
-            return ckpt.parent.parent  # evaluating a run's checkpoint: records go to that run
-        return Path(c.runs_dir) / c.experiment / (c.run_name or run_name(c.model, c.data))
+        c = self._cfg()
+        ckpt = run_of_checkpoint(c.get("ckpt_path")) if self.subcommand in ("validate", "test") else None
+        if ckpt is not None:
+            return ckpt  # evaluating a run's checkpoint: records go to that run
+        readable = c.get("run_name") or run_name(c["model"], c["data"])
+        return Path(c["runs_dir"]) / c["experiment"] / folder_name(readable, self.identity())
 
     def _parse_ckpt_path(self) -> None:
         """Model hyper-parameters come from the checkpoint; one clear error when it is unreadable."""
         c = self.config[self.config.subcommand] if self.config.get("subcommand") else {}
         path = c.get("ckpt_path") if c else None
+        if path and self.config.subcommand == "fit":
+            raise ValueError(f"fit --ckpt_path {path!r}: a fit resumes its own run folder by itself; "
+                             "allowed only with validate and test")
         if path and path != "last" and not Path(path).is_file():
             raise ValueError(f"ckpt_path {path!r} does not exist")
         try:
             super()._parse_ckpt_path()
         except Exception as e:
             raise ValueError(f"ckpt_path {path!r} is not a readable checkpoint of this suite "
-                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+                             f"({_first_line(e)})") from None
 
     def instantiate_trainer(self, **kwargs):
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
-        run_dir = self.run_dir
+        run_dir = self.run_dir()
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
@@ -89,22 +178,202 @@ class SuiteCLI(LightningCLI):
         callbacks = list(trainer_cfg.get("callbacks") or [])
         if trainer_cfg.get("enable_checkpointing", True) is not False:
             callbacks += [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc",
-                                          mode="max", save_last=True, auto_insert_metric_name=False)]
+                                          mode="max", save_last=True, auto_insert_metric_name=False),
+                          FinalCheckpoint(run_dir / "checkpoints" / "last.ckpt")]
         if trainer_cfg.get("enable_progress_bar", True) is not False and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
-        callbacks.append(RunRecord(run_dir, self.config[self.subcommand].experiment))
+        c = self._cfg()
+        precision = trainer_cfg.get("precision") or kwargs["precision"]
+        if self.subcommand == "fit":
+            callbacks.append(RunRecord(run_dir, c["experiment"], identity=self.identity(),
+                                       evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt")))
+        else:  # a checkpoint's run keeps its config.yaml; the result goes beside its summary unless settings match
+            self.save_config_callback = None
+            ckpt = Path(c["ckpt_path"]).name if c.get("ckpt_path") else "none"
+            callbacks.append(RunRecord(run_dir, c["experiment"],
+                                       evaluation=evaluation_identity(c, precision=precision, checkpoint=ckpt)))
         kwargs["callbacks"] = callbacks
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
 
-    def before_fit(self) -> None:
-        last = self.run_dir / "checkpoints" / "last.ckpt"
-        cfg = self.config_init["fit"]
-        if cfg.get("ckpt_path") is None and last.exists():
-            print(f"resuming from {last}", file=sys.stderr)
-            cfg["ckpt_path"] = str(last)
+    # ---------------- what runs ----------------
+    def _run_subcommand(self, subcommand: str) -> None:
+        if subcommand != "fit":
+            self._check_checkpoint_matches_data()
+            return super()._run_subcommand(subcommand)
+        run_dir = self.run_dir()
+        if rank_zero_only.rank != 0:  # a DDP process started by rank 0, which holds the folder
+            return self._fit_unless_finished(run_dir)
+        lock = lock_run_folder(run_dir)
+        try:
+            self._fit_unless_finished(run_dir)
+        finally:
+            lock.close()  # releases the lock (the OS also does, should this process die)
+
+    def _fit_unless_finished(self, run_dir: Path) -> None:
+        check_folder_identity(run_dir, self.identity())
+        summary = read_summary(run_dir) or {}
+        status = summary.get("status")
+        if status == "done":
+            acc = summary.get("test_acc")
+            print(f"{run_dir} is done" + (f" (test acc {acc:.4f})" if acc is not None else "")
+                  + ": nothing to run; delete the folder to run it again", file=sys.stderr)
+            return
+        if status == "diverged":
+            raise FloatingPointError(f"{run_dir} diverged before ({summary.get('error', '')}): nothing to run")
+        if status == "fitted":  # trained, test not yet recorded: only the test is left
+            print(f"{run_dir} is trained; testing its best checkpoint", file=sys.stderr)
+            self.trainer.checkpoint_callback.best_model_path = str(run_dir / "checkpoints" / "best.ckpt")
+            return self.after_fit()
+        resume = resumable_checkpoint(run_dir / "checkpoints")
+        if resume is not None:
+            print(f"resuming from {resume}", file=sys.stderr)
+            self.config_init["fit"]["ckpt_path"] = str(resume)
+        super()._run_subcommand("fit")
 
     def after_fit(self) -> None:
         if self.config_init["fit"]["test_after_fit"] and not self.trainer.interrupted:
             best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+    def _check_checkpoint_matches_data(self) -> None:
+        """validate/test: the checkpoint's model must fit the data it is evaluated on."""
+        path = self._cfg().get("ckpt_path")
+        if not path:
+            return
+        saved = torch.load(path, map_location="cpu", weights_only=False).get("hyper_parameters", {})
+        dm = self.datamodule
+        for key, value in (("num_classes", dm.num_classes), ("image_size", dm.image_size),
+                           ("in_chans", dm.num_channels)):
+            if key in saved and saved[key] != value:
+                raise ValueError(f"ckpt_path {path!r} was trained with {key}={saved[key]}, but data.dataset "
+                                 f"{dm.dataset!r} has {key}={value}: evaluate it on the data it was trained on")
+
+
+class FinalCheckpoint(Callback):
+    """last.ckpt holds the final step even when training stops between two validations."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if not trainer.interrupted:
+            trainer.save_checkpoint(self.path)
+
+
+def world_size(trainer_cfg: dict) -> int:
+    """Processes the trainer will run (the global batch is batch_size times this): Lightning's
+    devices 'auto' and -1 take every GPU, or one CPU process."""
+    devices, nodes = trainer_cfg.get("devices", "auto"), int(trainer_cfg.get("num_nodes") or 1)
+    gpu = torch.cuda.is_available() and str(trainer_cfg.get("accelerator") or "auto") in ("auto", "gpu", "cuda")
+    if isinstance(devices, (list, tuple)):
+        n = len(devices)
+    elif isinstance(devices, str) and "," in devices:
+        n = len([d for d in devices.split(",") if d.strip()])
+    elif str(devices) in ("auto", "-1"):
+        n = torch.cuda.device_count() if gpu else 1
+    else:
+        n = int(devices)
+    return n * nodes
+
+
+def run_of_checkpoint(path) -> Path | None:
+    """The run folder of <run>/checkpoints/<name>.ckpt, or None for a checkpoint elsewhere."""
+    if not path:
+        return None
+    p = Path(path)
+    return p.parent.parent if p.parent.name == "checkpoints" and (p.parent.parent / "config.yaml").exists() else None
+
+
+def lock_run_folder(run_dir: Path):
+    """An exclusive lock on <run>/.lock for this process's lifetime (the OS drops it when the process
+    dies, even by SIGKILL); a second process into the same folder gets one clear line."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / ".lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ValueError(f"run folder {str(run_dir)!r} is in use by another process (pid {holder}): "
+                         "wait for it to finish") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def check_folder_identity(run_dir: Path, ident: dict) -> None:
+    """A folder is resumed only by the configuration it was started with."""
+    path = run_dir / IDENTITY_FILE
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())["identity"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path} is unreadable: this folder's configuration is unknown; "
+                             "use another --run_name or delete the folder") from None
+        if stored != ident:
+            diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
+            k = diff[0]
+            raise ValueError(f"run folder {str(run_dir)!r} holds another configuration ({k}: {stored.get(k)!r} there, "
+                             f"{ident.get(k)!r} here, {len(diff)} key(s) differ): use another --run_name")
+    elif rank_zero_only.rank == 0:
+        path.write_text(json.dumps({"hash": config_hash(ident), "identity": ident}, indent=1) + "\n")
+
+
+def resumable_checkpoint(folder: Path) -> Path | None:
+    """last.ckpt, or best.ckpt when last.ckpt is unreadable (training is deterministic, so resuming
+    from an earlier step reaches the same end); None when neither exists; one clear line when no
+    checkpoint there can be read."""
+    problems = []
+    for name in ("last.ckpt", "best.ckpt"):
+        path = folder / name
+        if not path.exists():
+            continue
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+            if not {"state_dict", "loops", "global_step"} <= set(ckpt):
+                raise ValueError("not a training checkpoint")
+        except Exception as e:
+            problems.append(f"{name}: {_first_line(e)}")
+            continue
+        if problems:
+            print(f"warning: {problems[0]}; resuming from {name} (step {ckpt['global_step']}) instead",
+                  file=sys.stderr)
+        return path
+    if problems:
+        raise ValueError(f"no readable checkpoint in {str(folder)!r} ({'; '.join(problems)}): delete that folder "
+                         "to train this run again from the start")
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class _ParseOnly(SuiteCLI):
+    """The fit parser alone: resolves a run's configuration without building anything."""
+
+    def _set_seed(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        pass
+
+
+def resolve_run_dirs(arg_lists: list[list[str]]) -> list[Path]:
+    """The folder each `fit` argument list would train in (what a sweep skips, resumes or runs)."""
+    if not arg_lists:
+        return []
+    cli = _ParseOnly(args=["fit", *arg_lists[0]])
+    out = []
+    for args in arg_lists:
+        cli.parse_arguments(cli.parser, ["fit", *args])
+        out.append(cli.run_dir())
+    return out

@@ -1,4 +1,5 @@
-"""The small records a run leaves beside its checkpoints: train_indices.json and summary.json."""
+"""The small records a run leaves beside its checkpoints: identity.json (written by the CLI before
+training), train_indices.json, summary.json, and evaluations/*.json for tests with other settings."""
 from __future__ import annotations
 
 import json
@@ -8,8 +9,10 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from .provenance import git_commit, hardware, versions
+from .run_identity import config_hash
 
-STRONG_AUGMENT = ("randaugment", "random_erasing", "mixup_alpha", "cutmix_alpha")
+IDENTITY_FILE = "identity.json"
+EVALUATIONS = "evaluations"  # test results whose settings differ from the run's own
 
 
 def read_summary(run_dir: Path) -> dict | None:
@@ -19,19 +22,35 @@ def read_summary(run_dir: Path) -> dict | None:
         return None
 
 
+def read_identity(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / IDENTITY_FILE).read_text())["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_json(path: Path, record: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)  # atomic: a killed run never leaves half a file
+
+
 def write_summary(run_dir: Path, summary: dict) -> None:
-    tmp = Path(run_dir) / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    tmp.replace(Path(run_dir) / "summary.json")  # atomic: a killed run never leaves half a file
+    write_json(Path(run_dir) / "summary.json", summary)
 
 
 class RunRecord(Callback):
     """Writes train_indices.json at fit start and summary.json after fit and after test.
 
+    With `identity` (a fit) the summary is this run's. Without (validate/test of a checkpoint), a
+    test result goes into the checkpoint's run summary only when its `evaluation` settings equal
+    the run's own (same data, test batches, precision and checkpoint); otherwise it goes to
+    evaluations/<checkpoint>_<settings hash>.json, and a finished record is never rewritten.
     Wall time is kept in the checkpoint (callback state), so a resumed run reports its total."""
 
-    def __init__(self, run_dir: Path, experiment: str):
+    def __init__(self, run_dir: Path, experiment: str, *, evaluation: dict, identity: dict | None = None):
         self.run_dir, self.experiment = Path(run_dir), experiment
+        self.identity, self.evaluation = identity, evaluation
         self.commit = git_commit()  # the code this process loaded, whatever HEAD becomes later
         self.wall_time_s, self._start = 0.0, None
         self.images_per_sec: float | None = None
@@ -58,15 +77,23 @@ class RunRecord(Callback):
         self._write(trainer, pl_module, status="fitted")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, KeyboardInterrupt):
-            return  # interrupted, not failed: the next start resumes from last.ckpt
+        if isinstance(exception, KeyboardInterrupt) or self.identity is None:
+            return  # interrupted, not failed (the next start resumes); or an evaluation, not this run's fit
         self.wall_time_s, self._start = self._elapsed(), None
         status = "diverged" if isinstance(exception, FloatingPointError) else "failed"
         self._write(trainer, pl_module, status=status, error=f"{type(exception).__name__}: {exception}")
 
     def on_test_end(self, trainer, pl_module) -> None:
         test = {k.removeprefix("test/"): float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
-        self._write(trainer, pl_module, status="done", test=test)
+        settings = config_hash(self.evaluation)
+        own = read_summary(self.run_dir) or {}
+        if self.identity is not None or (own.get("test_settings") == settings and own.get("status") in ("fitted", "done")):
+            self._write(trainer, pl_module, status="done", test=test)
+        elif trainer.is_global_zero:
+            path = self.run_dir / EVALUATIONS / f"{Path(self.evaluation['checkpoint']).stem}_{settings}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, {"test": test, "test_acc": test.get("acc"), "settings": self.evaluation,
+                              "commit": self.commit, "versions": versions(), "hardware": hardware()})
 
     def _write(self, trainer, pl_module, status: str, test: dict | None = None, error: str | None = None) -> None:
         if not trainer.is_global_zero:
@@ -78,10 +105,11 @@ class RunRecord(Callback):
         summary = {
             **previous,
             "experiment": self.experiment, "run": self.run_dir.name,
+            "config_hash": config_hash(self.identity) if self.identity is not None else previous.get("config_hash"),
+            "test_settings": previous.get("test_settings") or config_hash(self.evaluation),
             "family": h.family, "budget": h.budget,
             "dataset": dh.get("dataset"), "fraction": dh.get("fraction"),
             "train_size": dm.train_size if dm is not None else None, "seed": dh.get("seed"),
-            "recipe": "strong" if any(dh.get(k) for k in STRONG_AUGMENT) else "default",
             "status": status,
             "params": pl_module.complexity["params"], "flops_per_image": pl_module.complexity["flops"],
             "precision": str(trainer.precision), "devices": trainer.world_size,

@@ -32,7 +32,7 @@ class Run:
     seed: int
     recipe: str
     args: tuple[str, ...]
-    teacher: str | None = None           # run name whose best checkpoint DeiT distils from
+    teacher: str | None = None           # folder name of the run whose best checkpoint DeiT distils from
     run_dir: Path = field(default=Path("."))
 
     def command(self) -> list[str]:
@@ -49,19 +49,45 @@ def load_spec(name_or_path: str) -> dict:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in SPECS.glob("*.yaml")))
         raise ValueError(f"unknown experiment spec {name_or_path!r}: allowed {known} or a path to a .yaml spec")
-    spec = yaml.safe_load(path.read_text())
-    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ValueError(f"spec {str(path)!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
+                         + f": {getattr(e, 'problem', None) or e}") from None
+    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "families", "profiles",
+                                                                   "recipe_args"))
+    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
+        raise ValueError(f"spec {path.name} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
+                         f"to their {', '.join(sorted(PROFILE_KEYS))}")
     for name, profile in spec["profiles"].items():
-        _reject_unknown(profile, PROFILE_KEYS, f"profile {name!r} of {path.name}")
+        where = f"profile {name!r} of {path.name}"
+        _reject_unknown(profile, PROFILE_KEYS, where, required=("budget", "fractions", "seeds", "epochs"))
+        for key in ("fractions", "seeds"):
+            if not isinstance(profile[key], list) or not profile[key]:
+                raise ValueError(f"{key}={profile[key]!r} in {where}: allowed a non-empty list, e.g. [0, 1]")
+        epochs = profile["epochs"]
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
+            raise ValueError(f"epochs={epochs!r} in {where}: allowed a number > 0")
+    recipes = spec["recipe_args"]
+    if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
+        raise ValueError(f"recipe_args in {path.name}: allowed a mapping of recipe names to their fit options, "
+                         "e.g. {default: {}, strong: {data.randaugment: true}}")
     if spec.get("protocol", "equal_steps") not in PROTOCOLS:
         raise ValueError(f"protocol {spec['protocol']!r} in {path.name}: allowed {', '.join(PROTOCOLS)}")
     return spec
 
 
-def _reject_unknown(d: dict, allowed: set[str], where: str) -> None:
+def _reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, ...] = ()) -> None:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} is {'empty' if d is None else 'a ' + type(d).__name__}, not a mapping: "
+                         f"allowed keys {', '.join(sorted(allowed))}")
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise ValueError(f"unknown key {unknown[0]!r} in {where}: allowed {', '.join(sorted(allowed))}")
+    missing = [k for k in required if k not in d]
+    if missing:
+        raise ValueError(f"{where} lacks the key {missing[0]!r}: required {', '.join(required)}")
 
 
 def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, seeds=None, budget=None,
@@ -86,6 +112,9 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     for f in axes["fractions"]:
         if not 0.0 < f <= 1.0:
             raise ValueError(f"fraction {f:g} is outside (0, 1]")
+    for s in axes["seeds"]:
+        if s < 0:
+            raise ValueError(f"seed {s} is negative: allowed integers >= 0")
     for r in axes["recipes"]:
         if r not in spec["recipe_args"]:
             raise ValueError(f"unknown recipe {r!r}: allowed {', '.join(spec['recipe_args'])}")
@@ -112,10 +141,12 @@ def schedule_args(axes: dict, pool_size: int) -> list[str]:
 
 
 def expand(spec: dict, axes: dict, runs_dir: Path, pool_size: int) -> list[Run]:
-    """Every run of the sweep; teachers (ResNet) first so DeiT finds its teacher's checkpoint."""
+    """Every run of the sweep, teachers (ResNet) first so DeiT finds its teacher's checkpoint. Each
+    run's folder is the one `fit` would choose for its arguments (readable name + config hash)."""
+    from .cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
+
     families = sorted(axes["families"], key=lambda f: (f != TEACHER_FAMILY, f == "deit"))
     sched = schedule_args(axes, pool_size)
-    exp_dir = Path(runs_dir) / spec["name"]
     runs = []
     for recipe in axes["recipes"]:
         for seed in axes["seeds"]:
@@ -132,8 +163,14 @@ def expand(spec: dict, axes: dict, runs_dir: Path, pool_size: int) -> list[Run]:
                     teacher = None
                     if family == "deit" and TEACHER_FAMILY in axes["families"]:
                         teacher = run_name(TEACHER_FAMILY, axes["budget"], axes["dataset"], fraction, seed, recipe)
-                        args += ["--model.teacher_checkpoint", str(exp_dir / teacher / "checkpoints" / "best.ckpt")]
-                    runs.append(Run(len(runs), name, family, fraction, seed, recipe, tuple(args), teacher,
-                                    exp_dir / name))
+                    runs.append(Run(len(runs), name, family, fraction, seed, recipe, tuple(args), teacher))
     runs.sort(key=lambda r: r.family == "deit")  # stable: students after every teacher
-    return [replace(r, index=i) for i, r in enumerate(runs)]
+    students = [r for r in runs if r.teacher is not None]
+    teachers = [r for r in runs if r.teacher is None]
+    teachers = [replace(r, run_dir=d) for r, d in zip(teachers, resolve_run_dirs([list(r.args) for r in teachers]))]
+    folder_of = {r.name: r.run_dir for r in teachers}
+    students = [replace(r, args=r.args + ("--model.teacher_checkpoint",
+                                          str(folder_of[r.teacher] / "checkpoints" / "best.ckpt")),
+                        teacher=folder_of[r.teacher].name) for r in students]
+    students = [replace(r, run_dir=d) for r, d in zip(students, resolve_run_dirs([list(r.args) for r in students]))]
+    return [replace(r, index=i) for i, r in enumerate(teachers + students)]

@@ -130,7 +130,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
     p.add_argument("--only", type=int, nargs="+", help="run only these run indices (e.g. a SLURM array task id)")
+
+    def one_line(message: str):  # instead of argparse's usage text and exit
+        raise ValueError(f"{message} (python -m experiments sweep --help lists the options)")
+    p.error = one_line
     a = p.parse_args(argv)
+    if a.jobs < 1:
+        raise ValueError(f"--jobs {a.jobs}: allowed integers >= 1")
+    existing = next(d for d in (Path(a.runs_dir).absolute(), *Path(a.runs_dir).absolute().parents) if d.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):  # before the dataset is loaded
+        raise ValueError(f"cannot write to runs_dir {a.runs_dir!r}: {str(existing)!r} is "
+                         + ("not a folder" if not existing.is_dir() else "not writable"))
     spec = load_spec(a.spec)
     profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")
     axes = resolve_axes(spec, profile, families=a.families, fractions=a.fractions, seeds=a.seeds,
@@ -149,18 +159,23 @@ def main(argv: list[str]) -> int:
         return 0
     exp_dir = Path(a.runs_dir) / spec["name"]
     exp_dir.mkdir(parents=True, exist_ok=True)
-    (exp_dir / "sweep.json").write_text(json.dumps({**axes, "spec": spec["name"], "pool_size": pool,
-                                                    "sample_efficiency_accuracy": spec.get("sample_efficiency_accuracy")},
-                                                   indent=1) + "\n")
     start = time.perf_counter()
     results = run_sweep(runs, jobs=a.jobs)
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     wall = time.perf_counter() - start
     print(f"sweep {spec['name']} ({profile}): {len(runs)} runs in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    if not a.only:  # the whole sweep's wall time, for the tables
-        record = json.loads((exp_dir / "sweep.json").read_text())
-        record.update(last_invocation={"wall_time_s": round(wall), "runs": len(runs), "statuses": counts,
-                                       "jobs": a.jobs})
-        (exp_dir / "sweep.json").write_text(json.dumps(record, indent=1) + "\n")
+    # per profile: the axes asked for and, for a whole sweep, its wall time (read by the tables)
+    sweep_file = exp_dir / "sweep.json"
+    record = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
+    record = {"spec": spec["name"], "profiles": record.get("profiles", {})}
+    previous = record["profiles"].get(profile, {})
+    record["profiles"][profile] = {**axes, "pool_size": pool,
+                                   "sample_efficiency_accuracy": spec.get("sample_efficiency_accuracy")}
+    if not a.only:
+        record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(runs),
+                                                         "statuses": counts, "jobs": a.jobs}
+    elif previous.get("last_invocation"):
+        record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
+    sweep_file.write_text(json.dumps(record, indent=1) + "\n")
     return 0 if all(s in FINAL for s in results.values()) else 1

@@ -1,7 +1,9 @@
 """`python -m experiments tables`: results/<experiment>.{csv,md,png} regenerated from run folders.
 
-Reads only results/runs/<experiment>/*/summary.json (and the sweep.json the runner leaves), so a
-fresh clone regenerates the committed tables and plot byte for byte.
+Reads only results/runs/<experiment>/*/{summary,identity}.json (and the sweep.json the runner
+leaves), so a fresh clone regenerates the committed tables and plot byte for byte. A row is one
+configuration over its seeds: runs are grouped by every setting of their identity except the
+seed, and the settings that differ between rows are shown in a `settings` column.
 """
 from __future__ import annotations
 
@@ -14,42 +16,94 @@ from pathlib import Path
 
 from modules import FAMILIES
 
-from .run_record import read_summary
+from .run_record import read_identity, read_summary
 
-COLUMNS = ("family", "recipe", "fraction", "train_size", "test_acc_mean", "test_acc_std", "seeds",
-           "params", "flops_per_image", "images_per_sec", "wall_time_s")
+SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
+AXIS_KEYS = ("model.family", "data.fraction", "data.train_size")  # shown in their own columns
+SHOWN_COMMON = ("data.dataset", "model.budget", "data.batch_size", "trainer.max_steps", "trainer.max_epochs",
+                "trainer.val_check_interval", "trainer.check_val_every_n_epoch", "model.lr", "model.weight_decay",
+                "trainer.precision")
+COLUMNS = ("family", "settings", "fraction", "train_size", "test_acc_mean", "test_acc_std", "seeds",
+           "params", "flops_per_image", "images_per_sec", "wall_time_s", "config_hashes")
 README = Path("README.md")  # its block between <!-- tables:NAME --> and <!-- /tables:NAME --> is regenerated
 
 
 def collect(exp_dir: Path) -> list[dict]:
-    return [s for d in sorted(Path(exp_dir).iterdir()) if d.is_dir() and (s := read_summary(d))]
+    """Each run folder's summary, with its identity (the settings its folder hash covers) under
+    'identity' when the folder has one."""
+    out = []
+    for d in sorted(Path(exp_dir).iterdir()):
+        if d.is_dir() and (s := read_summary(d)):
+            ident = read_identity(d)
+            out.append({**s, "identity": grouping_identity(ident)} if ident is not None else s)
+    return out
+
+
+def grouping_identity(ident: dict) -> dict:
+    """The identity without the seed; a DeiT teacher is named by its family-budget (its own
+    fraction and seed follow the student's)."""
+    out = {k: v for k, v in ident.items() if k not in SEED_KEYS}
+    if out.get("model.teacher_checkpoint"):
+        out["model.teacher_checkpoint"] = Path(out["model.teacher_checkpoint"]).parent.parent.name.split("_")[0]
+    return out
+
+
+def _key(ident: dict) -> str:
+    return json.dumps(ident, sort_keys=True)
+
+
+def varying_settings(summaries: list[dict]) -> list[str]:
+    """Identity keys (other than the seed and the row axes) whose values differ between runs of
+    one family (a DeiT teacher is not a difference from a ResNet)."""
+    keys = set()
+    for family in {s.get("family") for s in summaries}:
+        keys |= set(_varying([s["identity"] for s in summaries if "identity" in s and s.get("family") == family]))
+    return sorted(keys)
+
+
+def _varying(idents: list[dict]) -> list[str]:
+    keys = sorted({k for i in idents for k in i} - set(AXIS_KEYS))
+    return [k for k in keys if len({json.dumps(i.get(k)) for i in idents}) > 1]
+
+
+def settings_label(ident: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k.split('.', 1)[-1]}={_fmt(ident.get(k))}" for k in keys)
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def aggregate(summaries: list[dict]) -> list[dict]:
-    """One row per (family, recipe, fraction) over the finished runs: mean and sample standard
-    deviation of test accuracy over seeds (0 with one seed)."""
+    """One row per configuration over its finished seeds: mean and sample standard deviation of
+    test accuracy (0 with one seed). Runs without an identity group by family and fraction."""
+    done = [s for s in summaries if s.get("status") == "done" and s.get("test_acc") is not None]
+    keys = {f: varying_settings([s for s in done if s["family"] == f]) for f in {s["family"] for s in done}}
     groups = defaultdict(list)
-    for s in summaries:
-        if s.get("status") == "done" and s.get("test_acc") is not None:
-            groups[s["family"], s.get("recipe", "default"), float(s["fraction"])].append(s)
+    for s in done:
+        ident = s.get("identity") or {"model.family": s["family"], "data.fraction": float(s["fraction"])}
+        groups[_key(ident)].append(s)
     rows = []
-    for (family, recipe, fraction), runs in groups.items():
+    for runs in groups.values():
         accs = [r["test_acc"] for r in runs]
-        rows.append({"family": family, "recipe": recipe, "fraction": fraction,
-                     "train_size": runs[0]["train_size"], "test_acc_mean": statistics.fmean(accs),
+        first = runs[0]
+        rows.append({"family": first["family"], "settings": settings_label(first.get("identity", {}), keys[first["family"]]),
+                     "fraction": float(first["fraction"]), "train_size": first["train_size"],
+                     "test_acc_mean": statistics.fmean(accs),
                      "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0, "seeds": len(accs),
-                     "params": runs[0]["params"], "flops_per_image": runs[0]["flops_per_image"],
+                     "params": first["params"], "flops_per_image": first["flops_per_image"],
                      "images_per_sec": round(statistics.fmean(r.get("images_per_sec") or 0 for r in runs)),
-                     "wall_time_s": round(statistics.fmean(r.get("wall_time_s") or 0 for r in runs))})
+                     "wall_time_s": round(statistics.fmean(r.get("wall_time_s") or 0 for r in runs)),
+                     "config_hashes": " ".join(sorted({r.get("config_hash") or "" for r in runs}))})
     order = {f: i for i, f in enumerate(FAMILIES)}
-    return sorted(rows, key=lambda r: (order.get(r["family"], 99), r["recipe"], r["fraction"]))
+    return sorted(rows, key=lambda r: (order.get(r["family"], 99), r["settings"], r["fraction"]))
 
 
 def sample_efficiency(rows: list[dict], threshold: float) -> dict[tuple[str, str], int | None]:
     """Smallest training set whose mean test accuracy reaches `threshold` (None: never)."""
     out = {}
     for r in rows:
-        key = (r["family"], r["recipe"])
+        key = (r["family"], r["settings"])
         out.setdefault(key, None)
         if r["test_acc_mean"] >= threshold and (out[key] is None or r["train_size"] < out[key]):
             out[key] = r["train_size"]
@@ -69,50 +123,85 @@ def _provenance(summaries: list[dict]) -> list[str]:
         return sorted({json.dumps(s[key], sort_keys=True) if isinstance(s.get(key), dict) else str(s.get(key))
                        for s in summaries if s.get(key) is not None})
     lines = [f"- hardware: {'; '.join(values('hardware'))}",
-             f"- precision: {', '.join(values('precision'))}",
              f"- code: commit {', '.join(values('commit'))}"]
     for v in values("versions"):
         lines.append("- versions: " + ", ".join(f"{k} {x}" for k, x in json.loads(v).items()))
     return lines
 
 
+def _common_settings(summaries: list[dict]) -> str:
+    """The settings every run of the table shares, of those a reader needs to place it."""
+    idents = [s["identity"] for s in summaries if "identity" in s]
+    shown = []
+    for k in SHOWN_COMMON:
+        vals = {json.dumps(i.get(k)) for i in idents}
+        if idents and len(vals) == 1 and idents[0].get(k) not in (None, -1):
+            shown.append(f"{k.split('.', 1)[1]} {_fmt(idents[0][k])}")
+    seeds = sorted({s.get("seed") for s in summaries if s.get("seed") is not None})
+    return ", ".join(shown) + f"; seeds {seeds}"
+
+
+def _family_settings(summaries: list[dict]) -> list[str]:
+    """Shown settings that differ between families but not within one (e.g. a precision that
+    depended on the machine a family was rerun on)."""
+    families = list(dict.fromkeys(s["family"] for s in summaries if "identity" in s))
+    out = []
+    for k in SHOWN_COMMON:
+        values = {f: {json.dumps(s["identity"].get(k)) for s in summaries if s.get("family") == f and "identity" in s}
+                  for f in families}
+        if all(len(v) == 1 for v in values.values()) and len({next(iter(v)) for v in values.values()}) > 1:
+            by_value = defaultdict(list)
+            for f, v in values.items():
+                by_value[json.loads(next(iter(v)))].append(f)
+            out.append(f"{k.split('.', 1)[1]} " + "; ".join(f"{_fmt(v)} ({', '.join(fs)})" for v, fs in by_value.items()))
+    return out
+
+
 def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None) -> str:
-    threshold = sweep.get("sample_efficiency_accuracy") or 0.8
-    recipes = sorted({r["recipe"] for r in rows})
+    threshold = _threshold(sweep)
+    settings = list(dict.fromkeys(r["settings"] for r in rows))
+    with_settings = any(settings)
     wall = sum(s.get("wall_time_s") or 0 for s in summaries)
     out = [f"# {name}: test accuracy against training-set size", "",
-           f"Generated by `make tables` from results/runs/{name}/*/summary.json; do not edit by hand.", ""]
-    if sweep:
-        steps = "equal optimisation steps for every fraction" if sweep.get("protocol") == "equal_steps" \
-            else "a fixed number of epochs of each subset"
-        out += [f"- profile `{sweep.get('profile')}`: {sweep.get('dataset')}, budget `{sweep.get('budget')}`, "
-                f"{steps} ({sweep.get('epochs')} epochs of the {sweep.get('pool_size'):,}-image pool, "
-                f"batch {sweep.get('batch_size')}), seeds {sweep.get('seeds')}"]
+           f"Generated by `make tables` from results/runs/{name}/*/summary.json; do not edit by hand.", "",
+           f"- every run: {_common_settings(summaries)}"]
+    by_family = _family_settings(summaries)
+    if by_family:
+        out.append(f"- by family: {'; '.join(by_family)}")
+    keys = varying_settings([s for s in summaries if s.get("status") == "done"])
+    if keys:
+        out.append(f"- settings that differ between rows: {', '.join(keys)} (never averaged together)")
     statuses = defaultdict(int)
     for s in summaries:
         statuses[s.get("status")] += 1
-    last = sweep.get("last_invocation")
-    sweep_wall = (f"; the last `sweep` invocation ran {last['runs']} runs in {last['wall_time_s'] / 60:.1f} min "
-                  f"with {last['jobs']} at a time" if last else "")
-    out += [f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
-            f"wall time summed over runs (fit only): {wall / 60:.1f} min{sweep_wall}", *_provenance(summaries), ""]
-    out += ["| family | recipe | fraction | train images | test acc (mean ± std) | seeds | params | MFLOPs "
-            "| train img/s | fit min |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
+               f"wall time summed over runs (fit only): {wall / 60:.1f} min")
+    for profile, rec in sorted((sweep.get("profiles") or {}).items()):
+        last = rec.get("last_invocation")
+        if last:
+            out.append(f"- the last `sweep --profile {profile}` invocation ran {last['runs']} runs in "
+                       f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time")
+    out += [*_provenance(summaries), ""]
+    head = "| family | " + ("settings | " if with_settings else "")
+    out += [head + "fraction | train images | test acc (mean ± std) | seeds | params | MFLOPs | train img/s | fit min |",
+            "|---|" + ("---|" if with_settings else "") + "---:|" * 8]
     for r in rows:
-        out.append(f"| {r['family']} | {r['recipe']} | {r['fraction']:g} | {r['train_size']:,} | "
-                   f"{r['test_acc_mean']:.4f} ± {r['test_acc_std']:.4f} | {r['seeds']} | {r['params']:,} | "
-                   f"{r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
+        out.append(f"| {r['family']} | " + (f"{r['settings']} | " if with_settings else "")
+                   + f"{r['fraction']:g} | {r['train_size']:,} | {r['test_acc_mean']:.4f} ± {r['test_acc_std']:.4f} | "
+                   f"{r['seeds']} | {r['params']:,} | {r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | "
+                   f"{r['wall_time_s'] / 60:.1f} |")
     deit = [s for s in summaries if s.get("family") == "deit" and s.get("status") == "done" and s.get("test")]
     if deit:
-        out += ["", "DeiT's heads on test (cls / distillation / their average, which the table reports):", ""]
+        out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]
         out += [f"- {s['run']}: {s['test'].get('acc_cls', float('nan')):.4f} / "
                 f"{s['test'].get('acc_dist', float('nan')):.4f} / {s['test']['acc']:.4f}" for s in deit]
     out += ["", f"Sample efficiency: the smallest training set whose mean test accuracy reaches {threshold:.2f}.", "",
-            "| family | " + " | ".join(recipes) + " |", "|---|" + "---:|" * len(recipes)]
+            "| family | " + " | ".join(s or "all runs" for s in settings) + " |", "|---|" + "---:|" * len(settings)]
     eff = sample_efficiency(rows, threshold)
     for family in dict.fromkeys(r["family"] for r in rows):
-        cells = [eff.get((family, rc)) for rc in recipes]
-        out.append(f"| {family} | " + " | ".join(f"{c:,}" if c else "not reached" for c in cells) + " |")
+        cells = [eff.get((family, st), "") for st in settings]
+        out.append(f"| {family} | " + " | ".join(f"{c:,}" if c else "" if c == "" else "not reached" for c in cells)
+                   + " |")
     bad = [s for s in summaries if s.get("status") in ("failed", "diverged")]
     if bad:
         out += ["", "Runs left out of the table:", ""] + [f"- {s['run']}: {s['status']} ({s.get('error', '')})" for s in bad]
@@ -121,26 +210,29 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None) 
     return "\n".join(out) + "\n"
 
 
-def plot(rows: list[dict], sweep: dict, path: Path) -> None:
+def _threshold(sweep: dict) -> float:
+    values = [p.get("sample_efficiency_accuracy") for p in (sweep.get("profiles") or {}).values()]
+    return next((v for v in values if v), 0.8)
+
+
+def plot(rows: list[dict], summaries: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    recipes = sorted({r["recipe"] for r in rows})
+    settings = list(dict.fromkeys(r["settings"] for r in rows))
     for family in dict.fromkeys(r["family"] for r in rows):
-        for recipe in recipes:
-            pts = [r for r in rows if r["family"] == family and r["recipe"] == recipe]
+        for i, st in enumerate(settings):
+            pts = [r for r in rows if r["family"] == family and r["settings"] == st]
             if not pts:
                 continue
-            label = family if len(recipes) == 1 else f"{family} ({recipe})"
             ax.errorbar([p["train_size"] for p in pts], [p["test_acc_mean"] for p in pts],
-                        yerr=[p["test_acc_std"] for p in pts], marker="o", capsize=3, label=label,
-                        linestyle="-" if recipe == "default" else "--")
+                        yerr=[p["test_acc_std"] for p in pts], marker="o", capsize=3,
+                        label=f"{family} ({st})" if st else family, linestyle=("-", "--", ":", "-.")[i % 4])
     ax.set_xscale("log")
     ax.set_xlabel("training images (log scale)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"{sweep.get('dataset', '')}, budget {sweep.get('budget', '')}, profile {sweep.get('profile', '')}: "
-                 "mean ± std over seeds", fontsize=10)
+    ax.set_title(f"{_common_settings(summaries)}: mean ± std over seeds", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -164,7 +256,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     png = None
     if len({r["train_size"] for r in rows}) > 1:
         png = out_dir / f"{name}.png"
-        plot(rows, sweep, png)
+        plot(rows, summaries, png)
         paths.append(png)
     text = render_markdown(name, rows, summaries, sweep, png)
     paths[1].write_text(text)

@@ -64,6 +64,8 @@ class ImageClassifier(L.LightningModule):
         super().__init__()
         if distillation not in DISTILLATION_TYPES:
             raise ValueError(f"distillation={distillation!r}: allowed {', '.join(DISTILLATION_TYPES)}")
+        if not lr > 0:
+            raise ValueError(f"lr={lr}: allowed a learning rate > 0")
         if teacher_checkpoint is not None and family != "deit":
             raise ValueError(f"teacher_checkpoint applies to family 'deit' only, not {family!r}")
         self.save_hyperparameters()
@@ -87,6 +89,7 @@ class ImageClassifier(L.LightningModule):
         self.val_metrics = nn.ModuleDict({h or "avg": self._metrics("val/", h) for h in heads})
         self.test_metrics = nn.ModuleDict({h or "avg": self._metrics("test/", h, calibration=True) for h in heads})
         self.val_acc_best = MaxMetric()
+        self._restored_val_acc_best: float | None = None
         self._images, self._seconds, self._last_end = 0, 0.0, None
 
     def _metrics(self, prefix: str, postfix: str, calibration: bool = False) -> MetricCollection:
@@ -218,7 +221,9 @@ class ImageClassifier(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_train_start(self) -> None:
-        self.val_acc_best.reset()  # forget the sanity-check validation
+        self.val_acc_best.reset()  # forget the sanity-check validation (a resumed run keeps its best)
+        if self._restored_val_acc_best is not None:
+            self.val_acc_best.update(self._restored_val_acc_best)
         self.log_dict({"model/params": float(self.complexity["params"]),
                        "model/flops_per_image": float(self.complexity["flops"])}, sync_dist=True)
         if isinstance(self.logger, TensorBoardLogger):
@@ -230,6 +235,20 @@ class ImageClassifier(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["complexity"] = self.complexity
+        # what an exact resume needs beyond weights, optimiser and loader: the best validation so
+        # far and the global RNGs the model draws from (stochastic depth)
+        checkpoint["val_acc_best"] = float(self.val_acc_best.compute()) if self.val_acc_best.update_called else None
+        checkpoint["rng"] = {"torch": torch.get_rng_state(),
+                             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._restored_val_acc_best = checkpoint.get("val_acc_best")
+        rng = checkpoint.get("rng")
+        resuming_fit = self._trainer is not None and self.trainer.state.fn == "fit"
+        if rng is not None and resuming_fit:  # not when loaded as a teacher or for evaluation
+            torch.set_rng_state(rng["torch"])
+            if rng["cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def _drain(*collections: MetricCollection) -> dict[str, torch.Tensor]:

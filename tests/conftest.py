@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "experiments" / "configs" / "smoke.yaml")
+
 
 def write_idx(path: Path, array: np.ndarray) -> None:
     """The IDX format: magic (0, 0, type 0x08 = uint8, ndim), big-endian dims, raw bytes."""
@@ -57,3 +60,20 @@ def make_dm(fmnist_dir):
         kw.setdefault("data_dir", str(fmnist_dir))
         return ImageClassificationDataModule(**kw)
     return make
+
+
+@pytest.fixture
+def cli(fmnist_dir, tmp_path):
+    """Runs `python -m experiments <command> ...` in-process on the small IDX data (smoke config);
+    returns (exit code, the run folder written last, or None)."""
+    from experiments.__main__ import main
+    runs = tmp_path / "runs"
+
+    def run(command: str, *args: str, experiment: str = "t") -> tuple[int, Path]:
+        base = ["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir", str(runs),
+                "--experiment", experiment, "--trainer.enable_progress_bar", "false",
+                "--trainer.enable_model_summary", "false"]
+        code = main([command, *base, *args])
+        folders = [d for d in (runs / experiment).glob("*") if d.is_dir()] if (runs / experiment).exists() else []
+        return code, max(folders, key=lambda d: d.stat().st_mtime_ns, default=None)
+    return run

@@ -230,3 +230,24 @@ def test_strong_augmentation_switches(make_dm):
 def test_bad_erasing_probability(make_dm):
     with pytest.raises(ValueError, match="random_erasing=2"):
         make_dm(random_erasing=2)
+
+
+def test_loader_resumes_at_any_batch(make_dm):
+    """From its state_dict, a loader continues an epoch mid-way with exactly the batches the
+    uninterrupted pass gave, strong augmentation included and whatever the global RNGs hold."""
+    dm = make_dm(batch_size=32, randaugment=True, random_erasing=0.5, mixup_alpha=0.8)
+    dm.setup("fit")
+    whole = list(dm.train_dataloader())
+    for k in (1, 4, len(whole) - 1):
+        loader = dm.train_dataloader()
+        it = iter(loader)
+        for _ in range(k):
+            next(it)
+        state = loader.state_dict()
+        resumed = dm.train_dataloader()
+        resumed.load_state_dict(state)
+        resumed.position = lambda: (0, k)
+        torch.manual_seed(1234)
+        rest = list(resumed)
+        assert len(rest) == len(whole) - k
+        assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(whole[k:], rest))

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from experiments.__main__ import main
+from experiments.cli import resolve_run_dirs
 from experiments.spec import expand, load_spec, resolve_axes
 from experiments.sweep import launch, run_status, run_sweep
-from experiments.tables import aggregate, make_tables, sample_efficiency
+from experiments.tables import aggregate, collect, make_tables, sample_efficiency
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +43,19 @@ def sweep_env(fmnist_dir, tmp_path, monkeypatch):
 
 
 def _summaries(exp_dir: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")}
+    """readable run name (the folder without its config hash) -> summary"""
+    return {_readable(p.parent): json.loads(p.read_text()) for p in exp_dir.glob("*/summary.json")}
+
+
+def _readable(run_dir: Path) -> str:
+    name, config_hash = run_dir.name.rsplit("_", 1)
+    assert len(config_hash) == 8
+    return name
+
+
+def _folder(exp_dir: Path, readable: str) -> Path:
+    (folder,) = exp_dir.glob(f"{readable}_????????")
+    return folder
 
 
 def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
@@ -55,8 +68,9 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     # equal steps: 0.25 epochs of the 540-image pool at batch 32 = 4 steps for every fraction
     assert {s["steps"] for s in done.values()} == {4}
     assert {s["train_size"] for s in done.values()} == {270, 540}
-    deit_cfg = yaml.safe_load((runs / "tiny" / "deit-tiny_fashion_mnist_f0.5_s0" / "config.yaml").read_text())
-    assert deit_cfg["model"]["teacher_checkpoint"].endswith("resnet-tiny_fashion_mnist_f0.5_s0/checkpoints/best.ckpt")
+    deit_cfg = yaml.safe_load((_folder(runs / "tiny", "deit-tiny_fashion_mnist_f0.5_s0") / "config.yaml").read_text())
+    teacher = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0")
+    assert deit_cfg["model"]["teacher_checkpoint"] == str(teacher / "checkpoints" / "best.ckpt")
 
     out = tmp_path / "results"
     assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
@@ -64,7 +78,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     assert [(r["family"], r["fraction"]) for r in rows] == [("deit", "0.5"), ("deit", "1.0"),
                                                            ("resnet", "0.5"), ("resnet", "1.0")]
     md = (out / "tiny.md").read_text()
-    assert "| resnet | default | 1 | 540 |" in md and "![" in md and "steps" in md
+    assert "| resnet | 1 | 540 |" in md and "![" in md and "max_steps 4" in md
     assert (out / "tiny.png").stat().st_size > 10_000
     # deleting the generated files and regenerating gives the same files back
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -82,13 +96,13 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):
     spec.write_text(yaml.safe_dump(longer))
     cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    first = runs / "tiny" / "resnet-tiny_fashion_mnist_f0.5_s0" / "summary.json"
-    second = runs / "tiny" / "resnet-tiny_fashion_mnist_f1_s0"
     deadline = time.time() + 300
-    while time.time() < deadline and not (second / "checkpoints" / "last.ckpt").exists():
+    while time.time() < deadline and not list((runs / "tiny").glob("resnet-tiny_fashion_mnist_f1_s0_*/checkpoints/last.ckpt")):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the run it had started, mid-training
     proc.wait()
+    first = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0") / "summary.json"
+    second = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f1_s0")
     assert json.loads(first.read_text())["status"] == "done"
     finished_at = first.stat().st_mtime_ns
     assert run_status_of(second) != "done", "the kill came too late to test anything"
@@ -112,12 +126,13 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env):
     axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[1.0])
     plan = expand(spec, axes, runs, pool_size=540)
     assert [r.family for r in plan] == ["resnet", "vit"]
+    # the ResNet gets an absurd learning rate (another configuration, so another folder): its loss becomes NaN
+    args = plan[0].args + ("--model.lr", "1e30")
+    plan[0] = replace(plan[0], args=args, run_dir=resolve_run_dirs([list(args)])[0])
     launched = []
 
-    def launcher(run):  # the ResNet gets an absurd learning rate: its loss becomes NaN
+    def launcher(run):
         launched.append(run.name)
-        if run.family == "resnet":
-            run = replace(run, args=run.args + ("--model.lr", "1e30"))
         return launch(run)
     results = run_sweep(plan, launcher=launcher)
     assert results == {plan[0].name: "diverged", plan[1].name: "done"}
@@ -162,17 +177,17 @@ def test_table_generator_on_hand_written_runs(tmp_path):
         assert r["test_acc_std"] == pytest.approx(statistics.stdev(values))
         assert r["seeds"] == 3
     assert rows[0]["test_acc_mean"] == pytest.approx(0.63) and rows[0]["test_acc_std"] == pytest.approx(0.0264575, rel=1e-5)
-    assert sample_efficiency(rows, 0.75) == {("vit", "default"): 1000, ("resnet", "default"): 100}
-    assert sample_efficiency(rows, 0.95) == {("vit", "default"): None, ("resnet", "default"): None}
+    assert sample_efficiency(rows, 0.75) == {("vit", ""): 1000, ("resnet", ""): 100}
+    assert sample_efficiency(rows, 0.95) == {("vit", ""): None, ("resnet", ""): None}
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- tables:hand -->\nold numbers\n<!-- /tables:hand -->\noutro\n")
     paths = make_tables(exp, tmp_path / "out", readme)
     md = paths[1].read_text()
-    assert "| vit | default | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in md
+    assert "| vit | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in md
     assert "vit_f0.5_s0: diverged" in md and "test machine" in md
     doc = readme.read_text()
     assert doc.startswith("intro\n<!-- tables:hand -->\n") and doc.endswith("<!-- /tables:hand -->\noutro\n")
-    assert "old numbers" not in doc and "| vit | default | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in doc
+    assert "old numbers" not in doc and "| vit | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in doc
     assert f"]({(tmp_path / 'out').as_posix()}/hand.png)" in doc
 
 
@@ -230,3 +245,18 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys):
     commands = [line for line in out if line.startswith("python -m experiments fit")]
     assert len(commands) == 6 * 7 * 3
     assert all("--trainer.max_steps" in c for c in commands)
+
+
+def test_tables_never_average_different_configurations(tmp_path):
+    """Runs that differ in anything but the seed (budget, a learning-rate-only recipe) are rows of
+    their own, labelled by what differs; seeds of one configuration are averaged."""
+    exp = tmp_path / "runs" / "mixed"
+    base = {"model.family": "vit", "data.fraction": 1.0, "model.budget": "tiny", "model.lr": 0.003}
+    cases = [({}, 0, 0.80), ({}, 1, 0.82), ({"model.budget": "small"}, 0, 0.90), ({"model.lr": 0.001}, 0, 0.70)]
+    for i, (change, seed, acc) in enumerate(cases):
+        _write_run(exp, "vit", 1.0, f"{seed}_{i}", acc, 1000)
+        ident = {**base, **change, "seed_everything": seed, "data.seed": seed}
+        (exp / f"vit_f1.0_s{seed}_{i}" / "identity.json").write_text(json.dumps({"identity": ident}))
+    rows = aggregate(collect(exp))
+    assert {(r["settings"], r["seeds"], round(r["test_acc_mean"], 4)) for r in rows} == {
+        ("budget=tiny, lr=0.003", 2, 0.81), ("budget=small, lr=0.003", 1, 0.9), ("budget=tiny, lr=0.001", 1, 0.7)}

@@ -1,0 +1,81 @@
+"""A run is its whole configuration: which resolved settings make its identity, and their hash.
+
+Everything under `trainer`, `model` and `data` (and `seed_everything`) can change what a run
+produces and so belongs to its identity, except the settings below, which only change how it is
+shown, where it reads from, or how it is evaluated on test. The run folder is
+`<readable name>_<hash of the identity>`, so two configurations never share a folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+IDENTITY_SECTIONS = ("seed_everything", "trainer", "model", "data")
+NOT_IDENTITY = frozenset({
+    # shown, not computed
+    "trainer.logger", "trainer.callbacks", "trainer.enable_progress_bar", "trainer.enable_model_summary",
+    "trainer.log_every_n_steps", "trainer.profiler", "trainer.enable_autolog_hparams", "trainer.model_registry",
+    "trainer.default_root_dir", "trainer.enable_checkpointing", "trainer.num_sanity_val_steps",
+    # where it runs: replaced by the resolved trainer.world_size (the global batch is batch_size x world_size)
+    "trainer.accelerator", "trainer.strategy", "trainer.devices", "trainer.num_nodes",
+    # evaluation only: the test split never changes training (see evaluation_identity)
+    "trainer.limit_test_batches", "trainer.limit_predict_batches", "trainer.inference_mode",
+    "data.eval_batch_size",
+    # where the same data is read from
+    "data.data_dir", "data.cache_dir",
+})
+HASH_CHARS = 8
+
+
+def flatten(cfg: Mapping, prefix: str = "") -> dict:
+    """{'trainer': {'max_steps': 5}} -> {'trainer.max_steps': 5}; lists and tuples become lists."""
+    out = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def identity(cfg: Mapping, *, precision: str, world_size: int) -> dict:
+    """The settings that define a fit, flattened and sorted; `precision` and `world_size` are the
+    resolved values (a config may leave them to the hardware)."""
+    flat = flatten({k: cfg[k] for k in IDENTITY_SECTIONS if k in cfg})
+    ident = {k: _plain(v) for k, v in flat.items() if k not in NOT_IDENTITY}
+    ident["trainer.precision"] = str(precision)
+    ident["trainer.world_size"] = int(world_size)
+    return dict(sorted(ident.items()))
+
+
+def config_hash(ident: Mapping) -> str:
+    return hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:HASH_CHARS]
+
+
+def folder_name(readable: str, ident: Mapping) -> str:
+    return f"{readable}_{config_hash(ident)}"
+
+
+def evaluation_identity(cfg: Mapping, *, precision: str, checkpoint: str) -> dict:
+    """What a test result depends on beyond the weights: the data, the test batches, the precision
+    and which checkpoint of the run was evaluated."""
+    flat = flatten({"data": cfg.get("data") or {}, "trainer": cfg.get("trainer") or {}})
+    out = {k: _plain(v) for k, v in flat.items()
+           if k.startswith("data.") and k not in ("data.data_dir", "data.cache_dir", "data.eval_batch_size")}
+    out["trainer.limit_test_batches"] = _plain(flat.get("trainer.limit_test_batches"))
+    out["trainer.precision"] = str(precision)
+    out["checkpoint"] = checkpoint
+    return dict(sorted(out.items()))
+
+
+def _plain(v):
+    """Values as JSON holds them (the parser already typed them: a float option gives 1.0, not 1)."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in sorted(v.items())}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)

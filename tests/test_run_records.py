@@ -1,0 +1,215 @@
+"""A run is its whole configuration: its folder, skip and resume, exact resume after a kill at a
+checkpoint, the lock, corrupt checkpoints, and test results that never rewrite a finished record."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.run_identity import config_hash, identity
+from experiments.tables import aggregate, collect
+
+from tests.conftest import ROOT, SMOKE
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _files(run_dir: Path) -> dict:
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture
+def done_run(cli):
+    code, run_dir = cli("fit", "--model.family", "resnet")
+    assert code == 0 and _summary(run_dir)["status"] == "done"
+    return run_dir
+
+
+def test_identity_covers_what_changes_results_only():
+    base = {"seed_everything": 0, "trainer": {"max_steps": 10, "enable_progress_bar": True, "devices": "auto",
+                                              "log_every_n_steps": 5, "limit_test_batches": None},
+            "model": {"family": "vit", "lr": 0.003}, "data": {"fraction": 0.1, "data_dir": "/a"},
+            "experiment": "x", "run_name": "y"}
+    h = config_hash(identity(base, precision="32-true", world_size=1))
+    same = {**base, "trainer": {**base["trainer"], "enable_progress_bar": False, "log_every_n_steps": 50,
+                                "limit_test_batches": 1}, "data": {**base["data"], "data_dir": "/b"},
+            "experiment": "z"}
+    assert config_hash(identity(same, precision="32-true", world_size=1)) == h
+    for changed, kw in [({**base, "model": {"family": "vit", "lr": 0.001}}, {}),
+                        ({**base, "trainer": {**base["trainer"], "max_steps": 11}}, {}),
+                        ({**base, "seed_everything": 1}, {}),
+                        (base, {"precision": "bf16-mixed"}), (base, {"world_size": 2})]:
+        args = {"precision": "32-true", "world_size": 1, **kw}
+        assert config_hash(identity(changed, **args)) != h, (changed, kw)
+
+
+def test_one_knob_two_folders_two_rows(cli):
+    code, a = cli("fit", "--model.family", "vit")
+    assert code == 0
+    code, b = cli("fit", "--model.family", "vit", "--model.pos_embed", "sincos")
+    assert code == 0 and a != b and a.parent == b.parent
+    assert a.name.rsplit("_", 1)[0] == b.name.rsplit("_", 1)[0]  # same readable name, another hash
+    assert _summary(a)["status"] == _summary(b)["status"] == "done"
+    rows = aggregate(collect(a.parent))
+    assert len(rows) == 2 and {r["settings"] for r in rows} == {"pos_embed=None", "pos_embed=sincos"}
+
+
+def test_finished_run_is_not_run_again(cli, done_run, capsys):
+    before = _files(done_run)
+    code, _ = cli("fit", "--model.family", "resnet")
+    err = capsys.readouterr().err
+    assert code == 0 and "is done" in err and "nothing to run" in err
+    assert _files(done_run) == before
+
+
+def test_other_settings_never_touch_a_finished_run(cli, done_run):
+    before = _files(done_run)
+    for args in (["--model.lr", "-1"], ["--model.lr", "1e-4"], ["--data.randaugment", "true"],
+                 ["--model.pool", "avg"]):
+        cli("fit", "--model.family", "resnet", *args)
+        assert _files(done_run) == before, args
+
+
+def test_test_with_other_settings_writes_beside_the_summary(cli, done_run):
+    summary = (done_run / "summary.json").read_bytes()
+    code, _ = cli("test", "--ckpt_path", str(done_run / "checkpoints" / "best.ckpt"),
+                  "--trainer.limit_test_batches", "1")
+    assert code == 0 and (done_run / "summary.json").read_bytes() == summary
+    (record,) = (done_run / "evaluations").glob("best_*.json")
+    r = json.loads(record.read_text())
+    assert r["settings"]["trainer.limit_test_batches"] == 1 and 0 <= r["test_acc"] <= 1
+    code, _ = cli("test", "--ckpt_path", str(done_run / "checkpoints" / "last.ckpt"))
+    assert code == 0 and (done_run / "summary.json").read_bytes() == summary
+    assert len(list((done_run / "evaluations").glob("last_*.json"))) == 1
+
+
+def test_test_uses_the_runs_own_data(tmp_path, fmnist_dir, make_dm, capsys):
+    """A 3-class run from an image folder: `test` on its checkpoint needs no data arguments, and
+    on another dataset says what is wrong in one line."""
+    from experiments.__main__ import main
+    from tests.test_data import _write_image_folder
+    _write_image_folder(tmp_path / "pets", ["cat", "dog", "eel"], 12, size=(8, 8))
+    runs = tmp_path / "runs"
+    common = ["--runs_dir", str(runs), "--trainer.enable_progress_bar", "false",
+              "--trainer.enable_model_summary", "false"]
+    assert main(["fit", "--config", SMOKE, "--data.dataset", str(tmp_path / "pets"), "--data.train_size", "20",
+                 "--data.val_size", "4", "--data.batch_size", "4", "--model.family", "resnet", *common]) == 0
+    (run_dir,) = (runs / "single").iterdir()
+    ckpt = str(run_dir / "checkpoints" / "best.ckpt")
+    summary = (run_dir / "summary.json").read_bytes()
+    assert main(["test", "--ckpt_path", ckpt, *common]) == 0
+    assert (run_dir / "summary.json").read_bytes() == summary  # same settings, same result
+    make_dm().num_classes  # the other dataset decoded and cached before the command
+    capsys.readouterr()
+    assert main(["test", "--ckpt_path", ckpt, "--data.dataset", "fashion_mnist", "--data.data_dir", str(fmnist_dir),
+                 *common]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "num_classes=3" in err[0] and "num_classes=10" in err[0]
+
+
+def test_corrupt_last_checkpoint(cli, capsys):
+    """An interrupted run whose last.ckpt is garbage resumes from best.ckpt and says so; with no
+    readable checkpoint it stops with one line and touches nothing."""
+    code, run_dir = cli("fit", "--model.family", "resnet", "--test_after_fit", "false")
+    assert code == 0
+    (run_dir / "summary.json").unlink()  # as if killed before the end
+    ckpts = run_dir / "checkpoints"
+    (ckpts / "last.ckpt").write_bytes((ckpts / "last.ckpt").read_bytes()[:1000])  # truncated
+    capsys.readouterr()
+    code, again = cli("fit", "--model.family", "resnet", "--test_after_fit", "false")
+    err = capsys.readouterr().err
+    assert code == 0 and again == run_dir and "resuming from best.ckpt" in err
+    assert _summary(run_dir)["status"] == "fitted"
+
+    (run_dir / "summary.json").unlink()
+    for name in ("last.ckpt", "best.ckpt"):
+        (ckpts / name).write_bytes(b"garbage")
+    before = _files(run_dir)
+    code, _ = cli("fit", "--model.family", "resnet")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "no readable checkpoint" in err[0] and "delete" in err[0]
+    assert _files(run_dir) == before
+
+
+def test_lock_refuses_a_second_process(cli, done_run, capsys):
+    (done_run / "summary.json").unlink()  # would resume, if the folder were free
+    before = _files(done_run)
+    with open(done_run / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.seek(0)
+        held.truncate()
+        held.write("12345")
+        held.flush()
+        capsys.readouterr()
+        code, _ = cli("fit", "--model.family", "resnet")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "in use by another process (pid 12345)" in err[0]
+    assert _files(done_run) == before
+
+
+PROTOCOLS = {  # 160 images / batch 32 = 5 steps an epoch
+    "equal_steps": ["--trainer.max_steps", "12", "--trainer.max_epochs", "-1", "--trainer.val_check_interval", "3",
+                    "--trainer.check_val_every_n_epoch", "null"],
+    "fixed_epochs": ["--trainer.max_epochs", "3", "--trainer.check_val_every_n_epoch", "1"],
+}
+
+
+@pytest.mark.parametrize("protocol, kill_after", [("equal_steps", 3), ("fixed_epochs", 5)],
+                         ids=["equal_steps-mid_epoch", "fixed_epochs-epoch_end"])
+def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, kill_after):
+    """Killed (SIGKILL) right after the checkpoint at step `kill_after` and started again, a run
+    ends with the same weights and metrics as the same run uninterrupted (fp32 on CPU)."""
+    args = [sys.executable, "-m", "experiments", "fit", "--config", SMOKE, "--data.data_dir", str(fmnist_dir),
+            "--model.family", "vit", "--data.train_size", "160", "--trainer.limit_train_batches", "null",
+            "--trainer.precision", "32-true", "--data.randaugment", "true", "--model.drop_path_rate", "0.1",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            *PROTOCOLS[protocol]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def fit(experiment, *extra):
+        return subprocess.run([*args, "--runs_dir", str(tmp_path), "--experiment", experiment, *extra], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=600)
+    assert fit("whole").returncode == 0
+    killed = fit("killed", "--trainer.callbacks+=tests.kill_switch.KillAfterStep",
+                 f"--trainer.callbacks.step={kill_after}")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (run_dir,) = (tmp_path / "killed").iterdir()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == kill_after
+    resumed = fit("killed")
+    assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr[-2000:]
+
+    (whole,) = (tmp_path / "whole").iterdir()
+    assert whole.name == run_dir.name  # the kill switch is not part of the run's identity
+    a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
+    b = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert a["global_step"] == b["global_step"] == {"equal_steps": 12, "fixed_epochs": 15}[protocol]
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+    sa, sb = _summary(whole), _summary(run_dir)
+    assert (sa["val_acc_best"], sa["test"]) == (sb["val_acc_best"], sb["test"])
+
+
+def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path):
+    """In a clone of the committed tree, the gpu profile finds none of the committed cpu-profile
+    runs finished: their configurations differ, so their folders do."""
+    if not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists():
+        pytest.skip("needs the real Fashion-MNIST pool (make data)")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "FASHION_MNIST_DIR"}
+    out = subprocess.run([sys.executable, "-m", "experiments", "sweep", "--profile", "gpu", "--dry_run"],
+                         cwd=clone, env={**env, "PYTHONPATH": str(clone)}, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed = [line for line in out.stdout.splitlines() if line.startswith("# ")]
+    assert len(listed) == 126 and not [line for line in listed if "[new]" not in line]
+    committed = list((clone / "results" / "runs" / "datascale").glob("*/summary.json"))
+    assert committed, "the clone has no committed cpu-profile runs to confuse with"
