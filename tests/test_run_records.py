@@ -213,3 +213,30 @@ def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path):
     assert len(listed) == 126 and not [line for line in listed if "[new]" not in line]
     committed = list((clone / "results" / "runs" / "datascale").glob("*/summary.json"))
     assert committed, "the clone has no committed cpu-profile runs to confuse with"
+
+
+def test_last_checkpoint_holds_the_final_step(cli, capsys):
+    """max_steps off the validation grid: last.ckpt still ends at the final step, so the finished
+    run started again has nothing left to train."""
+    args = ("--model.family", "resnet", "--trainer.max_steps", "6", "--trainer.max_epochs", "-1",
+            "--trainer.val_check_interval", "4", "--trainer.check_val_every_n_epoch", "null")
+    code, run_dir = cli("fit", *args)
+    assert code == 0
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
+    assert torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)["global_step"] == 4
+
+
+def test_a_folder_holding_another_configuration_is_refused(cli, done_run, capsys):
+    """Should a folder's stored identity ever differ from the configuration that maps to it (a
+    renamed folder, a hash collision), fit refuses it in one line instead of resuming it."""
+    path = done_run / "identity.json"
+    record = json.loads(path.read_text())
+    record["identity"]["model.lr"] = 0.5
+    path.write_text(json.dumps(record))
+    (done_run / "summary.json").unlink()
+    before = _files(done_run)
+    capsys.readouterr()
+    code, _ = cli("fit", "--model.family", "resnet")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "holds another configuration (model.lr: 0.5 there, 0.003 here" in err[0]
+    assert _files(done_run) == before
