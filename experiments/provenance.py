@@ -13,14 +13,18 @@ import torch
 PACKAGES = ("torch", "timm", "lightning", "torchmetrics", "datasets", "numpy")
 
 
+CODE = ("datamodules", "modules", "experiments", "pyproject.toml")  # what a run executes
+
+
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """HEAD's commit, with '-dirty' when tracked files differ from it."""
+    """HEAD's commit, with '-dirty' when the code a run executes differs from it (results, docs
+    and tests being edited meanwhile do not change what a run computes)."""
     root = Path(__file__).resolve().parents[1]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *CODE], cwd=root,
                                capture_output=True, text=True).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

@@ -11,8 +11,7 @@ from PIL import Image
 
 from experiments.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[1]
-SMOKE = str(ROOT / "experiments" / "configs" / "smoke.yaml")
+from tests.conftest import SMOKE
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "recipe_args": {"default": {}},
         "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1}}}
 
