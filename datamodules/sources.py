@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 import shutil
 import struct
@@ -124,11 +125,16 @@ def _image_folder(folder: Path) -> DatasetDict:
 
 
 def _hub(name: str) -> DatasetDict:
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its retry warnings would bury the one line that says what failed
     try:
         raw = datasets.load_dataset(name)
     except Exception as e:  # the hub raises many types (not found, offline, gated)
         raise DatasetError(f"unknown or unreachable dataset {name!r}: {type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else ''} ({DATASET_HELP})") from None
+    finally:
+        hub_log.setLevel(level)
     if "train" not in raw or "test" not in raw:
         raise DatasetError(f"dataset {name!r} has splits {sorted(raw)}; a 'train' and a 'test' split are needed")
     return raw

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier
+from modules.classifier import check_teacher_checkpoint
 
 from .run_identity import config_hash, evaluation_identity, folder_name, identity
 from .run_record import IDENTITY_FILE, RunRecord, read_summary
@@ -129,6 +130,9 @@ class SuiteCLI(LightningCLI):
         for key, value in (("max_steps", trainer.get("max_steps")), ("max_epochs", trainer.get("max_epochs"))):
             if value is not None and (value == 0 or value < -1):
                 raise ValueError(f"trainer.{key}={value}: allowed -1 (no limit) or integers >= 1")
+        model = self._cfg()["model"]
+        if model.get("teacher_checkpoint") and model.get("distillation") != "none":
+            check_teacher_checkpoint(model["teacher_checkpoint"])
         run_dir = self.run_dir().absolute()
         existing = next(p for p in (run_dir, *run_dir.parents) if p.exists())
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):

@@ -260,15 +260,24 @@ def _drain(*collections: MetricCollection) -> dict[str, torch.Tensor]:
     return values
 
 
-def load_teacher(path: str, student_hparams) -> nn.Module:
-    """The frozen network of a checkpoint this suite wrote; one clear error if it is not one."""
+def check_teacher_checkpoint(path: str) -> None:
+    """One clear error for a teacher checkpoint that is missing or not one this suite wrote (the CLI
+    calls it before building anything, so the error is the only line printed)."""
     try:
-        teacher = ImageClassifier.load_from_checkpoint(path, map_location="cpu", teacher_checkpoint=None)
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(ckpt, dict) or not {"state_dict", "hyper_parameters"} <= set(ckpt):
+            raise ValueError("no state_dict and hyper_parameters")
     except FileNotFoundError:
         raise ValueError(f"teacher_checkpoint {path!r} does not exist") from None
     except Exception as e:
         raise ValueError(f"teacher_checkpoint {path!r} is not a readable checkpoint of this suite "
                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+
+def load_teacher(path: str, student_hparams) -> nn.Module:
+    """The frozen network of a checkpoint this suite wrote; one clear error if it is not one."""
+    check_teacher_checkpoint(path)
+    teacher = ImageClassifier.load_from_checkpoint(path, map_location="cpu", teacher_checkpoint=None)
     t = teacher.hparams
     for k in ("num_classes", "image_size", "in_chans"):
         if t[k] != student_hparams[k]:

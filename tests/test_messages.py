@@ -53,8 +53,15 @@ def image_folder(root: Path) -> Path:
     (["--trainer.max_epochs", "0"], ["trainer.max_epochs=0", "allowed -1 (no limit) or integers >= 1"]),
     (["--data.dataset", "{images}"], ["class folder '{images}/dog' holds no images", "allowed image files", ".png"]),
     (["--runs_dir", "{file}/runs"], ["cannot write to runs_dir '{file}/runs'", "is not a folder"]),
+    (["--model.family", "deit", "--model.teacher_checkpoint", "{file}"],
+     ["teacher_checkpoint '{file}' is not a readable checkpoint of this suite"]),
+    (["--model.family", "deit", "--model.teacher_checkpoint", "{file}.missing"],
+     ["teacher_checkpoint '{file}.missing' does not exist"]),
+    (["--model.lr", "-1"], ["lr=-1.0: allowed a learning rate > 0"]),
 ])
-def test_bad_fit_input_is_one_line(fmnist_dir, tmp_path, capsys, args, expected):
+def test_bad_fit_input_is_one_line(fmnist_dir, make_dm, tmp_path, capsys, args, expected):
+    make_dm().num_classes  # the dataset decoded once beforehand: its first-use progress is not an error
+    capsys.readouterr()
     runs, file = tmp_path / "runs", tmp_path / "file"
     file.write_text("a file, not a folder")
     names = {"images": str(image_folder(tmp_path / "images")), "file": str(file)}
