@@ -6,6 +6,7 @@ from functools import cached_property
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 import numpy as np
 import torch
 
@@ -185,10 +186,14 @@ class ImageClassificationDataModule(L.LightningDataModule):
                                  shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
                                  position=self._train_position if self.trainer is not None else None)
 
-    def _train_position(self) -> tuple[int, int]:
-        """(epoch, batches of it already trained) when a training pass starts. Read from the trainer's
-        progress at that moment, after Lightning restored any checkpoint (a checkpoint taken after
-        an epoch's last batch resumes with the next epoch)."""
+    def _train_position(self) -> tuple[int, int] | None:
+        """(epoch, batches of it already trained) when a training pass starts during a fit. Read from
+        the trainer's progress at that moment, after Lightning restored any checkpoint (a checkpoint
+        taken after an epoch's last batch resumes with the next epoch). None outside a running fit
+        (the loader then counts its own passes)."""
+        state = self.trainer.state
+        if state.fn != TrainerFn.FITTING or state.status != TrainerStatus.RUNNING:
+            return None
         progress = self.trainer.fit_loop.epoch_loop.batch_progress
         epoch = self.trainer.current_epoch
         if progress.is_last_batch:

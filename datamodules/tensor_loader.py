@@ -21,12 +21,12 @@ KEPT_STATES = 4  # generator states kept, for the last batches handed out (Light
 
 class TensorBatchLoader:
     """`position`, when given, says where a pass starts: (epoch, batches of it already trained).
-    It is read when the pass starts, i.e. after Lightning has restored a checkpoint; without it,
-    passes count epochs from 0."""
+    It is read when the pass starts, i.e. after Lightning has restored a checkpoint; without it (or
+    when it returns None), passes count epochs from 0."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, *,
                  transform: Callable, shuffle: bool = False, drop_last: bool = False, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, position: Callable[[], tuple[int, int]] | None = None):
+                 rank: int = 0, world_size: int = 1, position: Callable[[], tuple[int, int] | None] | None = None):
         self.images, self.labels = images, labels  # (N, C, H, W) uint8, (N,) int64
         self.batch_size, self.transform = batch_size, transform
         self.shuffle, self.drop_last = shuffle, drop_last
@@ -59,7 +59,8 @@ class TensorBatchLoader:
         self._restored = state
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        epoch, start = self.position() if self.position is not None else (self._passes, 0)
+        where = self.position() if self.position is not None else None
+        epoch, start = where if where is not None else (self._passes, 0)
         self._passes += 1
         device = self.labels.device
         g = torch.Generator(device=device)

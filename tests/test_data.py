@@ -251,3 +251,15 @@ def test_loader_resumes_at_any_batch(make_dm):
         rest = list(resumed)
         assert len(rest) == len(whole) - k
         assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(whole[k:], rest))
+
+
+def test_loader_after_a_fit_counts_its_own_passes(make_dm, tmp_path):
+    """Once a fit is over (here stopped mid-epoch by max_steps), the DataModule's train loader no
+    longer follows that trainer's progress: it iterates whole epochs from the start."""
+    import lightning as L
+    from modules import ImageClassifier
+    dm = make_dm(train_size=128, batch_size=32)
+    trainer = L.Trainer(max_steps=2, limit_val_batches=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(ImageClassifier("resnet"), dm)
+    assert len(list(dm.train_dataloader())) == 4
