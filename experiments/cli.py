@@ -364,6 +364,9 @@ class _ParseOnly(SuiteCLI):
     def _set_seed(self) -> None:
         pass
 
+    def before_instantiate_classes(self) -> None:
+        pass  # a sweep resolves DeiT's folder before its teacher has trained; `fit` checks later
+
     def instantiate_classes(self) -> None:
         pass
 
