@@ -1,30 +1,58 @@
 """`python -m experiments tables`: results/<experiment>.{csv,md,png} regenerated from run folders.
 
-Reads only results/runs/<experiment>/*/{summary,identity}.json (and the sweep.json the runner
-leaves), so a fresh clone regenerates the committed tables and plot byte for byte. A row is one
-configuration over its seeds: runs are grouped by every setting of their identity except the
-seed, and the settings that differ between rows are shown in a `settings` column.
+Reads only results/runs/<experiment>/*/{summary,identity}.json (and the sweep.json and tuning.json
+the runner leaves), so a fresh clone regenerates the committed tables and plot byte for byte. A row
+is one configuration over its seeds: runs are grouped by every setting of their identity except the
+seed, and the settings that differ between rows are shown in a `settings` column. Settings that
+follow the training-set size (the learning rate chosen per fraction, the steps and validation
+interval, the validation images) have columns of their own instead, unless two rows of one family
+at the same size differ in them.
+
+Each row: mean test accuracy ± the half-width of its 95% Student-t interval over seeds, the paired
+difference to the ResNet of the same seed and training subset, and a mark on rows with a run still
+improving at its last validation. Below it: the slope of log test error against log training
+images per family (results/<experiment>_slopes.csv), a generated reading of who wins and whether
+the transformer-CNN gap narrows, and the learning-rate tuning (results/<experiment>_tuning.csv).
+The statistics are in experiments/seed_statistics.py.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
+import math
 import statistics
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
 from modules import FAMILIES
 
 from .run_record import read_identity, read_summary
+from .seed_statistics import loglog_error_slope, mean_ci, paired_difference
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
 AXIS_KEYS = ("model.family", "data.fraction", "data.train_size")  # shown in their own columns
+# chosen per training-set size (the tuning stage, the schedule): columns of their own, not settings
+SIZE_KEYS = ("model.lr", "model.weight_decay", "trainer.max_steps", "trainer.val_check_interval", "data.val_size")
+# what one family sets differently from another without it being another recipe
+FAMILY_KEYS = ("model.family", "model.teacher_checkpoint", "model.distillation", "model.distill_alpha",
+               "model.distill_tau", "model.patch_size", "model.window_size", "model.pool", "model.pos_embed",
+               "trainer.precision")
 SHOWN_COMMON = ("data.dataset", "model.budget", "data.batch_size", "trainer.max_steps", "trainer.max_epochs",
                 "trainer.val_check_interval", "trainer.check_val_every_n_epoch", "model.lr", "model.weight_decay",
                 "trainer.precision")
-COLUMNS = ("family", "settings", "fraction", "train_size", "test_acc_mean", "test_acc_std", "seeds",
-           "params", "flops_per_image", "images_per_sec", "wall_time_s", "config_hashes")
+REFERENCE = "resnet"                               # the paired differences are to this family
+TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
+CNNS = ("resnet", "convnext")
+STILL_IMPROVING = "†"
+COLUMNS = ("family", "settings", "fraction", "train_size", "val_size", "lr", "weight_decay", "max_steps",
+           "test_acc_mean", "test_acc_ci95", "test_acc_std", "seeds", "delta_vs_resnet", "delta_vs_resnet_ci95",
+           "delta_pairs", "still_improving", "params", "flops_per_image", "images_per_sec", "wall_time_s",
+           "config_hashes")
+SLOPE_COLUMNS = ("family", "settings", "slope", "slope_ci95", "points", "train_sizes")
+TUNING_COLUMNS = ("profile", "family", "recipe", "fraction", "train_size", "val_size", "seed")
 README = Path("README.md")  # its block between <!-- tables:NAME --> and <!-- /tables:NAME --> is regenerated
 
 
@@ -54,16 +82,29 @@ def _key(ident: dict) -> str:
 
 def varying_settings(summaries: list[dict]) -> list[str]:
     """Identity keys (other than the seed and the row axes) whose values differ between runs of
-    one family (a DeiT teacher is not a difference from a ResNet)."""
+    one family (a DeiT teacher is not a difference from a ResNet). A size key (SIZE_KEYS: the
+    learning rate chosen per fraction, the steps, the validation images) is one only where two runs
+    of the family at the same training-set size and otherwise equal settings differ in it."""
     keys = set()
     for family in {s.get("family") for s in summaries}:
-        keys |= set(_varying([s["identity"] for s in summaries if "identity" in s and s.get("family") == family]))
+        idents = [s["identity"] for s in summaries if "identity" in s and s.get("family") == family]
+        varying = _varying(idents)
+        plain = [k for k in varying if k not in SIZE_KEYS]
+        keys |= set(plain)
+        keys |= {k for k in varying if k in SIZE_KEYS and _splits_a_size(idents, k, plain)}
     return sorted(keys)
 
 
 def _varying(idents: list[dict]) -> list[str]:
     keys = sorted({k for i in idents for k in i} - set(AXIS_KEYS))
     return [k for k in keys if len({json.dumps(i.get(k)) for i in idents}) > 1]
+
+
+def _splits_a_size(idents: list[dict], key: str, plain: list[str]) -> bool:
+    values = defaultdict(set)
+    for i in idents:
+        values[json.dumps([i.get(k) for k in (*AXIS_KEYS, *plain)])].add(json.dumps(i.get(key)))
+    return any(len(v) > 1 for v in values.values())
 
 
 def settings_label(ident: dict, keys: list[str]) -> str:
@@ -74,9 +115,48 @@ def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def comparison_scope(summary: dict) -> str:
+    """What a run shares with the runs of other families it is compared with (the recipe, budget,
+    dataset, split...): its identity without the family's own keys, the size keys and the axes;
+    the summary's recipe for a run without identity."""
+    ident = summary.get("identity")
+    if ident is None:
+        return json.dumps({"recipe": summary.get("recipe")})
+    return _key({k: v for k, v in ident.items() if k not in (*FAMILY_KEYS, *SIZE_KEYS, *AXIS_KEYS)})
+
+
+def _steps(s: dict):
+    ident = s.get("identity") or {}
+    for v in (s.get("max_steps"), ident.get("trainer.max_steps")):
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _values(runs: list[dict], get) -> list:
+    return sorted({v for v in (get(r) for r in runs) if v is not None}, key=lambda v: (str(type(v)), v))
+
+
+def _one(values: list):
+    """The value the runs of a row share; None when none has one; 'a/b' when they differ."""
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else "/".join(_fmt(v) for v in values)
+
+
+def _still_improving(s: dict) -> bool:
+    p = s.get("plateau")
+    return isinstance(p, dict) and p.get("plateaued") is False
+
+
 def aggregate(summaries: list[dict]) -> list[dict]:
-    """One row per configuration over its finished seeds: mean and sample standard deviation of
-    test accuracy (0 with one seed). Runs without an identity group by family and fraction."""
+    """One row per configuration over its finished seeds: the mean test accuracy with its 95%
+    t-interval half-width (test_acc_ci95, None with one seed) and sample standard deviation (None
+    with one seed), the paired difference to the ResNet of the same seeds, training subset and
+    scope (delta_vs_resnet, delta_vs_resnet_ci95, delta_pairs; None for the ResNet or when no
+    pair exists), the validation images, learning rate and steps, and how many of its runs were
+    still improving at their last validation. Runs without an identity group by family and
+    fraction. Keys starting with "_" are for the other tables (the runs and their scope)."""
     done = [s for s in summaries if s.get("status") == "done" and s.get("test_acc") is not None]
     keys = {f: varying_settings([s for s in done if s["family"] == f]) for f in {s["family"] for s in done}}
     groups = defaultdict(list)
@@ -87,16 +167,49 @@ def aggregate(summaries: list[dict]) -> list[dict]:
     for runs in groups.values():
         accs = [r["test_acc"] for r in runs]
         first = runs[0]
+        acc = mean_ci(accs)
+        lr = _one(_values(runs, lambda r: (r.get("identity") or {}).get("model.lr")))
         rows.append({"family": first["family"], "settings": settings_label(first.get("identity", {}), keys[first["family"]]),
                      "fraction": float(first["fraction"]), "train_size": first["train_size"],
-                     "test_acc_mean": statistics.fmean(accs),
-                     "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else 0.0, "seeds": len(accs),
+                     "val_size": _one(_values(runs, lambda r: r.get("val_size"))), "lr": lr,
+                     "weight_decay": _one(_values(runs, lambda r: (r.get("identity") or {}).get("model.weight_decay"))),
+                     "max_steps": _one(_values(runs, _steps)),
+                     "test_acc_mean": acc.value, "test_acc_ci95": acc.ci95,
+                     "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else None, "seeds": len(accs),
+                     "delta_vs_resnet": None, "delta_vs_resnet_ci95": None, "delta_pairs": None,
+                     "still_improving": sum(_still_improving(r) for r in runs),
                      "params": first["params"], "flops_per_image": first["flops_per_image"],
                      "images_per_sec": round(statistics.fmean(r.get("images_per_sec") or 0 for r in runs)),
                      "wall_time_s": round(statistics.fmean(r.get("wall_time_s") or 0 for r in runs)),
-                     "config_hashes": " ".join(sorted({r.get("config_hash") or "" for r in runs}))})
+                     "config_hashes": " ".join(sorted({r.get("config_hash") or "" for r in runs})),
+                     "_runs": sorted(runs, key=lambda r: str(r.get("seed"))), "_scope": comparison_scope(first)})
+    _pair_with_reference(rows)
     order = {f: i for i, f in enumerate(FAMILIES)}
     return sorted(rows, key=lambda r: (order.get(r["family"], 99), r["settings"], r["fraction"]))
+
+
+def _pair_with_reference(rows: list[dict]) -> None:
+    """Fills each row's paired difference to the ResNet row of the same scope and training-set
+    size (of the same settings label, if several), over the seeds both have."""
+    refs = defaultdict(list)
+    for r in rows:
+        if r["family"] == REFERENCE:
+            refs[r["_scope"], r["train_size"]].append(r)
+    for r in rows:
+        if r["family"] == REFERENCE:
+            continue
+        cands = refs.get((r["_scope"], r["train_size"]), [])
+        if len(cands) > 1:
+            cands = [c for c in cands if c["settings"] == r["settings"]]
+        if len(cands) != 1:
+            continue
+        d = paired_difference(_by_seed(r), _by_seed(cands[0]))
+        if d is not None:
+            r.update(delta_vs_resnet=d.value, delta_vs_resnet_ci95=d.ci95, delta_pairs=d.n)
+
+
+def _by_seed(row: dict) -> dict:
+    return {json.dumps(s.get("seed")): s["test_acc"] for s in row["_runs"]}
 
 
 def sample_efficiency(rows: list[dict], threshold: float) -> dict[tuple[str, str], int | None]:
@@ -110,12 +223,44 @@ def sample_efficiency(rows: list[dict], threshold: float) -> dict[tuple[str, str
     return out
 
 
+def error_slopes(rows: list[dict]) -> list[dict]:
+    """Per (family, settings): the OLS slope of log test error against log training images over
+    every finished run (seeds separate points), with its 95% t-interval (slope/slope_ci95 None
+    where not estimable: fewer than 3 points or one training-set size)."""
+    lines = defaultdict(list)
+    for r in rows:
+        lines[r["family"], r["settings"]].append(r)
+    out = []
+    for (family, settings), rs in lines.items():
+        pts = [(s["train_size"], s["test_acc"]) for r in rs for s in r.get("_runs", [])]
+        est = loglog_error_slope(pts)
+        out.append({"family": family, "settings": settings, "slope": est.value if est else None,
+                    "slope_ci95": est.ci95 if est else None, "points": len(pts),
+                    "train_sizes": " ".join(str(n) for n in sorted({n for n, _ in pts}))})
+    return out
+
+
+def _num(v, digits: int = 4) -> str:
+    return "" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
         for r in rows:
-            w.writerow({**r, "test_acc_mean": f"{r['test_acc_mean']:.4f}", "test_acc_std": f"{r['test_acc_std']:.4f}"})
+            w.writerow({**r, **{k: _num(r[k]) for k in ("test_acc_mean", "test_acc_ci95", "test_acc_std",
+                                                         "delta_vs_resnet", "delta_vs_resnet_ci95")},
+                        **{k: "" if r[k] is None else _fmt(r[k]) for k in ("val_size", "lr", "weight_decay",
+                                                                              "max_steps", "delta_pairs")}})
+
+
+def write_slopes_csv(slopes: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SLOPE_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for s in slopes:
+            w.writerow({**s, "slope": _num(s["slope"]), "slope_ci95": _num(s["slope_ci95"])})
 
 
 def _provenance(summaries: list[dict]) -> list[str]:
@@ -157,10 +302,228 @@ def _family_settings(summaries: list[dict]) -> list[str]:
     return out
 
 
-def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None) -> str:
+def _kind(family: str) -> str | None:
+    return "transformer" if family in TRANSFORMERS else "CNN" if family in CNNS else None
+
+
+def _best(rows: list[dict]) -> dict:
+    return max(rows, key=lambda r: (r["test_acc_mean"], -FAMILIES.index(r["family"]) if r["family"] in FAMILIES else 0))
+
+
+def scaling_reading(rows: list[dict]) -> list[str]:
+    """Sentences from the numbers, one paragraph per comparison scope (recipe; rows carry it as
+    '_scope', '' if absent): who has the highest mean test accuracy at each training-set size, and
+    whether the gap between the best transformer (vit, deit, swin, hybrid) and the best CNN
+    (resnet, convnext) narrows or widens from the smallest to the largest size both kinds ran at."""
+    scopes = list(dict.fromkeys(r.get("_scope", "") for r in rows))
+    labels = _scope_labels(scopes)
+    out = []
+    for scope in sorted(scopes, key=lambda s: labels[s]):
+        text = _reading(sorted((r for r in rows if r.get("_scope", "") == scope), key=lambda r: r["train_size"]))
+        out.append(f"{labels[scope]}: {text}" if labels[scope] else text)
+    return out
+
+
+def _scope_labels(scopes: list[str]) -> dict[str, str]:
+    parsed = {s: json.loads(s) if s else {} for s in scopes}
+    keys = _varying(list(parsed.values())) if len(scopes) > 1 else []
+    return {s: settings_label(p, keys) if keys else "" for s, p in parsed.items()}
+
+
+def _reading(rows: list[dict]) -> str:
+    sizes = sorted({r["train_size"] for r in rows})
+    settings = defaultdict(set)
+    for r in rows:
+        settings[r["family"]].add(r.get("settings"))
+
+    def _name(row):  # its settings only where the family has several in this scope
+        return f"{row['family']} ({row['settings']})" if len(settings[row["family"]]) > 1 else row["family"]
+    wins = []
+    for n in sizes:
+        at = [r for r in rows if r["train_size"] == n]
+        best = _best(at)
+        tied = [r for r in at if r["test_acc_mean"] == best["test_acc_mean"]]
+        wins.append((" and ".join(_name(r) for r in tied), n, best["test_acc_mean"]))
+    if len(sizes) > 1 and len({w for w, _, _ in wins}) == 1:
+        text = (f"Highest mean test accuracy: {wins[0][0]} at every training-set size ("
+                + ", ".join(f"{a:.4f} at {n:,} images" for _, n, a in wins) + ").")
+    else:
+        text = "Highest mean test accuracy: " + "; ".join(f"{w} at {n:,} images ({a:.4f})" for w, n, a in wins) + "."
+    kinds = {_kind(r["family"]) for r in rows} - {None}
+    if kinds != {"transformer", "CNN"}:
+        have = ", ".join(sorted({r["family"] for r in rows if _kind(r["family"])}))
+        missing = "no CNN (resnet, convnext)" if "CNN" not in kinds else "no transformer (vit, deit, swin, hybrid)"
+        return text + f" Transformers against CNNs can't be compared here: {missing} ran" + (f" (only {have})." if have
+                                                                                              else ".")
+    both = [n for n in sizes if {_kind(r["family"]) for r in rows if r["train_size"] == n} >= {"transformer", "CNN"}]
+    if not both:
+        return text + " Transformers against CNNs can't be compared: no training-set size has both."
+
+    def gap(n):
+        at = [r for r in rows if r["train_size"] == n]
+        t = _best([r for r in at if _kind(r["family"]) == "transformer"])
+        c = _best([r for r in at if _kind(r["family"]) == "CNN"])
+        return t["test_acc_mean"] - c["test_acc_mean"], t, c
+
+    def said(n):
+        d, t, c = gap(n)
+        return f"{d:+.4f} at {n:,} images ({_name(t)} {t['test_acc_mean']:.4f} vs {_name(c)} {c['test_acc_mean']:.4f})"
+    if len(both) == 1:
+        return text + (f" Best transformer minus best CNN: {said(both[0])}; both kinds ran at this one training-set "
+                       "size only, so whether the gap narrows can't be told.")
+    d1, d2 = round(gap(both[0])[0], 4), round(gap(both[-1])[0], 4)   # as printed
+    text += f" Best transformer minus best CNN: {said(both[0])}, {said(both[-1])}: "
+    paper, opposite = "as the paper says.", "the opposite of the paper's claim that transformers catch up as data grows."
+    if d1 == d2:
+        text += "the gap stays the same as data grows."
+    elif d2 > d1 and d1 < 0:
+        text += (f"the CNN lead narrows from {-d1:.4f} to {-d2:.4f}: transformers catch up as data grows, {paper}"
+                 if d2 < 0 else f"the CNN lead of {-d1:.4f} narrows and closes: transformers draw level, {paper}"
+                 if d2 == 0 else f"the CNN lead of {-d1:.4f} narrows and turns into a transformer lead of {d2:.4f}: "
+                 f"transformers overtake as data grows, {paper}")
+    elif d2 > d1:
+        text += (f"the transformer lead widens from {d1:.4f} to {d2:.4f}: transformers gain with data, {paper} But "
+                 "they led already at the smallest size, where the paper has CNNs ahead." if d1 > 0 else
+                 f"level at the smallest size, a transformer lead of {d2:.4f} at the largest: transformers gain "
+                 f"with data, {paper}")
+    elif d1 <= 0:
+        text += f"the CNN lead widens from {-d1:.4f} to {-d2:.4f}: transformers fall further behind, {opposite}"
+    else:
+        text += (f"the transformer lead narrows from {d1:.4f} to {d2:.4f}: CNNs catch up, {opposite}" if d2 > 0 else
+                 f"the transformer lead of {d1:.4f} turns into a CNN lead of {-d2:.4f}: {opposite}")
+    used = [r for n in (both[0], both[-1]) for r in gap(n)[1:]]
+    if any(r.get("test_acc_ci95") is None for r in used):
+        text += " Some of these means rest on one seed (no interval): a single draw, not a measured trend."
+    else:
+        text += f" The 95% intervals of these means are up to ±{max(r['test_acc_ci95'] for r in used):.4f}."
+    return text
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def _short(key: str) -> str:
+    return key.split(".", 1)[-1]
+
+
+def tuning_trials(tuning: dict) -> list[dict]:
+    """Every trial of tuning.json, one dict per trial with its profile and 'chosen' (whether a
+    choice took its lr, or grid values, at its own fraction: the choice's tuned_at)."""
+    out = []
+    for profile, rec in sorted((tuning.get("profiles") or {}).items()):
+        grid = [_short(k) for k in (rec.get("grid") or {"model.lr": []})]
+        choices = rec.get("choices") or []
+        for t in rec.get("trials") or []:
+            chosen = any(c.get("family") == t.get("family") and c.get("recipe", "default") == t.get("recipe", "default")
+                         and _same(c.get("tuned_at", c.get("fraction")), t.get("fraction"))
+                         and all(_same(c.get(k), t.get(k)) for k in grid) for c in choices)
+            out.append({"profile": profile, **t, "chosen": chosen})
+    return out
+
+
+def write_tuning_csv(tuning: dict, path: Path) -> None:
+    trials = tuning_trials(tuning)
+    metrics, grid = [], []
+    for rec in (tuning.get("profiles") or {}).values():
+        metrics.append(rec.get("metric", "val_acc_best"))
+        grid += [_short(k) for k in (rec.get("grid") or {"model.lr": []})]
+    fixed = [*TUNING_COLUMNS, *dict.fromkeys(grid), *dict.fromkeys(metrics), "plateaued", "status", "run"]
+    extra = sorted({k for t in trials for k in t} - set(fixed) - {"chosen"})
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*fixed, *extra, "chosen"], lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        for t in trials:
+            w.writerow({k: "" if v is None else str(v).lower() if isinstance(v, bool) else _fmt(v)
+                        for k, v in t.items()})
+
+
+def render_tuning(tuning: dict) -> list[str]:
+    """The section on the learning rates chosen on validation: per profile a grid (rows family x
+    tuned fraction [x recipe], columns the grid's values, cells the validation metric, the chosen
+    one in bold) and one line per family with the lr each fraction uses."""
+    out = ["#### Learning rate, chosen on validation accuracy only", ""]
+    trials = tuning_trials(tuning)
+    profiles = tuning.get("profiles") or {}
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    for profile, rec in sorted(profiles.items()):
+        grid_keys = list(rec.get("grid") or {"model.lr": []})
+        short = [_short(k) for k in grid_keys]
+        metric = rec.get("metric", "val_acc_best")
+        mine = [t for t in trials if t["profile"] == profile]
+        combos = list(itertools.product(*(rec.get("grid") or {}).values())) if rec.get("grid") else []
+        for t in mine:
+            c = tuple(t.get(k) for k in short)
+            if not any(all(_same(a, b) for a, b in zip(c, x)) for x in combos):
+                combos.append(c)
+        recipes = list(dict.fromkeys(t.get("recipe", "default") for t in mine))
+        seeds = sorted({t["seed"] for t in mine if t.get("seed") is not None}) or (
+            [rec["seed"]] if rec.get("seed") is not None else [])
+        out += [(f"Profile {profile}: each" if len(profiles) > 1 else "Each") + f" family trained at every "
+                f"{' x '.join(short)} of the grid at the tuned fractions"
+                + (f" (seed {', '.join(_fmt(s) for s in seeds)})" if seeds else "") + "; "
+                f"the cells are {metric} on the validation images, the test set is never read; **bold**: the "
+                f"one chosen; {STILL_IMPROVING}: still improving at its last validation.", ""]
+        head = ["family", *(["recipe"] if len(recipes) > 1 else []), "tuned fraction", "train images", "val images",
+                *(", ".join(f"{k} {_fmt(v)}" for k, v in zip(short, c)) for c in combos)]
+        out += ["| " + " | ".join(head) + " |", "|---|" + ("---|" if len(recipes) > 1 else "")
+                + "---:|" * (len(head) - 1 - (len(recipes) > 1))]
+        cells = defaultdict(list)
+        for t in mine:
+            cells[t.get("family"), t.get("recipe", "default"), t.get("fraction")].append(t)
+        for (family, recipe, fraction), ts in sorted(cells.items(), key=lambda kv: (
+                order.get(kv[0][0], 99), str(kv[0][0]), recipes.index(kv[0][1]), kv[0][2] or 0)):
+            line = [family, *([recipe] if len(recipes) > 1 else []), _fmt(fraction),
+                    _count(_one(_values(ts, lambda t: t.get("train_size")))),
+                    _count(_one(_values(ts, lambda t: t.get("val_size"))))]
+            for c in combos:
+                hit = [t for t in ts if all(_same(t.get(k), v) for k, v in zip(short, c))]
+                line.append("; ".join(_trial_cell(t, metric) for t in hit))
+            out.append("| " + " | ".join(line) + " |")
+        out += ["", "The learning rate each fraction uses (tuned at the nearest tuned fraction):", ""]
+        by_family = defaultdict(list)
+        for c in rec.get("choices") or []:
+            by_family[c.get("family"), c.get("recipe", "default")].append(c)
+        for (family, recipe), cs in sorted(by_family.items(), key=lambda kv: (order.get(kv[0][0], 99), str(kv[0][0]),
+                                                                               str(kv[0][1]))):
+            parts = defaultdict(list)
+            for c in sorted(cs, key=lambda c: c.get("fraction") or 0):
+                parts[json.dumps([c.get(k) for k in short]), json.dumps(c.get("tuned_at"))].append(c.get("fraction"))
+            said = "; ".join(
+                ", ".join(f"{k} {_fmt(v)}" for k, v in zip(short, json.loads(vals))) + " at fraction"
+                + ("s " if len(fs) > 1 else " ") + ", ".join(_fmt(f) for f in fs)
+                + (f" (tuned at {_fmt(json.loads(at))})" if json.loads(at) is not None else "")
+                for (vals, at), fs in parts.items())
+            out.append(f"- {family}" + (f" ({recipe})" if len(recipes) > 1 else "") + f": {said}")
+        out.append("")
+    return out[:-1]
+
+
+def _count(v) -> str:
+    return f"{v:,}" if isinstance(v, int) else "" if v is None else str(v)
+
+
+def _trial_cell(t: dict, metric: str) -> str:
+    v = t.get(metric)
+    if v is None:
+        return t.get("status") or "n/a"
+    mark = STILL_IMPROVING if t.get("plateaued") is False else ""
+    return f"**{v:.4f}**{mark}" if t["chosen"] else f"{v:.4f}{mark}"
+
+
+def _pm(value: float | None, ci: float | None, signed: bool = False) -> str:
+    if value is None:
+        return ""
+    return (f"{value:+.4f}" if signed else f"{value:.4f}") + (f" ± {ci:.4f}" if ci is not None else " ± n/a")
+
+
+def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, tuning: dict | None = None) -> str:
     threshold = _threshold(sweep)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
     with_settings = any(settings)
+    with_wd = any(isinstance(r["weight_decay"], str) for r in rows) or len({r["weight_decay"] for r in rows}) > 1
     wall = sum(s.get("wall_time_s") or 0 for s in summaries)
     out = [f"# {name}: test accuracy against training-set size", "",
            f"Generated by `make tables` from results/runs/{name}/*/summary.json; do not edit by hand.", "",
@@ -175,26 +538,52 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None) 
     for s in summaries:
         statuses[s.get("status")] += 1
     out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
-               f"wall time summed over runs (fit only): {wall / 60:.1f} min")
+               f"wall time summed over runs (fit only): {wall / 60:.1f} min"
+               + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
     for profile, rec in sorted((sweep.get("profiles") or {}).items()):
         last = rec.get("last_invocation")
         if last:
             out.append(f"- the last `sweep --profile {profile}` invocation ran {last['runs']} runs in "
                        f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time")
     out += [*_provenance(summaries), ""]
-    head = "| family | " + ("settings | " if with_settings else "")
-    out += [head + "fraction | train images | test acc (mean ± std) | seeds | params | MFLOPs | train img/s | fit min |",
-            "|---|" + ("---|" if with_settings else "") + "---:|" * 8]
+    out += ["Test accuracy: mean over seeds ± the half-width of its 95% Student-t interval (n/a with one seed). "
+            f"Δ vs {REFERENCE}: the mean paired difference to the {REFERENCE} of the same seed and training subset, "
+            "± its 95% t-interval (the number of pairs in brackets when fewer than the seeds).", ""]
+    head = ("| family | " + ("settings | " if with_settings else "") + "fraction | train images | val images | lr | "
+            + ("weight decay | " if with_wd else "") + f"steps | test acc (mean ± 95% CI) | seeds | Δ vs {REFERENCE} | "
+            "params | MFLOPs | train img/s | fit min |")
+    out += [head, "|---|" + ("---|" if with_settings else "") + "---:|" * (head.count("|") - 2 - with_settings)]
     for r in rows:
+        delta = _pm(r["delta_vs_resnet"], r["delta_vs_resnet_ci95"], signed=True)
+        if delta and r["delta_pairs"] != r["seeds"]:
+            delta += f" ({r['delta_pairs']})"
+        acc = _pm(r["test_acc_mean"], r["test_acc_ci95"]) + (f" {STILL_IMPROVING}" if r["still_improving"] else "")
         out.append(f"| {r['family']} | " + (f"{r['settings']} | " if with_settings else "")
-                   + f"{r['fraction']:g} | {r['train_size']:,} | {r['test_acc_mean']:.4f} ± {r['test_acc_std']:.4f} | "
-                   f"{r['seeds']} | {r['params']:,} | {r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | "
-                   f"{r['wall_time_s'] / 60:.1f} |")
+                   + f"{r['fraction']:g} | {r['train_size']:,} | {_count(r['val_size'])} | "
+                   + ("" if r["lr"] is None else _fmt(r["lr"])) + " | "
+                   + (f"{'' if r['weight_decay'] is None else _fmt(r['weight_decay'])} | " if with_wd else "")
+                   + f"{_count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
+                   f"{r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
+    improving = [s["run"] for r in rows for s in r["_runs"] if _still_improving(s)]
+    if improving:
+        out += ["", f"{STILL_IMPROVING} still improving at its last validation: {len(improving)} run"
+                + ("s" if len(improving) > 1 else "") + f" ({', '.join(sorted(improving))})"]
     deit = [s for s in summaries if s.get("family") == "deit" and s.get("status") == "done" and s.get("test")]
     if deit:
         out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]
         out += [f"- {s['run']}: {s['test'].get('acc_cls', float('nan')):.4f} / "
                 f"{s['test'].get('acc_dist', float('nan')):.4f} / {s['test']['acc']:.4f}" for s in deit]
+    out += ["", "#### What the numbers say", "", *(f"{p}\n" for p in scaling_reading(rows))]
+    out += ["#### Slope of log test error vs log n", "",
+            "Least squares over every finished run (seeds are separate points), ± the half-width of its 95% "
+            "t-interval (df = points - 2; n/a with fewer than 3 points or one training-set size). More negative: "
+            "the error falls faster as data grows; the paper's claim is a steeper slope for transformers.", "",
+            "| family | " + ("settings | " if with_settings else "") + "slope (95% CI) | points | sizes |",
+            "|---|" + ("---|" if with_settings else "") + "---:|---:|---:|"]
+    for s in error_slopes(rows):
+        out.append(f"| {s['family']} | " + (f"{s['settings']} | " if with_settings else "")
+                   + (_pm(s["slope"], s["slope_ci95"], signed=True) if s["slope"] is not None else "n/a")
+                   + f" | {s['points']} | {len(s['train_sizes'].split())} |")
     out += ["", f"Sample efficiency: the smallest training set whose mean test accuracy reaches {threshold:.2f}.", "",
             "| family | " + " | ".join(s or "all runs" for s in settings) + " |", "|---|" + "---:|" * len(settings)]
     eff = sample_efficiency(rows, threshold)
@@ -202,11 +591,13 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None) 
         cells = [eff.get((family, st), "") for st in settings]
         out.append(f"| {family} | " + " | ".join(f"{c:,}" if c else "" if c == "" else "not reached" for c in cells)
                    + " |")
+    if tuning and (tuning.get("profiles") or {}):
+        out += ["", *render_tuning(tuning)]
     bad = [s for s in summaries if s.get("status") in ("failed", "diverged")]
     if bad:
         out += ["", "Runs left out of the table:", ""] + [f"- {s['run']}: {s['status']} ({s.get('error', '')})" for s in bad]
     if plot is not None:
-        out += ["", f"![test accuracy against training images]({plot.name})"]
+        out += ["", f"![test error against training images]({plot.name})"]
     return "\n".join(out) + "\n"
 
 
@@ -216,23 +607,35 @@ def _threshold(sweep: dict) -> float:
 
 
 def plot(rows: list[dict], summaries: list[dict], path: Path) -> None:
+    """Test error (1 - accuracy) against training images, log-log, one line per (family,
+    settings), bars the 95% t-interval over seeds where there is one (cut at the axis floor)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
-    for family in dict.fromkeys(r["family"] for r in rows):
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for j, family in enumerate(dict.fromkeys(r["family"] for r in rows)):
+        color = colors[(FAMILIES.index(family) if family in FAMILIES else j) % len(colors)]
         for i, st in enumerate(settings):
             pts = [r for r in rows if r["family"] == family and r["settings"] == st]
             if not pts:
                 continue
-            ax.errorbar([p["train_size"] for p in pts], [p["test_acc_mean"] for p in pts],
-                        yerr=[p["test_acc_std"] for p in pts], marker="o", capsize=3,
-                        label=f"{family} ({st})" if st else family, linestyle=("-", "--", ":", "-.")[i % 4])
+            err = [max(1.0 - p["test_acc_mean"], 1e-4) for p in pts]
+            ci = [p["test_acc_ci95"] or 0.0 for p in pts]
+            ax.errorbar([p["train_size"] for p in pts], err, yerr=[[min(c, 0.9 * e) for c, e in zip(ci, err)], ci],
+                        marker="o", capsize=3, color=color, label=f"{family} ({st})" if st else family,
+                        linestyle=("-", "--", ":", "-.")[i % 4])
     ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     ax.set_xlabel("training images (log scale)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(f"{_common_settings(summaries)}: mean ± std over seeds", fontsize=8)
+    ax.set_ylabel("test error, 1 - accuracy (log scale)")
+    ax.set_title(textwrap.fill(f"{_common_settings(summaries)}; mean over seeds, bars: 95% t-interval", 120),
+                 fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -241,12 +644,12 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> None:
 
 
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
-    """<out>/<name>.csv and .md, and .png when the runs span more than one training-set size;
-    also the README's block for this experiment, if it has one."""
+    """<out>/<name>.csv, .md, _slopes.csv, and .png when the runs span more than one training-set
+    size, _tuning.csv when the sweep left a tuning.json; also the README's block for this
+    experiment, if it has one."""
     name = exp_dir.name
     summaries = collect(exp_dir)
-    sweep_file = exp_dir / "sweep.json"
-    sweep = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
+    sweep, tuning = _read_json(exp_dir / "sweep.json"), _read_json(exp_dir / "tuning.json")
     rows = aggregate(summaries)
     if not rows:
         raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")
@@ -258,11 +661,28 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         png = out_dir / f"{name}.png"
         plot(rows, summaries, png)
         paths.append(png)
-    text = render_markdown(name, rows, summaries, sweep, png)
+    text = render_markdown(name, rows, summaries, sweep, png, tuning)
     paths[1].write_text(text)
+    paths.append(out_dir / f"{name}_slopes.csv")
+    write_slopes_csv(error_slopes(rows), paths[-1])
+    stale = out_dir / f"{name}_tuning.csv"
+    if tuning.get("profiles"):
+        write_tuning_csv(tuning, stale)
+        paths.append(stale)
+    elif stale.exists():
+        stale.unlink()  # the runs no longer have a tuning record: neither has the table
     if readme is not None and update_readme_block(readme, name, text, out_dir):
         paths.append(readme)
     return paths
+
+
+def _read_json(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
 
 
 def update_readme_block(readme: Path, name: str, text: str, out_dir: Path) -> bool:

@@ -1,0 +1,296 @@
+"""The tables' statistics and what they print, on hand-written run folders (no training): Student-t
+intervals over seeds, paired differences to the ResNet, the log-log error slope, the generated
+reading, the plateau mark, the size columns and the learning-rate tuning section. Every expected
+number is computed here by hand, not by the code under test."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from experiments.seed_statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
+from experiments.tables import aggregate, collect, make_tables, scaling_reading
+
+T975_DF2 = 4.302653  # t_{0.975, 2} from a printed table
+
+
+@pytest.mark.parametrize("df, expected", [(1, 12.706205), (2, 4.302653), (4, 2.776445), (10, 2.228139),
+                                          (30, 2.042272)])
+def test_t_quantile_matches_printed_tables(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-6)
+    assert t_quantile(0.025, df) == pytest.approx(-expected, abs=1e-6)
+
+
+def test_mean_and_t_interval_over_seeds():
+    est = mean_ci([0.80, 0.82, 0.84])
+    # sample sd 0.02, df 2
+    assert est.value == pytest.approx(0.82)
+    assert est.ci95 == pytest.approx(0.02 * T975_DF2 / math.sqrt(3), rel=1e-6)
+    assert est.ci95 == pytest.approx(0.049683, abs=1e-6)
+    assert est.n == 3
+    one = mean_ci([0.7])
+    assert one.value == 0.7 and one.ci95 is None and one.n == 1
+
+
+def test_paired_difference_uses_only_shared_seeds_and_beats_the_unpaired_interval():
+    family = {0: 0.80, 1: 0.85, 2: 0.90, 3: 0.99}   # seed 3 has no ResNet: left out
+    resnet = {0: 0.78, 1: 0.84, 2: 0.87}
+    d = paired_difference(family, resnet)
+    # differences 0.02, 0.01, 0.03: mean 0.02, sd 0.01
+    assert d.value == pytest.approx(0.02) and d.n == 3
+    assert d.ci95 == pytest.approx(0.01 * T975_DF2 / math.sqrt(3), rel=1e-6)
+    # unpaired (Welch-style) half-width from the two sds 0.05 and sqrt(0.0021): far wider, because
+    # the seed effect (a seed that is easy for one family is easy for the other) is not cancelled
+    unpaired_se = math.sqrt(0.05 ** 2 / 3 + 0.0021 / 3)
+    assert d.ci95 < 0.5 * T975_DF2 * unpaired_se
+    assert paired_difference({0: 0.9}, {1: 0.8}) is None
+    single = paired_difference({0: 0.9}, {0: 0.8})
+    assert single.value == pytest.approx(0.1) and single.ci95 is None
+
+
+def test_slope_of_an_exact_power_law():
+    points = [(n, 1 - 0.5 * n ** -0.3) for n in (100, 1000, 10000)]
+    est = loglog_error_slope(points)
+    assert est.value == pytest.approx(-0.3, abs=1e-9)
+    assert est.ci95 == pytest.approx(0.0, abs=1e-6) and est.n == 3
+
+
+def test_slope_of_noisy_points_with_its_t_interval():
+    # x = log n = 1, 2, 3, 4 and y = log error = (1, 3, 2, 5) - 6. By hand: mean x 2.5, mean y -3.25,
+    # Sxx = 5, Sxy = 5.5, slope 1.1, intercept -6, residuals -0.1, 0.8, -1.3, 0.6, SSR 2.7,
+    # se = sqrt(2.7 / 2 / 5), half-width t_{0.975,2} * se
+    xs, ys = [1, 2, 3, 4], [-5, -3, -4, -1]
+    expected_hw = T975_DF2 * math.sqrt(2.7 / 2 / 5)
+    est = ols_slope(xs, ys)
+    assert est.value == pytest.approx(1.1) and est.ci95 == pytest.approx(expected_hw, rel=1e-6)
+    points = [(math.exp(x), 1 - math.exp(y)) for x, y in zip(xs, ys)]
+    est = loglog_error_slope(points)
+    assert est.value == pytest.approx(1.1) and est.ci95 == pytest.approx(expected_hw, rel=1e-6) and est.n == 4
+
+
+def test_slope_is_not_available_from_too_little():
+    assert loglog_error_slope([(100, 0.8), (1000, 0.9)]) is None             # two points
+    assert loglog_error_slope([(100, 0.8), (100, 0.81), (100, 0.82)]) is None  # one training-set size
+    two_sizes = loglog_error_slope([(100, 0.8), (100, 0.82), (1000, 0.9)])
+    assert two_sizes is not None and two_sizes.ci95 is not None
+
+
+def _rows(accs: dict) -> list[dict]:
+    return [{"family": f, "settings": "", "train_size": n, "test_acc_mean": a, "test_acc_ci95": None}
+            for (f, n), a in accs.items()]
+
+
+def test_reading_says_the_cnn_lead_narrows():
+    (text,) = scaling_reading(_rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85,
+                                     ("vit", 100): 0.70, ("vit", 1000): 0.84}))
+    assert "resnet at every training-set size" in text
+    assert "-0.1000 at 100 images" in text and "-0.0100 at 1,000 images" in text
+    assert "narrows from 0.1000 to 0.0100" in text and "as the paper says" in text
+    assert "one seed" in text
+
+
+def test_reading_says_plainly_when_the_gap_widens():
+    (text,) = scaling_reading(_rows({("convnext", 100): 0.80, ("convnext", 1000): 0.88,
+                                     ("swin", 100): 0.75, ("swin", 1000): 0.70}))
+    assert "widens from 0.0500 to 0.1800" in text and "opposite of the paper" in text
+
+
+def test_reading_names_the_winner_at_each_size():
+    rows = _rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("resnet", 10000): 0.86,
+                  ("deit", 100): 0.60, ("deit", 1000): 0.86, ("deit", 10000): 0.90,
+                  ("vit", 100): 0.55, ("vit", 1000): 0.80, ("vit", 10000): 0.91})
+    for r in rows:
+        r["test_acc_ci95"] = 0.01
+    (text,) = scaling_reading(rows)
+    assert ("resnet at 100 images (0.8000); deit at 1,000 images (0.8600); vit at 10,000 images (0.9100)"
+            in text)
+    # best transformer - best CNN: 0.60 - 0.80 at 100, 0.91 - 0.86 at 10,000
+    assert "-0.2000 at 100 images" in text and "+0.0500 at 10,000 images" in text
+    assert "turns into a transformer lead of 0.0500" in text
+    assert "up to ±0.0100" in text
+
+
+def test_reading_with_one_kind_of_family():
+    (text,) = scaling_reading(_rows({("resnet", 100): 0.80, ("convnext", 100): 0.82}))
+    assert "convnext at 100 images (0.8200)" in text and "can't be compared" in text and "no transformer" in text
+
+
+BASE_IDENTITY = {"data.dataset": "fashion_mnist", "model.budget": "tiny", "data.batch_size": 128,
+                 "data.train_size": None, "model.weight_decay": 0.05, "trainer.precision": "32-true",
+                 "data.randaugment": False, "model.teacher_checkpoint": None}
+
+
+def _run(exp: Path, family, fraction, seed, acc, *, lr=0.003, steps=200, recipe=None, status="done", val_size=1000,
+         plateaued=None, old=False) -> str:
+    """A run folder as the sweep leaves it: summary.json and identity.json (old=True: a summary
+    from before val_size, max_steps, val_history and plateau were recorded)."""
+    name = f"{family}_f{fraction:g}_s{seed}_lr{lr:g}" + (f"_{recipe}" if recipe else "")
+    d = exp / name
+    d.mkdir(parents=True)
+    summary = {"run": name, "family": family, "fraction": fraction, "seed": seed, "status": status,
+               "train_size": int(fraction * 10000), "test_acc": acc if status == "done" else None, "params": 1000,
+               "flops_per_image": 2e6, "wall_time_s": 60, "hardware": "test machine", "commit": "abc",
+               "versions": {"torch": "x"}, "val_acc_best": acc}
+    if not old:
+        summary.update(val_size=val_size, max_steps=steps, val_history=[[steps // 2, 0.5], [steps, acc or 0.5]])
+        if plateaued is not None:
+            summary["plateau"] = {"plateaued": plateaued, "best_step": steps, "tail_gain": 0.0 if plateaued else 0.05}
+    (d / "summary.json").write_text(json.dumps(summary))
+    ident = {**BASE_IDENTITY, "model.family": family, "data.fraction": fraction, "model.lr": lr,
+             "trainer.max_steps": steps, "trainer.val_check_interval": steps // 2, "data.val_size": val_size,
+             "seed_everything": seed, "data.seed": seed, "data.randaugment": recipe == "strong"}
+    (d / "identity.json").write_text(json.dumps({"identity": ident}))
+    return name
+
+
+def _table(md: str, first_cell: str) -> list[str]:
+    return [line for line in md.splitlines() if line.startswith(f"| {first_cell} |")]
+
+
+def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
+    """lr and steps chosen per fraction do not split a family into settings; a recipe does. A
+    run still improving marks its row; val images beside train images; an old summary leaves
+    its new columns blank; a fitted (untested) tuning run counts among the runs, not the rows."""
+    exp = tmp_path / "runs" / "hand"
+    plan = {  # (family, fraction): lr, steps, accuracies of seeds 0, 1, 2
+        ("vit", 0.01): (0.001, 100, [0.60, 0.64, 0.65]), ("vit", 0.1): (0.003, 400, [0.80, 0.83, 0.83]),
+        ("resnet", 0.01): (0.003, 100, [0.70, 0.73, 0.72]), ("resnet", 0.1): (0.001, 400, [0.85, 0.86, 0.86])}
+    improving = None
+    for (family, fraction), (lr, steps, accs) in plan.items():
+        for seed, acc in enumerate(accs):
+            name = _run(exp, family, fraction, seed, acc, lr=lr, steps=steps,
+                        plateaued=not (family == "vit" and fraction == 0.1 and seed == 1))
+            if family == "vit" and fraction == 0.1 and seed == 1:
+                improving = name
+    _run(exp, "vit", 0.01, 0, None, lr=0.01, steps=100, status="fitted", plateaued=True)  # a trial not chosen
+    for seed, acc in enumerate([0.66, 0.70, 0.71]):   # another recipe: its own settings line
+        _run(exp, "vit", 0.01, seed, acc, lr=0.001, steps=100, recipe="strong", plateaued=True)
+    for seed, acc in enumerate([0.75, 0.76, 0.77]):
+        _run(exp, "resnet", 0.01, seed, acc, lr=0.001, steps=100, recipe="strong", old=True)
+
+    rows = aggregate(collect(exp))
+    assert sorted((r["family"], r["settings"], r["fraction"]) for r in rows) == [
+        ("resnet", "randaugment=False", 0.01), ("resnet", "randaugment=False", 0.1),
+        ("resnet", "randaugment=True", 0.01),
+        ("vit", "randaugment=False", 0.01), ("vit", "randaugment=False", 0.1), ("vit", "randaugment=True", 0.01)]
+    by = {(r["family"], r["settings"], r["fraction"]): r for r in rows}
+    vit = by["vit", "randaugment=False", 0.01]
+    assert vit["seeds"] == 3 and vit["test_acc_mean"] == pytest.approx(0.63)
+    # sd of 0.60, 0.64, 0.65 = sqrt(0.0014 / 2)
+    assert vit["test_acc_ci95"] == pytest.approx(math.sqrt(0.0014 / 2) * T975_DF2 / math.sqrt(3), rel=1e-6)
+    # paired with the ResNet of each seed: -0.10, -0.09, -0.07: mean -0.0866.., sd sqrt(0.000466../2)
+    diffs = [-0.10, -0.09, -0.07]
+    mean = sum(diffs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2)
+    assert vit["delta_vs_resnet"] == pytest.approx(mean)
+    assert vit["delta_vs_resnet_ci95"] == pytest.approx(sd * T975_DF2 / math.sqrt(3), rel=1e-6)
+    strong = by["vit", "randaugment=True", 0.01]   # paired with the strong-recipe ResNet: -0.09, -0.06, -0.06
+    assert strong["delta_vs_resnet"] == pytest.approx(-0.07)
+    assert by["resnet", "randaugment=False", 0.01]["delta_vs_resnet"] is None
+    assert (vit["lr"], vit["max_steps"], vit["val_size"]) == (0.001, 100, 1000)
+    assert by["vit", "randaugment=False", 0.1]["still_improving"] == 1 and vit["still_improving"] == 0
+
+    paths = make_tables(exp, tmp_path / "out")
+    md = paths[1].read_text()
+    assert "- runs: 19 (18 done, 1 fitted)" in md
+    every = next(line for line in md.splitlines() if line.startswith("- every run:"))
+    assert "lr" not in every and "max_steps" not in every and "batch_size 128" in every
+    assert "- settings that differ between rows: data.randaugment (never averaged together)" in md
+    head = next(line for line in md.splitlines() if line.startswith("| family | settings |"))
+    assert "| fraction | train images | val images | lr | steps | test acc (mean ± 95% CI) | seeds | Δ vs resnet |" in head
+    ci = math.sqrt(0.0014 / 2) * T975_DF2 / math.sqrt(3)
+    assert (f"| vit | randaugment=False | 0.01 | 100 | 1,000 | 0.001 | 100 | 0.6300 ± {ci:.4f} | 3 | "
+            f"{mean:+.4f} ± {sd * T975_DF2 / math.sqrt(3):.4f} |") in md
+    (improving_row,) = [line for line in _table(md, "vit") if "| 0.1 |" in line]
+    assert "† | 3 |" in improving_row and "| 1,000 | 0.003 | 400 |" in improving_row
+    assert not any("†" in line for line in _table(md, "resnet"))
+    assert f"† still improving at its last validation: 1 run ({improving})" in md
+    (old_row,) = [line for line in _table(md, "resnet") if "randaugment=True | 0.01" in line]
+    assert "| resnet | randaugment=True | 0.01 | 100 |  | 0.001 | 100 | 0.7600 ± " in old_row
+    rows_csv = {(r["family"], r["settings"], r["fraction"]): r for r in csv.DictReader(open(paths[0]))}
+    assert rows_csv["vit", "randaugment=False", "0.1"]["still_improving"] == "1"
+    assert rows_csv["vit", "randaugment=False", "0.01"]["test_acc_ci95"] == f"{ci:.4f}"
+    assert rows_csv["vit", "randaugment=False", "0.01"]["seeds"] == "3"
+    assert rows_csv["resnet", "randaugment=True", "0.01"]["val_size"] == ""
+    assert rows_csv["resnet", "randaugment=False", "0.01"]["delta_vs_resnet"] == ""
+    slopes = {(r["family"], r["settings"]): r for r in csv.DictReader(open(tmp_path / "out" / "hand_slopes.csv"))}
+    assert slopes["vit", "randaugment=False"]["points"] == "6"
+    assert slopes["vit", "randaugment=True"]["slope"] == ""           # one training-set size
+    assert "#### Slope of log test error vs log n" in md and "| vit | randaugment=True | n/a | 3 | 1 |" in md
+    # one reading per recipe
+    assert "randaugment=False: Highest mean test accuracy: resnet at every training-set size" in md
+    assert "randaugment=True: Highest mean test accuracy: resnet at 100 images (0.7600)" in md
+    assert not (tmp_path / "out" / "hand_tuning.csv").exists() and "Learning rate, chosen" not in md
+
+    # the same files again, byte for byte (the PNG included)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    for p in (tmp_path / "out").iterdir():
+        p.unlink()
+    make_tables(exp, tmp_path / "out")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
+def test_single_seed_rows_say_n_a_not_zero(tmp_path):
+    exp = tmp_path / "runs" / "one"
+    _run(exp, "vit", 0.01, 0, 0.6, old=True)
+    _run(exp, "resnet", 0.01, 0, 0.7, old=True)
+    rows = aggregate(collect(exp))
+    assert all(r["test_acc_ci95"] is None and r["test_acc_std"] is None for r in rows)
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    assert "| 0.6000 ± n/a | 1 | -0.1000 ± n/a |" in md
+    assert "†" not in md
+
+
+TUNING = {"spec": "datascale", "profiles": {"cpu": {
+    "metric": "val_acc_best", "seed": 0, "fractions": [0.01, 0.1], "grid": {"model.lr": [0.001, 0.003]},
+    "trials": [
+        {"family": "vit", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000, "lr": 0.001,
+         "val_acc_best": 0.712, "plateaued": True, "run": "vit_f0.01_s0_lr0.001"},
+        {"family": "vit", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000, "lr": 0.003,
+         "val_acc_best": 0.655, "plateaued": False, "run": "vit_f0.01_s0_lr0.003"},
+        {"family": "vit", "recipe": "default", "fraction": 0.1, "train_size": 1000, "val_size": 1000, "lr": 0.001,
+         "val_acc_best": 0.801, "plateaued": True, "run": "vit_f0.1_s0_lr0.001"},
+        {"family": "vit", "recipe": "default", "fraction": 0.1, "train_size": 1000, "val_size": 1000, "lr": 0.003,
+         "val_acc_best": 0.834, "plateaued": True, "run": "vit_f0.1_s0_lr0.003"},
+        {"family": "resnet", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000,
+         "lr": 0.001, "val_acc_best": 0.70, "plateaued": True, "run": "resnet_f0.01_s0_lr0.001"},
+        {"family": "resnet", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000,
+         "lr": 0.003, "val_acc_best": 0.74, "plateaued": True, "run": "resnet_f0.01_s0_lr0.003"}],
+    "choices": [{"family": "vit", "recipe": "default", "fraction": 0.01, "lr": 0.001, "tuned_at": 0.01},
+                {"family": "vit", "recipe": "default", "fraction": 0.02, "lr": 0.001, "tuned_at": 0.01},
+                {"family": "vit", "recipe": "default", "fraction": 0.1, "lr": 0.003, "tuned_at": 0.1},
+                {"family": "resnet", "recipe": "default", "fraction": 0.01, "lr": 0.003, "tuned_at": 0.01}]}}}
+
+
+def test_tuning_section_and_csv(tmp_path):
+    exp = tmp_path / "runs" / "tuned"
+    _run(exp, "vit", 0.01, 0, 0.70, lr=0.001, plateaued=True)
+    _run(exp, "vit", 0.1, 0, 0.83, lr=0.003, plateaued=True)
+    _run(exp, "resnet", 0.01, 0, 0.74, lr=0.003, plateaued=True)
+    (exp / "tuning.json").write_text(json.dumps(TUNING))
+    paths = make_tables(exp, tmp_path / "out")
+    md = paths[1].read_text()
+    assert "#### Learning rate, chosen on validation accuracy only" in md
+    assert "| family | tuned fraction | train images | val images | lr 0.001 | lr 0.003 |" in md
+    assert "| vit | 0.01 | 100 | 1,000 | **0.7120** | 0.6550† |" in md
+    assert "| vit | 0.1 | 1,000 | 1,000 | 0.8010 | **0.8340** |" in md
+    assert "| resnet | 0.01 | 100 | 1,000 | 0.7000 | **0.7400** |" in md
+    assert "- vit: lr 0.001 at fractions 0.01, 0.02 (tuned at 0.01); lr 0.003 at fraction 0.1 (tuned at 0.1)" in md
+    assert "- resnet: lr 0.003 at fraction 0.01 (tuned at 0.01)" in md
+    assert "settings" not in md.split("| family |", 1)[1].split("\n", 1)[0]   # lr per fraction: no settings column
+    trials = list(csv.DictReader(open(tmp_path / "out" / "tuned_tuning.csv")))
+    assert len(trials) == 6
+    assert {(t["family"], t["fraction"], t["lr"]) for t in trials if t["chosen"] == "true"} == {
+        ("vit", "0.01", "0.001"), ("vit", "0.1", "0.003"), ("resnet", "0.01", "0.003")}
+    assert {t["chosen"] for t in trials} == {"true", "false"} and trials[1]["plateaued"] == "false"
+    assert trials[0]["val_acc_best"] == "0.712" and trials[0]["run"] == "vit_f0.01_s0_lr0.001"
+
+
+def test_reading_says_when_cnns_catch_up():
+    (text,) = scaling_reading(_rows({("resnet", 100): 0.70, ("resnet", 1000): 0.85,
+                                     ("hybrid", 100): 0.80, ("hybrid", 1000): 0.87}))
+    assert "hybrid at every training-set size" in text
+    assert "the transformer lead narrows from 0.1000 to 0.0200" in text and "opposite of the paper" in text
