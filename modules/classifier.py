@@ -85,18 +85,21 @@ class ImageClassifier(L.LightningModule):
         # "avg" holds the reported head (val/acc, test/acc): the model's output, or for DeiT
         # reported_logits(cls, dist); DeiT also logs each head (_cls, _dist).
         heads = ("", "_cls", "_dist") if self.is_deit else ("",)
-        self.train_metrics = self._metrics("train/", "")
+        # validate_args=False: the argument checks call torch.unique, a host sync every step
+        self.train_metrics = self._metrics("train/", "", validate_args=False)
         self.val_metrics = nn.ModuleDict({h or "avg": self._metrics("val/", h) for h in heads})
         self.test_metrics = nn.ModuleDict({h or "avg": self._metrics("test/", h, calibration=True) for h in heads})
         self.val_acc_best = MaxMetric()
         self._restored_val_acc_best: float | None = None
         self._images, self._seconds, self._last_end = 0, 0.0, None
+        self._loss_sum, self._loss_n = None, 0     # this epoch's training loss: (,) sum over images, count
+        self._nan_step = self._nan_loss = None     # (,) first step with a non-finite loss (-1: none), its loss
 
-    def _metrics(self, prefix: str, postfix: str, calibration: bool = False) -> MetricCollection:
+    def _metrics(self, prefix: str, postfix: str, calibration: bool = False, validate_args: bool = True) -> MetricCollection:
         c = self.hparams.num_classes
-        m = {"acc": MulticlassAccuracy(c, top_k=1, average="micro")}
+        m = {"acc": MulticlassAccuracy(c, top_k=1, average="micro", validate_args=validate_args)}
         if c >= 10:
-            m["acc_top5"] = MulticlassAccuracy(c, top_k=5, average="micro")
+            m["acc_top5"] = MulticlassAccuracy(c, top_k=5, average="micro", validate_args=validate_args)
         if calibration:
             m["ece"] = MulticlassCalibrationError(c, n_bins=15, norm="l1")
         return MetricCollection(m, prefix=prefix, postfix=postfix)
@@ -155,17 +158,57 @@ class ImageClassifier(L.LightningModule):
         return self.model(x)
 
     def training_step(self, batch, batch_idx):
+        # Nothing here waits for the device: the divergence flag and the logged values stay on it
+        # and are read on the host only at log intervals (Lightning's), before validation, at the
+        # end of an epoch and before every checkpoint (_check_finite).
         x, y = batch
         loss, logits = self.training_loss(x, y)
-        if not torch.isfinite(loss):  # stop now: every later step would be NaN too
-            raise FloatingPointError(f"diverged: loss is {loss.item()} at step {self.global_step}")
+        self._watch_divergence(loss)
         hard_y = y.argmax(dim=1) if y.ndim == 2 else y
         self.train_metrics.update(logits.detach(), hard_y)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, sync_dist=True)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        n = x.shape[0]
+        self._loss_sum = loss.detach() * n + (0 if self._loss_sum is None else self._loss_sum)
+        self._loss_n += n
+        # the step value is not reduced over processes (a collective every step); the epoch mean is
+        self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        if self._log_step():  # a Python float becomes a device tensor (a copy): at log steps only
+            self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
+    def _log_step(self) -> bool:
+        """Whether Lightning writes this step's logged values (log_every_n_steps)."""
+        return self._trainer is not None and self.trainer._logger_connector.should_update_logs
+
+    # ---------------- divergence: flagged on the device, checked on the host now and then ----------------
+    def _watch_divergence(self, loss: torch.Tensor) -> None:
+        if self._nan_step is None:
+            self._nan_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self._nan_loss = torch.zeros((), device=loss.device)
+        first = ~torch.isfinite(loss.detach()) & (self._nan_step < 0)  # (,) bool, no host sync
+        self._nan_step = torch.where(first, self.global_step, self._nan_step)
+        self._nan_loss = torch.where(first, loss.detach().float(), self._nan_loss)
+
+    def _check_finite(self) -> None:
+        """Raise FloatingPointError if a training loss was NaN or infinite since training started
+        (recorded as diverged). One host sync; every process gets the same answer (all_gather), so
+        all stop together. A NaN model is thus never validated, checkpointed or trained on for
+        more than one log interval."""
+        if self._nan_step is None:
+            return
+        steps, losses = self._nan_step, self._nan_loss
+        if self._trainer is not None and self.trainer.world_size > 1:
+            steps, losses = self.all_gather(steps), self.all_gather(losses)
+        steps, losses = steps.reshape(-1).cpu(), losses.reshape(-1).cpu()
+        if (steps >= 0).any():
+            i = int(torch.where(steps >= 0, steps, steps.max() + 1).argmin())
+            raise FloatingPointError(f"diverged: loss is {losses[i].item()} at step {int(steps[i])} "
+                                     f"(checked at step {self.global_step})")
+
     def on_train_epoch_end(self) -> None:
+        self._check_finite()
+        if self._loss_sum is not None:
+            self.log("train/loss_epoch", self._loss_sum / self._loss_n, prog_bar=True, sync_dist=True)
+        self._loss_sum, self._loss_n = None, 0
         self.log_dict(_drain(self.train_metrics), sync_dist=True)
         if self._seconds > 0:
             self.log("train/images_per_sec", self._images / self._seconds, sync_dist=True)
@@ -173,13 +216,20 @@ class ImageClassifier(L.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         # Wall time between consecutive batch ends (data + forward + backward + step); the first
-        # batch of an epoch is skipped because validation ran before it.
+        # batch of an epoch is skipped because validation ran before it. On a GPU this is the time
+        # the host takes to queue a step; summed over an epoch it is the device's (the queue is bounded).
         now = time.perf_counter()
         if self._last_end is not None:
             n = batch[0].shape[0] * self.trainer.world_size
             self._images, self._seconds = self._images + n, self._seconds + now - self._last_end
-            self.log("train/images_per_sec_step", n / (now - self._last_end), on_step=True, on_epoch=False)
+            if self._log_step():
+                self.log("train/images_per_sec_step", n / (now - self._last_end), on_step=True, on_epoch=False)
         self._last_end = now
+        if self._log_step():  # every log_every_n_steps steps
+            self._check_finite()
+
+    def on_validation_start(self) -> None:
+        self._check_finite()
 
     def _eval_logits(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         if not self.is_deit:
@@ -234,6 +284,7 @@ class ImageClassifier(L.LightningModule):
                                         {m: 0.0 for m in HPARAM_METRICS})
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        self._check_finite()  # never a checkpoint of a diverged model
         checkpoint["complexity"] = self.complexity
         # what an exact resume needs beyond weights, optimiser and loader: the best validation so
         # far and the global RNGs the model draws from (stochastic depth)
