@@ -156,17 +156,30 @@ class ImageClassificationDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         load_decoded(self.dataset, **self._load_args)  # decode + cache once, on one process
 
+    # splits each stage reads: a fit never loads the test split (it is for reporting only, and
+    # nothing a fit decides, such as the tested checkpoint or a tuned learning rate, may see it)
+    STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
+
     def setup(self, stage: str | None = None) -> None:
         if self.trainer is not None:
             self._device = self.trainer.strategy.root_device
         self._tensors = {}  # split name -> (uint8 NCHW, int64), on the training device
-        images, labels = self._train_arrays
-        for name in ("train", "val"):
-            idx = self._splits[name]
-            self._tensors[name] = self._to_device(images[idx], labels[idx])
+        for name in self.STAGE_SPLITS.get(stage, ("train", "val", "test")):
+            self._split_tensors(name)
+
+    def _split_tensors(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if name not in self.__dict__.setdefault("_tensors", {}):
+            if name == "test":
+                self._tensors[name] = self._to_device(*self._test_arrays())
+            else:
+                images, labels = self._train_arrays
+                idx = self._splits[name]
+                self._tensors[name] = self._to_device(images[idx], labels[idx])
+        return self._tensors[name]
+
+    def _test_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         test = self._decoded["test"]
-        self._tensors["test"] = self._to_device(np.asarray(test["image"][:], dtype=np.uint8),
-                                                np.asarray(test["label"][:], dtype=np.int64))
+        return np.asarray(test["image"][:], dtype=np.uint8), np.asarray(test["label"][:], dtype=np.int64)
 
     def _to_device(self, images: np.ndarray, labels: np.ndarray):
         x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous()  # NHWC -> NCHW
@@ -178,10 +191,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
         return self.trainer.global_rank, self.trainer.world_size
 
     def train_dataloader(self) -> TensorBatchLoader:
-        if not hasattr(self, "_tensors"):
-            self.setup("fit")
         rank, world = self._rank_world()
-        x, y = self._tensors["train"]
+        x, y = self._split_tensors("train")
         return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=self.augment.train,
                                  shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
                                  position=self._train_position if self.trainer is not None else None)
@@ -201,10 +212,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
         return epoch, progress.current.ready
 
     def _eval_loader(self, split: str) -> TensorBatchLoader:
-        if not hasattr(self, "_tensors"):
-            self.setup(split)
         rank, world = self._rank_world()
-        x, y = self._tensors[split]
+        x, y = self._split_tensors(split)
         normalize = self.augment.normalize
         return TensorBatchLoader(x, y, self.eval_batch_size, transform=lambda xb, yb, g: (normalize(xb), yb),
                                  rank=rank, world_size=world)

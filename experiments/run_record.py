@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from .convergence import plateau
 from .provenance import git_commit, hardware, versions
 from .run_identity import config_hash
 
@@ -54,12 +55,22 @@ class RunRecord(Callback):
         self.commit = git_commit()  # the code this process loaded, whatever HEAD becomes later
         self.wall_time_s, self._start = 0.0, None
         self.images_per_sec: float | None = None
+        self.val_history: list[list] = []  # [step, val/acc] of every validation of the fit
 
     def state_dict(self) -> dict:
-        return {"wall_time_s": self._elapsed()}
+        return {"wall_time_s": self._elapsed(), "val_history": self.val_history}
 
     def load_state_dict(self, state: dict) -> None:
         self.wall_time_s = state.get("wall_time_s", 0.0)
+        self.val_history = [list(v) for v in state.get("val_history", [])]
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        acc = trainer.callback_metrics.get("val/acc")
+        if self.identity is None or trainer.sanity_checking or acc is None or trainer.state.fn != "fit":
+            return
+        step = int(trainer.global_step)
+        # a resumed fit may validate the restored step again: keep one entry per step
+        self.val_history = [v for v in self.val_history if v[0] != step] + [[step, round(float(acc), 6)]]
 
     def _elapsed(self) -> float:
         return self.wall_time_s + (time.perf_counter() - self._start if self._start else 0.0)
@@ -110,6 +121,7 @@ class RunRecord(Callback):
             "family": h.family, "budget": h.budget,
             "dataset": dh.get("dataset"), "fraction": dh.get("fraction"),
             "train_size": dm.train_size if dm is not None else None, "seed": dh.get("seed"),
+            "val_size": len(dm.val_indices) if dm is not None else None,
             "status": status,
             "params": pl_module.complexity["params"], "flops_per_image": pl_module.complexity["flops"],
             "precision": str(trainer.precision), "devices": trainer.world_size,
@@ -121,7 +133,9 @@ class RunRecord(Callback):
         if status == "fitted":
             summary.update(epochs=trainer.current_epoch, steps=trainer.global_step,
                            wall_time_s=round(self.wall_time_s, 1), images_per_sec=self.images_per_sec,
-                           val_acc_best=float(best) if best is not None else None)
+                           val_acc_best=float(best) if best is not None else None,
+                           max_steps=trainer.max_steps, val_history=self.val_history,
+                           plateau=plateau(self.val_history, trainer.global_step))
             summary.pop("test", None)  # a new fit makes any older test result stale
         if test is not None:
             summary["test"] = test

@@ -1,11 +1,14 @@
 """Experiment specs (experiments/specs/*.yaml) and their expansion into independent runs.
 
-A run is one `python -m experiments fit ...` command with a fixed folder; nothing else links runs
-except DeiT's teacher (the ResNet run of the same subset, seed and recipe), so any scheduler can
-execute them.
+A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
+the tuning stage trains each family at a grid of learning rates on the profile's smallest and
+largest fractions (first seed, never tested), and the main stage trains every family x fraction x
+seed x recipe at the learning rate that won on validation at the nearest tuned fraction. Nothing
+else links runs except DeiT's teacher (the ResNet run of the same subset, seed and recipe).
 """
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -13,13 +16,14 @@ from pathlib import Path
 
 import yaml
 
+from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
 
 SPECS = Path(__file__).parent / "specs"
-TOP_KEYS = {"name", "dataset", "families", "protocol", "recipes", "recipe_args", "profiles",
-            "sample_efficiency_accuracy"}
-PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "val_checks", "batch_size"}
-PROTOCOLS = ("equal_steps", "fixed_epochs")
+TOP_KEYS = {"name", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
+PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
+                "families", "recipes"}
+PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
 
 
@@ -34,6 +38,8 @@ class Run:
     args: tuple[str, ...]
     teacher: str | None = None           # folder name of the run whose best checkpoint DeiT distils from
     run_dir: Path = field(default=Path("."))
+    stage: str = "main"                  # tune: trained and validated only; main: also tested
+    lr: float | None = None
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "experiments", "fit", *self.args]
@@ -62,19 +68,21 @@ def load_spec(name_or_path: str) -> dict:
                          f"to their {', '.join(sorted(PROFILE_KEYS))}")
     for name, profile in spec["profiles"].items():
         where = f"profile {name!r} of {path.name}"
-        _reject_unknown(profile, PROFILE_KEYS, where, required=("budget", "fractions", "seeds", "epochs"))
-        for key in ("fractions", "seeds"):
+        _reject_unknown(profile, PROFILE_KEYS, where, required=PROFILE_REQUIRED)
+        for key in ("fractions", "seeds", "lrs"):
             if not isinstance(profile[key], list) or not profile[key]:
                 raise ValueError(f"{key}={profile[key]!r} in {where}: allowed a non-empty list, e.g. [0, 1]")
         epochs = profile["epochs"]
         if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
             raise ValueError(f"epochs={epochs!r} in {where}: allowed a number > 0")
+        for key in ("min_steps", "val_checks"):
+            v = profile[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{key}={v!r} in {where}: allowed an integer >= 1")
     recipes = spec["recipe_args"]
     if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
         raise ValueError(f"recipe_args in {path.name}: allowed a mapping of recipe names to their fit options, "
                          "e.g. {default: {}, strong: {data.randaugment: true}}")
-    if spec.get("protocol", "equal_steps") not in PROTOCOLS:
-        raise ValueError(f"protocol {spec['protocol']!r} in {path.name}: allowed {', '.join(PROTOCOLS)}")
     return spec
 
 
@@ -91,18 +99,20 @@ def _reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str,
 
 
 def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, seeds=None, budget=None,
-                 dataset=None, recipes=None) -> dict:
+                 dataset=None, recipes=None, lrs=None) -> dict:
     """The spec's profile with command-line overrides, every value checked."""
     if profile not in spec["profiles"]:
         raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
     p = spec["profiles"][profile]
     axes = {
-        "profile": profile, "protocol": spec.get("protocol", "equal_steps"),
-        "dataset": dataset or spec["dataset"], "budget": budget or p["budget"],
-        "families": list(families or spec["families"]), "fractions": [float(f) for f in (fractions or p["fractions"])],
+        "profile": profile, "dataset": dataset or spec["dataset"], "budget": budget or p["budget"],
+        "families": list(families or p.get("families") or spec["families"]),
+        "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
         "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-        "recipes": list(recipes or spec.get("recipes", ["default"])),
-        "epochs": p["epochs"], "val_checks": int(p.get("val_checks", 1)), "batch_size": int(p.get("batch_size", 128)),
+        "recipes": list(recipes or p.get("recipes") or spec.get("recipes", ["default"])),
+        "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
+        "epochs": p["epochs"], "min_steps": int(p["min_steps"]), "val_checks": int(p["val_checks"]),
+        "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
     }
     for f in axes["families"]:
         if f not in FAMILIES:
@@ -115,62 +125,101 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     for s in axes["seeds"]:
         if s < 0:
             raise ValueError(f"seed {s} is negative: allowed integers >= 0")
+    for lr in axes["lrs"]:
+        if not lr > 0:
+            raise ValueError(f"learning rate {lr:g} in lrs: allowed numbers > 0")
     for r in axes["recipes"]:
         if r not in spec["recipe_args"]:
             raise ValueError(f"unknown recipe {r!r}: allowed {', '.join(spec['recipe_args'])}")
     return axes
 
 
-def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str) -> str:
+def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str, lr: float) -> str:
     data = Path(dataset.rstrip("/")).name
-    return f"{family}-{budget}_{data}_f{fraction:g}_s{seed}" + ("" if recipe == "default" else f"_{recipe}")
+    return f"{family}-{budget}_{data}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
 
 
-def schedule_args(axes: dict, pool_size: int) -> list[str]:
-    """Trainer arguments of the protocol. equal_steps: the steps of `epochs` passes over the full
-    pool for every fraction (rounded to a multiple of val_checks, validated val_checks times)."""
+def steps_for(n: int, axes: dict) -> int:
+    """S(n) = max(min_steps, epochs * n / batch_size), rounded up to a multiple of val_checks so
+    the run validates exactly val_checks times, the last at its final step."""
     checks = axes["val_checks"]
-    if axes["protocol"] == "equal_steps":
-        steps = max(checks, round(axes["epochs"] * pool_size / axes["batch_size"] / checks) * checks)
-        return ["--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1",
-                "--trainer.val_check_interval", str(steps // checks), "--trainer.check_val_every_n_epoch", "null"]
-    epochs = int(axes["epochs"])
-    if epochs < 1 or epochs != axes["epochs"]:
-        raise ValueError(f"fixed_epochs needs a whole number of epochs >= 1, got {axes['epochs']}")
-    return ["--trainer.max_epochs", str(epochs), "--trainer.check_val_every_n_epoch", str(max(1, epochs // checks))]
+    steps = max(axes["min_steps"], math.ceil(axes["epochs"] * n / axes["batch_size"]))
+    return math.ceil(steps / checks) * checks
 
 
-def expand(spec: dict, axes: dict, runs_dir: Path, pool_size: int) -> list[Run]:
-    """Every run of the sweep, teachers (ResNet) first so DeiT finds its teacher's checkpoint. Each
-    run's folder is the one `fit` would choose for its arguments (readable name + config hash)."""
+def schedule_args(axes: dict, n: int) -> list[str]:
+    steps = steps_for(n, axes)
+    return ["--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1",
+            "--trainer.val_check_interval", str(steps // axes["val_checks"]), "--trainer.check_val_every_n_epoch", "null"]
+
+
+def tuned_fractions(axes: dict) -> list[float]:
+    """Where the learning rate is tuned: the smallest and the largest fraction of the profile."""
+    return sorted({axes["fractions"][0], axes["fractions"][-1]})
+
+
+def nearest_tuned(fraction: float, axes: dict) -> float:
+    """The tuned fraction closest to `fraction` on a log scale (the smaller one on a tie)."""
+    return min(tuned_fractions(axes), key=lambda t: (round(abs(math.log(fraction / t)), 9), t))
+
+
+def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fraction: float, seed: int,
+         recipe: str, lr: float, stage: str) -> Run:
+    name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
+    n = resolve_train_size(fraction, None, pool_size)
+    args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
+            "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
+            "--model.lr", f"{lr:g}", "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
+            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *schedule_args(axes, n),
+            "--trainer.enable_progress_bar", "false"]
+    if axes.get("val_size") is not None:
+        args += ["--data.val_size", str(axes["val_size"])]
+    for key, value in spec["recipe_args"][recipe].items():
+        args += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
+    if stage == "tune":
+        args += ["--test_after_fit", "false"]  # a tuning trial never reads the test split
+    return Run(0, name, family, fraction, seed, recipe, tuple(args), stage=stage, lr=lr)
+
+
+def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
+    """Adds each DeiT's teacher checkpoint (teacher_dir: (fraction, seed, recipe) -> the ResNet run's
+    folder) and every run's folder, the one `fit` would choose for its arguments."""
     from .cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
+    out = []
+    for r in runs:
+        t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if r.family == "deit" else None
+        if t is not None:
+            r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
+                        teacher=t.name)
+        out.append(r)
+    dirs = resolve_run_dirs([list(r.args) for r in out])
+    return [replace(r, run_dir=d, index=i) for i, (r, d) in enumerate(zip(out, dirs))]
 
-    families = sorted(axes["families"], key=lambda f: (f != TEACHER_FAMILY, f == "deit"))
-    sched = schedule_args(axes, pool_size)
-    runs = []
-    for recipe in axes["recipes"]:
-        for seed in axes["seeds"]:
-            for fraction in axes["fractions"]:
-                for family in families:
-                    name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe)
-                    args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
-                            "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
-                            "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
-                            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *sched,
-                            "--trainer.enable_progress_bar", "false"]
-                    for key, value in spec["recipe_args"][recipe].items():
-                        args += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
-                    teacher = None
-                    if family == "deit" and TEACHER_FAMILY in axes["families"]:
-                        teacher = run_name(TEACHER_FAMILY, axes["budget"], axes["dataset"], fraction, seed, recipe)
-                    runs.append(Run(len(runs), name, family, fraction, seed, recipe, tuple(args), teacher))
+
+def _family_order(families: list[str]) -> list[str]:
+    return sorted(families, key=lambda f: (f != TEACHER_FAMILY, f == "deit"))  # teachers first, students last
+
+
+def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families: list[str],
+                teacher_dir: dict | None = None) -> list[Run]:
+    """The tuning stage for `families`: every lr of the grid at each tuned fraction, first seed."""
+    seed = axes["seeds"][0]
+    runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr, "tune")
+            for recipe in axes["recipes"] for family in _family_order(families)
+            for fraction in tuned_fractions(axes) for lr in axes["lrs"]]
+    return _with_folders(runs, teacher_dir or {})
+
+
+def main_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, lr_of) -> list[Run]:
+    """Every family x fraction x seed x recipe at lr_of(family, recipe, fraction), ResNet teachers
+    before their DeiT students."""
+    families = _family_order(axes["families"])
+    runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr_of(family, recipe, fraction),
+                 "main")
+            for recipe in axes["recipes"] for seed in axes["seeds"] for fraction in axes["fractions"]
+            for family in families]
     runs.sort(key=lambda r: r.family == "deit")  # stable: students after every teacher
-    students = [r for r in runs if r.teacher is not None]
-    teachers = [r for r in runs if r.teacher is None]
-    teachers = [replace(r, run_dir=d) for r, d in zip(teachers, resolve_run_dirs([list(r.args) for r in teachers]))]
-    folder_of = {r.name: r.run_dir for r in teachers}
-    students = [replace(r, args=r.args + ("--model.teacher_checkpoint",
-                                          str(folder_of[r.teacher] / "checkpoints" / "best.ckpt")),
-                        teacher=folder_of[r.teacher].name) for r in students]
-    students = [replace(r, run_dir=d) for r, d in zip(students, resolve_run_dirs([list(r.args) for r in students]))]
+    teachers = _with_folders([r for r in runs if r.family != "deit"], {})
+    teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in teachers if r.family == TEACHER_FAMILY}
+    students = _with_folders([r for r in runs if r.family == "deit"], teacher_dir)
     return [replace(r, index=i) for i, r in enumerate(teachers + students)]

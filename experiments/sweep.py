@@ -1,4 +1,11 @@
-"""`python -m experiments sweep`: run an experiment spec, resumably.
+"""`python -m experiments sweep`: run an experiment spec, resumably, in two stages.
+
+1. tune: each family trains at every learning rate of the profile's grid, at its smallest and
+   largest fraction (first seed); the winner on validation accuracy is recorded in
+   <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
+2. main: every family x fraction x seed x recipe at the learning rate chosen at the nearest tuned
+   fraction; the best-validation checkpoint is tested. The tuning run that won is the same run
+   (same configuration, same folder): only its test is left to do.
 
 Run again, the same command skips finished (and diverged) runs, resumes interrupted ones from their
 last checkpoint and retries failed ones; one failing run never stops the sweep. Each run's output
@@ -22,10 +29,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from datamodules import ImageClassificationDataModule
 
-from .run_record import read_summary, write_summary
-from .spec import Run, expand, load_spec, resolve_axes
+from .run_record import read_summary, write_json, write_summary
+from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, steps_for, tuned_fractions,
+                   tuning_runs)
+from datamodules.splits import resolve_train_size
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
+TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
+
+
+def finished(run: Run, status: str | None) -> bool:
+    return status == "diverged" or status in (TUNED if run.stage == "tune" else ("done",))
 
 
 def run_status(run: Run) -> str | None:
@@ -49,14 +63,14 @@ def launch(run: Run, threads: int | None = None) -> int:
 def execute(run: Run, launcher: Callable[[Run], int]) -> str:
     """Runs one run unless it is final; returns its status and makes sure summary.json says it."""
     status = run_status(run)
-    if status in FINAL:
+    if finished(run, status):
         return status
-    if run.teacher is not None and run_status(replace_dir(run, run.teacher)) != "done":
-        _record_failure(run, f"teacher run {run.teacher} is not done")
+    if run.teacher is not None and run_status(replace_dir(run, run.teacher)) not in TUNED:
+        _record_failure(run, f"teacher run {run.teacher} is not trained")
         return "failed"
     code = launcher(run)
     status = run_status(run)
-    if code == 0 and status == "done":
+    if code == 0 and finished(run, status):
         return status
     if status == "diverged":
         return status
@@ -82,7 +96,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     console = console or Console()
     launcher = launcher or (lambda r: launch(r, threads=max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None))
     results: dict[str, str] = {}
-    todo = [r for r in runs if run_status(r) not in FINAL]
+    todo = [r for r in runs if not finished(r, run_status(r))]
     for r in runs:
         if r not in todo:
             results[r.name] = run_status(r)
@@ -90,7 +104,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn()]
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("sweep", total=len(todo))
+        task = progress.add_task(runs[0].stage if runs else "sweep", total=len(todo))
 
         def one(run: Run) -> None:
             start = time.perf_counter()
@@ -98,15 +112,16 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             results[run.name] = status
             s = read_summary(run.run_dir) or {}
             acc = f", test acc {s['test_acc']:.4f}" if s.get("test_acc") is not None else ""
-            progress.console.print(f"[{run.index + 1}/{len(runs)}] {run.name}: {status} in "
-                                   f"{time.perf_counter() - start:.0f} s{acc}")
+            val = f", val acc {s['val_acc_best']:.4f}" if run.stage == "tune" and s.get("val_acc_best") else ""
+            progress.console.print(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
+                                   f"{time.perf_counter() - start:.0f} s{val}{acc}")
             progress.advance(task)
 
         # students wait for every teacher: two phases when running in parallel
         for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
             if jobs <= 1:
                 for r in phase:
-                    progress.update(task, description=f"run {r.index + 1}/{len(runs)} {r.name}")
+                    progress.update(task, description=f"{r.stage} {r.index + 1}/{len(runs)} {r.name}")
                     one(r)
             else:
                 progress.update(task, description=f"{jobs} runs at a time")
@@ -115,21 +130,124 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     return results
 
 
+def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
+    """(family, recipe, fraction) -> the lr with the best validation accuracy among finished trials
+    (the smaller lr on a tie), and a record of every trial. Only validation is read."""
+    best, records = {}, []
+    for r in trials:
+        s = read_summary(r.run_dir) or {}
+        acc = s.get("val_acc_best") if s.get("status") in TUNED else None
+        records.append({"family": r.family, "recipe": r.recipe, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
+                        "train_size": s.get("train_size"), "val_size": s.get("val_size"), "status": s.get("status"),
+                        "val_acc_best": acc, "plateaued": (s.get("plateau") or {}).get("plateaued"),
+                        "run": r.run_dir.name})
+        key = (r.family, r.recipe, r.fraction)
+        if acc is not None and (key not in best or acc > best[key][0] or (acc == best[key][0] and r.lr < best[key][1])):
+            best[key] = (acc, r.lr)
+    return {k: lr for k, (_, lr) in best.items()}, records
+
+
+class TuningIncomplete(ValueError):
+    pass
+
+
+def lr_lookup(choices: dict, axes: dict):
+    def lr_of(family: str, recipe: str, fraction: float) -> float:
+        t = nearest_tuned(fraction, axes)
+        if (family, recipe, t) not in choices:
+            raise TuningIncomplete(f"no learning rate chosen for {family} ({recipe}) at fraction {t:g}: every tuning "
+                                   "trial failed or has not run (see the tuning stage's log.txt files)")
+        return choices[(family, recipe, t)]
+    return lr_of
+
+
+def tuning_stage(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) -> tuple[dict, list[Run]]:
+    """Runs (or, with run=None, only lists) the tuning trials: the teachers' and other families'
+    first, then DeiT's, which distil from the ResNet trained at the ResNet's chosen lr."""
+    first = tuning_runs(spec, axes, runs_dir, pool, [f for f in axes["families"] if f != "deit"])
+    if run:
+        run(first)
+    choices, _ = choose_lrs(first)
+    trials = list(first)
+    if "deit" in axes["families"]:
+        teacher_dir = {}
+        if TEACHER_FAMILY in axes["families"]:
+            lr_of = lr_lookup(choices, axes)
+            by_name = {r.name: r.run_dir for r in first}
+            from .spec import run_name
+            for recipe in axes["recipes"]:
+                for f in tuned_fractions(axes):
+                    if (TEACHER_FAMILY, recipe, f) in choices:
+                        name = run_name(TEACHER_FAMILY, axes["budget"], axes["dataset"], f, axes["seeds"][0], recipe,
+                                        lr_of(TEACHER_FAMILY, recipe, f))
+                        teacher_dir[(f, axes["seeds"][0], recipe)] = by_name[name]
+        deit = tuning_runs(spec, axes, runs_dir, pool, ["deit"], teacher_dir)
+        deit = [replace(r, index=len(first) + i) for i, r in enumerate(deit)]
+        if run:
+            run(deit)
+        trials += deit
+        choices, _ = choose_lrs(trials)
+    return choices, trials
+
+
+def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run], choices: dict) -> None:
+    """<experiment>/tuning.json: every trial's validation accuracy and the lr each main run uses."""
+    _, records = choose_lrs(trials)
+    lr_of = lr_lookup(choices, axes)
+    uses = []
+    for recipe in axes["recipes"]:
+        for family in axes["families"]:
+            for f in axes["fractions"]:
+                try:
+                    uses.append({"family": family, "recipe": recipe, "fraction": f, "lr": lr_of(family, recipe, f),
+                                 "tuned_at": nearest_tuned(f, axes)})
+                except TuningIncomplete:
+                    pass
+    path = exp_dir / "tuning.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    record = {"spec": spec["name"], "profiles": record.get("profiles", {})}
+    record["profiles"][axes["profile"]] = {"metric": "val_acc_best", "seed": axes["seeds"][0],
+                                           "fractions": tuned_fractions(axes), "grid": {"model.lr": axes["lrs"]},
+                                           "trials": records, "choices": uses}
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+
+
+def _runnable_families(axes: dict, choices: dict) -> list[str]:
+    return [f for f in axes["families"]
+            if all((f, r, t) in choices for r in axes["recipes"] for t in tuned_fractions(axes))]
+
+
+def _print_plan(title: str, runs: list[Run], pool: int, axes: dict) -> None:
+    steps = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in runs)
+    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images")
+    for r in runs:
+        print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
+        print(r.shell())
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default="datascale", help="spec name in experiments/specs or a .yaml path (default datascale)")
     p.add_argument("--profile", default=None, help="profile of the spec (default: gpu where a GPU is present, else cpu)")
-    p.add_argument("--families", nargs="+", help="override the spec's families")
+    p.add_argument("--families", nargs="+", help="override the profile's families")
     p.add_argument("--fractions", nargs="+", type=float, help="override the training fractions, each in (0, 1]")
-    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds")
+    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
     p.add_argument("--budget", help="override the budget (tiny, small, base)")
     p.add_argument("--dataset", help="override the dataset")
     p.add_argument("--recipes", nargs="+", help="override the recipes (default, strong)")
+    p.add_argument("--lrs", nargs="+", type=float, help="override the learning-rate grid of the tuning stage")
+    p.add_argument("--stage", choices=("all", "tune", "main"), default="all",
+                   help="all (default): tune, then the main runs; tune or main: that stage only")
     p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
-    p.add_argument("--only", type=int, nargs="+", help="run only these run indices (e.g. a SLURM array task id)")
+    p.add_argument("--only", type=int, nargs="+",
+                   help="with --stage main: run only these run indices (e.g. a SLURM array task id)")
 
     def one_line(message: str):  # instead of argparse's usage text and exit
         raise ValueError(f"{message} (python -m experiments sweep --help lists the options)")
@@ -137,6 +255,8 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.jobs < 1:
         raise ValueError(f"--jobs {a.jobs}: allowed integers >= 1")
+    if a.only and a.stage != "main":
+        raise ValueError(f"--only with --stage {a.stage}: allowed with --stage main only (run --stage tune first)")
     existing = next(d for d in (Path(a.runs_dir).absolute(), *Path(a.runs_dir).absolute().parents) if d.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):  # before the dataset is loaded
         raise ValueError(f"cannot write to runs_dir {a.runs_dir!r}: {str(existing)!r} is "
@@ -144,26 +264,53 @@ def main(argv: list[str]) -> int:
     spec = load_spec(a.spec)
     profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")
     axes = resolve_axes(spec, profile, families=a.families, fractions=a.fractions, seeds=a.seeds,
-                        budget=a.budget, dataset=a.dataset, recipes=a.recipes)
-    pool = len(ImageClassificationDataModule(axes["dataset"])._splits["pool"])
-    runs = expand(spec, axes, Path(a.runs_dir), pool)
-    if a.only:
-        bad = [i for i in a.only if not 0 <= i < len(runs)]
-        if bad:
-            raise ValueError(f"--only {bad[0]}: allowed run indices 0..{len(runs) - 1}")
-        runs = [runs[i] for i in a.only]
+                        budget=a.budget, dataset=a.dataset, recipes=a.recipes, lrs=a.lrs)
+    runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
+    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+
     if a.dry_run:
-        for r in runs:
-            print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
-            print(r.shell())
+        choices, trials = tuning_stage(spec, axes, runs_dir, pool)
+        if a.stage != "main":
+            _print_plan("tuning stage", trials, pool, axes)
+        if a.stage != "tune":
+            families = _runnable_families(axes, choices)
+            if families:
+                _print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
+                            main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)),
+                            pool, axes)
+            waiting = [f for f in axes["families"] if f not in families]
+            if waiting:
+                print(f"## main stage of {', '.join(waiting)}: its commands are known once their tuning is done")
         return 0
-    exp_dir = Path(a.runs_dir) / spec["name"]
-    exp_dir.mkdir(parents=True, exist_ok=True)
+
     start = time.perf_counter()
-    results = run_sweep(runs, jobs=a.jobs)
-    counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
+    results: dict[str, str] = {}
+
+    def run(runs: list[Run]) -> None:
+        results.update(run_sweep(runs, jobs=a.jobs))
+    if a.stage != "main":
+        choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
+        write_tuning_record(exp_dir, spec, axes, trials, choices)
+    else:
+        choices, trials = tuning_stage(spec, axes, runs_dir, pool)
+    if a.stage != "tune":
+        families = _runnable_families(axes, choices)
+        for f in axes["families"]:
+            if f not in families:
+                print(f"{f}: no main runs: no learning rate was chosen for it (its tuning trials did not finish)")
+                results[f"{f} (main stage)"] = "failed"
+        runs = main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)) \
+            if families else []
+        if a.only:
+            bad = [i for i in a.only if not 0 <= i < len(runs)]
+            if bad:
+                raise ValueError(f"--only {bad[0]}: allowed run indices 0..{len(runs) - 1}")
+            runs = [runs[i] for i in a.only]
+        if runs:
+            run(runs)
     wall = time.perf_counter() - start
-    print(f"sweep {spec['name']} ({profile}): {len(runs)} runs in {wall:.0f} s: "
+    counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
+    print(f"sweep {spec['name']} ({profile}, stage {a.stage}): {len(results)} runs in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
     # per profile: the axes asked for and, for a whole sweep, its wall time (read by the tables)
     sweep_file = exp_dir / "sweep.json"
@@ -172,10 +319,11 @@ def main(argv: list[str]) -> int:
     previous = record["profiles"].get(profile, {})
     record["profiles"][profile] = {**axes, "pool_size": pool,
                                    "sample_efficiency_accuracy": spec.get("sample_efficiency_accuracy")}
-    if not a.only:
-        record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(runs),
+    if a.stage == "all" and not a.only:
+        record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(results),
                                                          "statuses": counts, "jobs": a.jobs}
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
+    exp_dir.mkdir(parents=True, exist_ok=True)
     sweep_file.write_text(json.dumps(record, indent=1) + "\n")
-    return 0 if all(s in FINAL for s in results.values()) else 1
+    return 0 if all(s in FINAL + TUNED for s in results.values()) else 1

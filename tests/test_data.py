@@ -22,7 +22,10 @@ def test_fashion_mnist_from_idx_files(make_dm):
     assert (dm.image_size, dm.num_channels, dm.num_classes) == (28, 1, 10)
     assert dm.class_names[0] == "T-shirt/top" and dm.class_names[9] == "Ankle boot"
     dm.setup("fit")
-    assert all(dm._tensors[s][0].dtype == torch.uint8 for s in ("train", "val", "test"))  # held as uint8
+    assert all(dm._tensors[s][0].dtype == torch.uint8 for s in ("train", "val"))  # held as uint8
+    assert "test" not in dm._tensors  # a fit never loads the test split
+    dm.setup("test")
+    assert set(dm._tensors) == {"test"} and dm._tensors["test"][0].dtype == torch.uint8
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (min(128, dm.train_size), 1, 28, 28) and x.dtype == torch.float32
     assert y.dtype == torch.int64 and int(y.max()) < 10
@@ -52,7 +55,7 @@ def test_image_folder_source(tmp_path):
     dm = ImageClassificationDataModule(str(tmp_path / "pets"), val_size=3)
     assert (dm.image_size, dm.num_channels, dm.num_classes) == (16, 3, 3)
     assert dm.class_names == ["cat", "dog", "eel"]
-    dm.setup("fit")
+    dm.setup("test")
     assert len(dm._tensors["test"][1]) == 6  # no test/ folder: a stratified 20% is held out
     assert len(dm.val_indices) == 3 and dm.train_size == 24 - 3
 
@@ -195,7 +198,7 @@ def test_augmentation_changes_training_batches_only(make_dm):
         first = [b for b in loader()]
         second = [b for b in loader()]
         split = "val" if loader == dm.val_dataloader else "test"
-        raw, labels = dm._tensors[split]
+        raw, labels = dm._split_tensors(split)
         got = torch.cat([b[0] for b in first])
         assert torch.equal(got, norm(raw)) and torch.equal(torch.cat([b[1] for b in first]), labels)
         assert all(torch.equal(a[0], b[0]) for a, b in zip(first, second))

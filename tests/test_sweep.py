@@ -18,17 +18,17 @@ import yaml
 
 from experiments.__main__ import main
 from experiments.cli import resolve_run_dirs
-from experiments.spec import expand, load_spec, resolve_axes
+from experiments.spec import load_spec, main_runs, resolve_axes, tuning_runs
 from experiments.sweep import launch, run_status, run_sweep
 from experiments.tables import aggregate, collect, make_tables, sample_efficiency
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY_SPEC = {
-    "name": "tiny", "dataset": "fashion_mnist", "families": ["deit", "resnet"], "protocol": "equal_steps",
+    "name": "tiny", "dataset": "fashion_mnist", "families": ["deit", "resnet"],
     "recipes": ["default"], "sample_efficiency_accuracy": 0.2, "recipe_args": {"default": {}},
-    "profiles": {"cpu": {"budget": "tiny", "fractions": [0.5, 1.0], "seeds": [0], "epochs": 0.25,
-                         "val_checks": 2, "batch_size": 32}},
+    "profiles": {"cpu": {"budget": "tiny", "fractions": [0.5, 1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
+                         "val_checks": 2, "batch_size": 32, "lrs": [0.003]}},
 }
 
 
@@ -62,14 +62,17 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     spec, runs = sweep_env
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
     done = _summaries(runs / "tiny")
-    assert sorted(done) == ["deit-tiny_fashion_mnist_f0.5_s0", "deit-tiny_fashion_mnist_f1_s0",
-                            "resnet-tiny_fashion_mnist_f0.5_s0", "resnet-tiny_fashion_mnist_f1_s0"]
+    assert sorted(done) == ["deit-tiny_fashion_mnist_f0.5_s0_lr0.003", "deit-tiny_fashion_mnist_f1_s0_lr0.003",
+                            "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003", "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
     assert all(s["status"] == "done" for s in done.values())
-    # equal steps: 0.25 epochs of the 540-image pool at batch 32 = 4 steps for every fraction
-    assert {s["steps"] for s in done.values()} == {4}
-    assert {s["train_size"] for s in done.values()} == {270, 540}
-    deit_cfg = yaml.safe_load((_folder(runs / "tiny", "deit-tiny_fashion_mnist_f0.5_s0") / "config.yaml").read_text())
-    teacher = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0")
+    # S(n) = max(4, 0.25 * n / 32) rounded up to a multiple of 2 validations: n=270 -> 4, n=540 -> 6
+    assert {(s["train_size"], s["steps"]) for s in done.values()} == {(270, 4), (540, 6)}
+    assert all(len(s["val_history"]) == 2 for s in done.values())
+    tuning = json.loads((runs / "tiny" / "tuning.json").read_text())["profiles"]["cpu"]
+    assert {(c["family"], c["fraction"], c["lr"]) for c in tuning["choices"]} == {
+        (f, fr, 0.003) for f in ("deit", "resnet") for fr in (0.5, 1.0)}
+    deit_cfg = yaml.safe_load((_folder(runs / "tiny", "deit-tiny_fashion_mnist_f0.5_s0_lr0.003") / "config.yaml").read_text())
+    teacher = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003")
     assert deit_cfg["model"]["teacher_checkpoint"] == str(teacher / "checkpoints" / "best.ckpt")
 
     out = tmp_path / "results"
@@ -78,7 +81,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     assert [(r["family"], r["fraction"]) for r in rows] == [("deit", "0.5"), ("deit", "1.0"),
                                                            ("resnet", "0.5"), ("resnet", "1.0")]
     md = (out / "tiny.md").read_text()
-    assert "| resnet | 1 | 540 |" in md and "![" in md and "max_steps 4" in md
+    assert "| resnet | 1 | 540 |" in md and "![" in md and "Learning rate, chosen on validation" in md
     assert (out / "tiny.png").stat().st_size > 10_000
     # deleting the generated files and regenerating gives the same files back
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -91,28 +94,29 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
 def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):
     spec, runs = sweep_env
     longer = yaml.safe_load(spec.read_text())
-    longer["profiles"]["cpu"]["epochs"] = 1.0  # 16 steps, a checkpoint after 8: time to kill in between
+    longer["profiles"]["cpu"]["epochs"] = 1.0  # 18 steps at n=540, a checkpoint after 9: time to kill in between
     longer["families"] = ["resnet"]
     spec.write_text(yaml.safe_dump(longer))
     cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
-    while time.time() < deadline and not list((runs / "tiny").glob("resnet-tiny_fashion_mnist_f1_s0_*/checkpoints/last.ckpt")):
+    while time.time() < deadline and not list((runs / "tiny").glob("resnet-tiny_fashion_mnist_f1_s0_lr0.003_*/checkpoints/last.ckpt")):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the run it had started, mid-training
     proc.wait()
-    first = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0") / "summary.json"
-    second = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f1_s0")
-    assert json.loads(first.read_text())["status"] == "done"
-    finished_at = first.stat().st_mtime_ns
-    assert run_status_of(second) != "done", "the kill came too late to test anything"
+    first = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003")
+    second = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f1_s0_lr0.003")
+    assert json.loads((first / "summary.json").read_text())["status"] == "fitted"  # tuned, not yet tested
+    trained_at = (first / "checkpoints" / "best.ckpt").stat().st_mtime_ns
+    assert run_status_of(second) not in ("fitted", "done"), "the kill came too late to test anything"
 
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
-    assert first.stat().st_mtime_ns == finished_at  # not run again
+    assert (first / "checkpoints" / "best.ckpt").stat().st_mtime_ns == trained_at  # not trained again
+    assert "trained; testing its best checkpoint" in (first / "log.txt").read_text()  # only its test was left
     assert "resuming from" in (second / "log.txt").read_text()  # continued from its last checkpoint
-    assert json.loads((second / "summary.json").read_text())["steps"] == 16
+    assert json.loads((second / "summary.json").read_text())["steps"] == 18
     assert {n: s["status"] for n, s in _summaries(runs / "tiny").items()} == {
-        "resnet-tiny_fashion_mnist_f0.5_s0": "done", "resnet-tiny_fashion_mnist_f1_s0": "done"}
+        "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003": "done", "resnet-tiny_fashion_mnist_f1_s0_lr0.003": "done"}
 
 
 def run_status_of(run_dir: Path) -> str | None:
@@ -124,7 +128,7 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env):
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
     axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[1.0])
-    plan = expand(spec, axes, runs, pool_size=540)
+    plan = main_runs(spec, axes, runs, 540, lambda family, recipe, fraction: 0.003)
     assert [r.family for r in plan] == ["resnet", "vit"]
     # the ResNet gets an absurd learning rate (another configuration, so another folder): its loss becomes NaN
     args = plan[0].args + ("--model.lr", "1e30")
@@ -146,7 +150,7 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env):
 def test_failed_runs_are_retried(sweep_env):
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
-    plan = expand(spec, resolve_axes(spec, "cpu", families=["vit"], fractions=[1.0]), runs, pool_size=540)
+    plan = main_runs(spec, resolve_axes(spec, "cpu", families=["vit"], fractions=[1.0]), runs, 540, lambda *key: 0.003)
     assert run_sweep(plan, launcher=lambda run: 1) == {plan[0].name: "failed"}
     assert run_status(plan[0]) == "failed"
     assert run_sweep(plan, launcher=launch) == {plan[0].name: "done"}
@@ -183,17 +187,20 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     readme.write_text("intro\n<!-- tables:hand -->\nold numbers\n<!-- /tables:hand -->\noutro\n")
     paths = make_tables(exp, tmp_path / "out", readme)
     md = paths[1].read_text()
-    assert "| vit | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in md
+    assert "| vit | 0.1 | 100 |  |  |  | 0.6300 ± 0.0657 | 3 | -0.1700 ± 0.0745 |" in md
     assert "vit_f0.5_s0: diverged" in md and "test machine" in md
     doc = readme.read_text()
     assert doc.startswith("intro\n<!-- tables:hand -->\n") and doc.endswith("<!-- /tables:hand -->\noutro\n")
-    assert "old numbers" not in doc and "| vit | 0.1 | 100 | 0.6300 ± 0.0265 | 3 |" in doc
+    assert "old numbers" not in doc and "| vit | 0.1 | 100 |  |  |  | 0.6300 ± 0.0657 | 3 | -0.1700 ± 0.0745 |" in doc
     assert f"]({(tmp_path / 'out').as_posix()}/hand.png)" in doc
 
 
 @pytest.mark.parametrize("bad, match", [
     ({"epochz": 1}, "unknown key 'epochz' in spec"),
-    ({"protocol": "equal_time"}, "protocol 'equal_time'"),
+    ({"protocol": "equal_steps"}, "unknown key 'protocol' in spec"),
+    ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "min_steps": 0}}}, "min_steps=0 in profile 'cpu'"),
+    ({"profiles": {"cpu": {k: v for k, v in TINY_SPEC["profiles"]["cpu"].items() if k != "lrs"}}},
+     "lacks the key 'lrs'"),
 ])
 def test_spec_keys_are_checked(tmp_path, bad, match):
     path = tmp_path / "bad.yaml"
@@ -224,16 +231,20 @@ def test_every_spec_runs_one_batch(name, profile, fmnist_dir, tmp_path, capsys):
     train one batch of each family on CPU (DeiT without its teacher, which this test does not train)."""
     spec = load_spec(name)
     axes = resolve_axes(spec, profile)
-    plan = expand(spec, axes, tmp_path / "runs", pool_size=55_000)
+    plan = main_runs(spec, axes, tmp_path / "runs", 55_000, lambda *key: axes["lrs"][0])
     assert len(plan) == len(axes["families"]) * len(axes["fractions"]) * len(axes["seeds"]) * len(axes["recipes"])
-    assert [r.family for r in plan].index("resnet") < [r.family for r in plan].index("deit")
+    trials = tuning_runs(spec, axes, tmp_path / "runs", 55_000, axes["families"])
+    assert len(trials) == len(axes["families"]) * 2 * len(axes["lrs"]) * len(axes["recipes"])
+    assert all("--test_after_fit" in t.args for t in trials) and not any("--test_after_fit" in r.args for r in plan)
+    order = [r.family for r in plan]
+    assert "deit" not in order or order.index("resnet") < order.index("deit")
     firsts = {r.family: r for r in reversed(plan)}
     for run in firsts.values():
         args = list(run.args)
         if "--model.teacher_checkpoint" in args:
             i = args.index("--model.teacher_checkpoint")
             del args[i:i + 2]
-        code = main(["fit", *args, "--data.data_dir", str(fmnist_dir), "--data.fraction", "1",
+        code = main(["fit", *args, "--data.data_dir", str(fmnist_dir), "--data.fraction", "1", "--data.val_size", "100",
                      "--trainer.fast_dev_run", "1", "--trainer.enable_model_summary", "false"])
         assert code == 0, capsys.readouterr().err[-2000:]
 
@@ -243,8 +254,9 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys):
     assert main(["sweep", "--spec", "datascale", "--profile", "gpu", "--dry_run"]) == 0
     out = capsys.readouterr().out.splitlines()
     commands = [line for line in out if line.startswith("python -m experiments fit")]
-    assert len(commands) == 6 * 7 * 3
-    assert all("--trainer.max_steps" in c for c in commands)
+    assert len(commands) == 6 * 2 * 4 * 2  # families x tuned fractions x lrs x recipes: the tuning stage
+    assert all("--trainer.max_steps" in c and "--test_after_fit false" in c for c in commands)
+    assert out[-1].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: its commands are known once")
 
 
 def test_tables_never_average_different_configurations(tmp_path):

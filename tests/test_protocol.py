@@ -1,0 +1,91 @@
+"""The data-scale protocol: steps per training-set size, the plateau rule, and a tuning stage that
+chooses learning rates on validation accuracy without ever loading the test split."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from datamodules import ImageClassificationDataModule
+from experiments.__main__ import main
+from experiments.convergence import plateau
+from experiments.spec import load_spec, nearest_tuned, resolve_axes, steps_for, tuned_fractions
+from experiments.sweep import choose_lrs, run_sweep, tuning_stage
+
+SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipe_args": {"default": {}},
+        "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
+                             "val_checks": 2, "batch_size": 32, "lrs": [0.001, 0.01]}}}
+
+
+def test_steps_grow_with_n_above_a_floor():
+    axes = {"epochs": 10, "min_steps": 150, "val_checks": 10, "batch_size": 128}
+    # 10 * 590 / 128 = 46.1 -> the floor 150; 10 * 2950 / 128 = 230.5 -> 231 -> 240 (10 validations)
+    assert [steps_for(n, axes) for n in (590, 1180, 2950, 59_000)] == [150, 150, 240, 4610]
+    axes = {"epochs": 30, "min_steps": 1000, "val_checks": 20, "batch_size": 128}
+    assert steps_for(55_000, axes) == 12_900  # 30 * 55000 / 128 = 12890.6 -> 12891 -> 12900
+    assert steps_for(550, axes) == 1000
+
+
+def test_nearest_tuned_fraction_on_a_log_scale():
+    axes = {"fractions": [0.01, 0.02, 0.05, 0.1, 1.0]}
+    assert tuned_fractions(axes) == [0.01, 1.0]
+    # log distance: 0.1 is 2.30 from 0.01 and 2.30 from 1.0 (a tie: the smaller); 0.05 is nearer 0.01
+    assert [nearest_tuned(f, axes) for f in (0.01, 0.02, 0.05, 0.1, 0.2, 1.0)] == [0.01, 0.01, 0.01, 0.01, 1.0, 1.0]
+
+
+def test_plateau_rule():
+    # 8 validations of a 80-step run: the tail is steps > 60
+    flat = [(10, 0.5), (20, 0.7), (30, 0.8), (40, 0.84), (50, 0.85), (60, 0.85), (70, 0.852), (80, 0.855)]
+    p = plateau(flat, 80)
+    assert p["plateaued"] and p["tail_gain"] == pytest.approx(0.005) and p["best_step"] == 80
+    rising = flat[:6] + [(70, 0.86), (80, 0.87)]  # 2 points gained in the last quarter
+    assert not plateau(rising, 80)["plateaued"]
+    peaked = flat[:6] + [(70, 0.83), (80, 0.84)]  # best before the tail: plateaued, best at step 50
+    p = plateau(peaked, 80)
+    assert p["plateaued"] and p["best_step"] == 50 and p["tail_gain"] == pytest.approx(-0.01)
+    assert plateau([(80, 0.9)], 80) is None  # nothing before the tail to compare with
+
+
+def test_spec_profiles_resolve():
+    spec = load_spec("datascale")
+    cpu = resolve_axes(spec, "cpu")
+    assert cpu["fractions"] == sorted(cpu["fractions"]) and len(cpu["lrs"]) >= 2
+    gpu = resolve_axes(spec, "gpu")
+    assert len(gpu["seeds"]) >= 3 and "strong" in gpu["recipes"] and len(gpu["families"]) == 6
+    assert 10 <= gpu["val_checks"] <= 25 and 10 <= cpu["val_checks"] <= 25
+
+
+def test_choice_reads_validation_only(tmp_path):
+    """The lr with the best validation accuracy wins even when another has the better test accuracy."""
+    from experiments.spec import Run
+    runs = []
+    for lr, val, test in ((0.001, 0.80, 0.95), (0.003, 0.85, 0.70)):
+        d = tmp_path / f"vit_lr{lr}"
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"status": "done", "val_acc_best": val, "test_acc": test}))
+        runs.append(Run(0, d.name, "vit", 0.1, 0, "default", (), run_dir=d, stage="tune", lr=lr))
+    choices, records = choose_lrs(runs)
+    assert choices == {("vit", "default", 0.1): 0.003}
+    assert all("test_acc" not in r for r in records)
+
+
+def test_tuning_stage_never_loads_the_test_split(fmnist_dir, tmp_path, monkeypatch):
+    """Tuning trials run in this process with a DataModule whose test split raises: they finish,
+    and the lr is chosen; the main stage, which tests, does hit the trap."""
+    def trap(self):
+        raise AssertionError("the test split was read")
+    monkeypatch.setattr(ImageClassificationDataModule, "_test_arrays", trap)
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    spec = load_spec(str(path))
+    axes = resolve_axes(spec, "cpu")
+    in_process = lambda run: main(["fit", *run.args, "--trainer.enable_model_summary", "false"])  # noqa: E731
+    choices, trials = tuning_stage(spec, axes, tmp_path / "runs", 540,
+                                   run=lambda runs: run_sweep(runs, launcher=in_process))
+    assert len(trials) == 4
+    assert all(json.loads((t.run_dir / "summary.json").read_text())["status"] == "fitted" for t in trials)
+    assert set(choices) == {("resnet", "default", 1.0), ("vit", "default", 1.0)}
+    with pytest.raises(AssertionError, match="the test split was read"):
+        main(["fit", *trials[0].args[:-2]])  # the same run with its test: only the test is left, and it reads test
