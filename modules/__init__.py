@@ -7,3 +7,6 @@ __all__ = ["ARCHS", "BUDGET_TARGETS", "FAMILIES", "ConfigError", "build_model", 
 from .classifier import ImageClassifier  # noqa: E402
 
 __all__ += ["ImageClassifier"]
+from .packed import PackedClassifier  # noqa: E402
+
+__all__ += ["PackedClassifier"]

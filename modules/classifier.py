@@ -134,16 +134,22 @@ class ImageClassifier(L.LightningModule):
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, logits used for train accuracy). x: (B, C, H, W); y: (B,) or soft (B, classes)."""
+        out = self.model(x)  # DeiT: (cls, dist) (training mode + set_distilled_training(True))
+        teacher = self.is_deit and self.teacher is not None and self.hparams.distillation != "none"
+        return self.loss_from_outputs(out, y, self._teacher_logits(x) if teacher else None)
+
+    def loss_from_outputs(self, out, y: torch.Tensor, teacher_logits: torch.Tensor | None = None):
+        """training_loss from the model's training output `out` (logits (B, classes), DeiT: the pair
+        (cls, dist)) and, for DeiT, the teacher's logits (B, classes) or None (no teacher)."""
         if not self.is_deit:
-            logits = self.model(x)
-            return self._ce(logits, y), logits
-        cls, dist = self.model(x)  # training mode + set_distilled_training(True)
+            return self._ce(out, y), out
+        cls, dist = out
         base = self._ce(cls, y)
         kind, a = self.hparams.distillation, self.hparams.distill_alpha
         if kind == "none":  # DeiT's losses.py: the cls head's loss only; no teacher runs
             loss = base
-        elif self.teacher is not None:
-            loss = distillation_loss(base, dist, self._teacher_logits(x), kind, a, self.hparams.distill_tau)
+        elif teacher_logits is not None:
+            loss = distillation_loss(base, dist, teacher_logits, kind, a, self.hparams.distill_tau)
         else:  # no teacher: the dist head learns the labels too
             loss = (1 - a) * base + a * self._ce(dist, y)
         return loss, self.reported_logits(cls, dist)

@@ -1,0 +1,263 @@
+"""K runs of ONE configuration trained at once in one LightningModule (torch.func).
+
+Members differ only in their seed (initialisation, stochastic depth) and their batches. Their
+parameters and buffers are stacked along a leading member dimension K (stack_module_state) and one
+forward runs them all: torch.vmap(functional_call) over inputs (K, B, C, H, W). Each member gets
+exactly what ImageClassifier gives one run: its loss (ImageClassifier.loss_from_outputs: label
+smoothing, soft MixUp targets, DeiT's two heads and distillation against its own frozen teacher),
+AdamW with the same no-decay groups, warmup + cosine, and gradient clipping by its OWN global norm.
+BatchNorm running statistics are stacked buffers, updated in place per member under vmap.
+Packing changes nothing: tests/test_packed.py checks losses and weights against single runs.
+
+    packed = PackedClassifier(seeds=[0, 1, 2, 3], family="vit", budget="tiny")
+    L.Trainer(max_steps=..., gradient_clip_val=1.0).fit(packed, loader)  # batches x (K, B, C, H, W), y (K, B)
+    packed.save_member_checkpoint(2, "seed2.ckpt")  # for `python -m experiments test`, load_teacher
+"""
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
+from torch.func import functional_call, stack_module_state
+
+from .classifier import ImageClassifier, load_teacher
+from .optim import param_groups, warmup_cosine
+
+
+class _Member(nn.Module):
+    """One member as a function of its weights (for functional_call): the training loss and logits
+    of ImageClassifier.loss_from_outputs, or the reported evaluation logits."""
+
+    def __init__(self, clf: ImageClassifier):
+        super().__init__()
+        self.clf = clf  # its .model is the skeleton: weights come from functional_call ("clf.model.<name>")
+
+    def forward(self, x, y=None, teacher_logits=None):
+        if y is None:
+            return self.clf._eval_logits(x)["avg"]
+        return self.clf.loss_from_outputs(self.clf.model(x), y, teacher_logits)
+
+
+def clip_grad_norm_per_member(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ for each member k on its own slices p.grad[k]. Returns the
+    members' global gradient norms (K,) before clipping. No host sync."""
+    grads = [p.grad for p in params if p.grad is not None]               # each (K, ...)
+    k = grads[0].shape[0]
+    norms = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads])  # (P, K)
+    total = torch.linalg.vector_norm(norms, dim=0)                       # (K,)
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)                    # (K,) as clip_grad_norm_
+    for g in grads:
+        g.mul_(coef.to(g.dtype).view(k, *[1] * (g.ndim - 1)))
+    return total
+
+
+class PackedClassifier(L.LightningModule):
+    """K members of one ImageClassifier configuration (`**config`: its arguments) with `seeds`.
+
+    Batches: x (K, B, C, H, W), y (K, B) or soft (K, B, classes): member k trains on x[k], y[k].
+    Validation batches may also be shared, x (B, C, H, W), y (B,). Gradient clipping comes from
+    the Trainer's gradient_clip_val (norm), applied per member. DeiT members take their teachers
+    from `teacher_checkpoints` (one per member, or one for all; not config's teacher_checkpoint). A member whose loss turns NaN is reported (`diverged`, checked at log steps, before
+    validation and at epoch ends) and can no longer be exported; the others go on unaffected (no
+    operation mixes members); training stops (FloatingPointError) when all have diverged.
+    """
+
+    def __init__(self, seeds: Sequence[int] = (0, 1, 2, 3), teacher_checkpoints: Sequence[str] | str | None = None,
+                 **config):
+        super().__init__()
+        if config.get("teacher_checkpoint") is not None:
+            raise ValueError("PackedClassifier: give teacher_checkpoints (one per member), not teacher_checkpoint")
+        self.save_hyperparameters()
+        self.seeds = [int(s) for s in seeds]
+        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+            raise ValueError(f"seeds={self.seeds}: allowed distinct integers, at least one")
+        K = len(self.seeds)
+        members = [_member(s, config) for s in self.seeds]
+        template = members[0]
+        self.is_deit, self.complexity = template.is_deit, template.complexity
+        params, buffers = stack_module_state([m.model for m in members])  # name -> (K, ...)
+        skeleton = copy.deepcopy(template.model).to("meta")              # structure only, no storage
+        # The stacked weights live in member 0's network, its tensors replaced by the (K, ...)
+        # stacks (never called): state_dict names are the network's; Lightning moves and saves them.
+        self.members = template.model
+        for name, t in params.items():
+            _set(self.members, name, nn.Parameter(t.detach(), requires_grad=t.requires_grad), parameter=True)
+        for name, t in buffers.items():
+            _set(self.members, name, t, parameter=False)
+        template.model = skeleton
+        # outside the module tree: no parameters, not in state_dict, not moved (meta, never read)
+        self.__dict__["member_fn"] = _Member(template)
+        self.__dict__["template"] = template
+        if isinstance(teacher_checkpoints, str):
+            teacher_checkpoints = [teacher_checkpoints] * K
+        if teacher_checkpoints is not None and len(teacher_checkpoints) != K:
+            raise ValueError(f"teacher_checkpoints: {len(teacher_checkpoints)} given for {K} members")
+        if teacher_checkpoints is not None and not self.is_deit:
+            raise ValueError("teacher_checkpoints apply to family 'deit' only")
+        self.teacher_checkpoints = list(teacher_checkpoints) if teacher_checkpoints is not None else None
+        self.teachers = None   # (skeleton, params, buffers) of the stacked frozen teachers, loaded on first use
+        self.nan_step = self.nan_loss = None  # (K,) first step with a non-finite loss (-1: none), its loss
+        self.diverged: dict[int, str] = {}  # member -> what happened (filled by check_finite)
+        self._val_correct = self._val_count = None
+
+    @property
+    def num_members(self) -> int:
+        return len(self.seeds)
+
+    # ---------------- forward ----------------
+    def _weights(self) -> tuple[dict, dict]:
+        ps = {f"clf.model.{n}": p for n, p in self.members.named_parameters()}
+        bs = {f"clf.model.{n}": b for n, b in self.members.named_buffers()}
+        return ps, bs
+
+    def _teacher_logits(self, x: torch.Tensor) -> torch.Tensor | None:
+        """(K, B, classes) logits of each member's frozen teacher on its own images, or None."""
+        h = self.template.hparams
+        if not self.is_deit or h.distillation == "none" or self.teacher_checkpoints is None:
+            return None
+        if self.teachers is None:
+            nets = [load_teacher(p, h) for p in self.teacher_checkpoints]
+            tp, tb = stack_module_state(nets)
+            self.teachers = (copy.deepcopy(nets[0]).to("meta").eval(), tp, tb)
+        skel, tp, tb = self.teachers
+        if next(iter(tp.values())).device != x.device:
+            tp, tb = ({n: t.to(x.device) for n, t in d.items()} for d in (tp, tb))
+            self.teachers = (skel, tp, tb)
+        with torch.no_grad():
+            return torch.vmap(lambda p, b, xk: functional_call(skel, (p, b), (xk,)))(tp, tb, x)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None):
+        """Training (y given): per-member (losses (K,), logits (K, B, classes)); x (K, B, C, H, W).
+        Otherwise the reported logits (K, B, classes); x (K, B, C, H, W) or shared (B, C, H, W)."""
+        self.member_fn.train(self.training)
+        ps, bs = self._weights()
+        if y is None:
+            x = x.expand(self.num_members, *x.shape) if x.ndim == 4 else x  # shared images: a view
+            return torch.vmap(lambda p, b, xk: functional_call(self.member_fn, (p, b), (xk,)),
+                              randomness="different")(ps, bs, x)
+        t = self._teacher_logits(x) if self.training else None
+
+        def one(p, b, xk, yk, tk):  # one member: xk (B, C, H, W), yk (B,) or (B, classes), tk (B, classes)
+            return functional_call(self.member_fn, (p, b), (xk, yk, tk))
+        return torch.vmap(one, in_dims=(0, 0, 0, 0, None if t is None else 0), randomness="different")(ps, bs, x, y, t)
+
+    # ---------------- training ----------------
+    def training_step(self, batch, batch_idx):
+        x, y = batch                       # (K, B, C, H, W), (K, B) or (K, B, classes)
+        losses, _ = self(x, y)             # (K,)
+        self._watch_divergence(losses.detach())
+        if self._trainer is not None and self.trainer._logger_connector.should_update_logs:
+            self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+            for k in range(self.num_members):
+                self.log(f"train/loss_m{k}", losses[k].detach(), on_step=True, on_epoch=False, batch_size=x.shape[1])
+        # members share no weights: the gradient of the sum is each member's own gradient
+        return {"loss": losses.sum(), "losses": losses.detach()}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            clip_grad_norm_per_member(list(self.members.parameters()), float(gradient_clip_val))
+        else:  # by value: element-wise, the same for each member
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def configure_optimizers(self, total_steps: int | None = None):
+        """AdamW + warmup/cosine over `total_steps` (default: the Trainer's estimate), as ImageClassifier."""
+        h = self.template.hparams
+        total = int(total_steps or self.trainer.estimated_stepping_batches)
+        skeleton, stacked = self.template.model, dict(self.members.named_parameters())
+        name = {id(p): n for n, p in skeleton.named_parameters()}
+        groups = [{**g, "params": [stacked[name[id(p)]] for p in g["params"]]}  # the member's groups, stacked
+                  for g in param_groups(skeleton, h.weight_decay)]
+        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas))  # element-wise: per member
+        warmup = max(1, round(h.warmup_fraction * total))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: warmup_cosine(s, total, warmup, h.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # ---------------- divergence (device flag, host check at log steps / validation / saves) ----------------
+    def _watch_divergence(self, losses: torch.Tensor) -> None:
+        if self.nan_step is None:
+            self.nan_step, self.nan_loss = torch.full_like(losses, -1, dtype=torch.long), torch.zeros_like(losses)
+        first = ~torch.isfinite(losses) & (self.nan_step < 0)                # (K,) no host sync
+        self.nan_step = torch.where(first, self.global_step, self.nan_step)
+        self.nan_loss = torch.where(first, losses, self.nan_loss)
+
+    def check_finite(self) -> None:
+        """Record members whose loss was not finite (one host sync); raise when all have diverged."""
+        if self.nan_step is None:
+            return
+        for k, (step, loss) in enumerate(zip(self.nan_step.tolist(), self.nan_loss.tolist())):
+            if step >= 0 and k not in self.diverged:
+                self.diverged[k] = f"diverged: loss is {loss} at step {step}"
+                rank_zero_warn(f"packed member {k} (seed {self.seeds[k]}) {self.diverged[k]}")
+        if len(self.diverged) == self.num_members:
+            raise FloatingPointError(f"all {self.num_members} members {self.diverged[0]} (member 0)")
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if self.trainer._logger_connector.should_update_logs:
+            self.check_finite()
+
+    def on_train_epoch_end(self) -> None:
+        self.check_finite()
+
+    # ---------------- validation: accuracy of each member ----------------
+    def validation_step(self, batch, batch_idx):
+        x, y = batch                                  # (K, B, ...), (K, B) or shared (B, ...), (B,)
+        logits = self(x)                              # (K, B, classes)
+        correct = (logits.argmax(-1) == y).sum(-1)    # (K,)
+        n = torch.full_like(correct, logits.shape[1])
+        self._val_correct = correct if self._val_correct is None else self._val_correct + correct
+        self._val_count = n if self._val_count is None else self._val_count + n
+
+    def on_validation_start(self) -> None:
+        self.check_finite()
+
+    def on_validation_epoch_end(self) -> None:
+        if self._val_correct is None:
+            return
+        acc = self._val_correct.float() / self._val_count    # (K,)
+        for k in range(self.num_members):
+            self.log(f"val/acc_m{k}", acc[k])
+        self.log("val/acc_mean", acc.mean(), prog_bar=True)
+        self._val_correct = self._val_count = None
+
+    # ---------------- export ----------------
+    def member_state_dict(self, k: int) -> dict[str, torch.Tensor]:
+        """Member k's network weights (build_model's names and shapes; copies on the CPU)."""
+        return {n: t[k].detach().cpu().clone() for n, t in self.members.state_dict().items()}
+
+    def save_member_checkpoint(self, k: int, path, hparams: dict | None = None) -> None:
+        """A checkpoint of member k as ImageClassifier writes one (state_dict "model.*" and
+        hyper_parameters): ImageClassifier.load_from_checkpoint, load_teacher and
+        `python -m experiments test --ckpt_path` accept it. hparams: overrides of the member's
+        hyper-parameters (default: the configuration; a DeiT member records its teacher)."""
+        self.check_finite()
+        if k in self.diverged:
+            raise FloatingPointError(f"member {k} (seed {self.seeds[k]}) {self.diverged[k]}: no checkpoint")
+        hp = dict(self.template.hparams)
+        if self.teacher_checkpoints is not None:
+            hp["teacher_checkpoint"] = str(self.teacher_checkpoints[k])
+        hp.update(hparams or {})
+        torch.save({"state_dict": {f"model.{n}": t for n, t in self.member_state_dict(k).items()},
+                    "hyper_parameters": hp, "hparams_name": "kwargs", "complexity": self.complexity,
+                    "val_acc_best": None, "epoch": self.current_epoch, "global_step": self.global_step,
+                    "pytorch-lightning_version": L.__version__, "packed": {"member": k, "seed": self.seeds[k]}},
+                   path)
+
+
+def _member(seed: int, config: dict) -> ImageClassifier:
+    """As a single run: seed, then ImageClassifier (the global RNG is left as it was). Outside the
+    class: Lightning's save_hyperparameters would also collect PackedClassifier's arguments."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ImageClassifier(**config)
+
+
+def _set(module: nn.Module, name: str, value: torch.Tensor, parameter: bool) -> None:
+    """Replace the parameter or buffer `name` ("blocks.0.attn.qkv.weight") of `module` in place."""
+    owner, _, attr = name.rpartition(".")
+    m = module.get_submodule(owner)
+    (m._parameters if parameter else m._buffers)[attr] = value
