@@ -74,9 +74,9 @@ fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tin
 	  echo "== $$f"; $(PY) -m experiments fit $$args --model.family $$f $$extra || exit 1; \
 	done
 
-bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop (-> results/benchmarks.txt)
-	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py; } \
-	  | tee results/benchmarks.txt
+bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4 (-> results/benchmarks.txt)
+	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \
+	  && $(PY) benchmarks/family_throughput.py; } | tee results/benchmarks.txt
 
 clean-venv: ## remove .venv
 	rm -rf $(VENV)
