@@ -95,7 +95,8 @@ class ImageClassifier(L.LightningModule):
         self._loss_sum, self._loss_n = None, 0     # this epoch's training loss: (,) sum over images, count
         self._nan_step = self._nan_loss = None     # (,) first step with a non-finite loss (-1: none), its loss
 
-    def _metrics(self, prefix: str, postfix: str, calibration: bool = False, validate_args: bool = True) -> MetricCollection:
+    def _metrics(self, prefix: str, postfix: str, calibration: bool = False,
+                 validate_args: bool = True) -> MetricCollection:
         c = self.hparams.num_classes
         m = {"acc": MulticlassAccuracy(c, top_k=1, average="micro", validate_args=validate_args)}
         if c >= 10:

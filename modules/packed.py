@@ -61,9 +61,10 @@ class PackedClassifier(L.LightningModule):
     Batches: x (K, B, C, H, W), y (K, B) or soft (K, B, classes): member k trains on x[k], y[k].
     Validation batches may also be shared, x (B, C, H, W), y (B,). Gradient clipping comes from
     the Trainer's gradient_clip_val (norm), applied per member. DeiT members take their teachers
-    from `teacher_checkpoints` (one per member, or one for all; not config's teacher_checkpoint). A member whose loss turns NaN is reported (`diverged`, checked at log steps, before
-    validation and at epoch ends) and can no longer be exported; the others go on unaffected (no
-    operation mixes members); training stops (FloatingPointError) when all have diverged.
+    from `teacher_checkpoints` (one per member, or one for all; not config's teacher_checkpoint).
+    A member whose loss turns NaN is reported (`diverged`, checked at log steps, before validation
+    and at epoch ends) and can no longer be exported; the others go on unaffected (no operation
+    mixes members); training stops (FloatingPointError) when all have diverged.
     """
 
     def __init__(self, seeds: Sequence[int] = (0, 1, 2, 3), teacher_checkpoints: Sequence[str] | str | None = None,
