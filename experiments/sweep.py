@@ -280,7 +280,13 @@ def main(argv: list[str]) -> int:
                             pool, axes)
             waiting = [f for f in axes["families"] if f not in families]
             if waiting:
-                print(f"## main stage of {', '.join(waiting)}: its commands are known once their tuning is done")
+                # the steps do not depend on the learning rate: the stage's cost is known before tuning
+                pending = main_runs(spec, {**axes, "families": waiting}, runs_dir, pool, lambda *key: axes["lrs"][0])
+                tuned = [r for r in pending if r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes)]
+                new = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in pending if r not in tuned)
+                print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
+                      f"trials, then only tested), {new:,} more optimisation steps; their commands are known once "
+                      "their tuning is done")
         return 0
 
     start = time.perf_counter()

@@ -256,7 +256,8 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys):
     commands = [line for line in out if line.startswith("python -m experiments fit")]
     assert len(commands) == 6 * 2 * 4 * 2  # families x tuned fractions x lrs x recipes: the tuning stage
     assert all("--trainer.max_steps" in c and "--test_after_fit false" in c for c in commands)
-    assert out[-1].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: its commands are known once")
+    # 6 families x 7 fractions x 3 seeds x 2 recipes; 6 x 2 tuned fractions x 2 recipes are tuning trials (seed 0)
+    assert out[-1].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: 252 runs (24 of them tuning trials")
 
 
 def test_tables_never_average_different_configurations(tmp_path):
