@@ -13,7 +13,8 @@ from experiments.__main__ import main
 
 from tests.conftest import SMOKE
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "recipe_args": {"default": {}},
-        "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1}}}
+        "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1,
+                             "min_steps": 4, "val_checks": 2, "lrs": [0.003]}}}
 
 
 def one_error_line(capsys) -> str:
@@ -75,7 +76,7 @@ def test_bad_fit_input_is_one_line(fmnist_dir, make_dm, tmp_path, capsys, args, 
 @pytest.mark.parametrize("text, expected", [
     ("name: [unclosed\n", ["is not valid YAML (line 2)", "bad.yaml"]),
     ("- a\n- b\n", ["spec bad.yaml is a list, not a mapping", "allowed keys dataset, families, name"]),
-    (yaml.safe_dump({**SPEC, "profiles": {}}), ["spec bad.yaml has no profiles", "budget, epochs, fractions, seeds"]),
+    (yaml.safe_dump({**SPEC, "profiles": {}}), ["spec bad.yaml has no profiles", "batch_size, budget, epochs, families, fractions"]),
     (yaml.safe_dump({**SPEC, "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0]}}}),
      ["profile 'cpu' of bad.yaml lacks the key 'epochs'", "required budget, fractions, seeds, epochs"]),
     (yaml.safe_dump({k: v for k, v in SPEC.items() if k != "name"}),

@@ -210,7 +210,7 @@ def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path):
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     listed = [line for line in out.stdout.splitlines() if line.startswith("# ")]
-    assert len(listed) == 126 and not [line for line in listed if "[new]" not in line]
+    assert len(listed) == 6 * 2 * 4 * 2 and not [line for line in listed if "[new]" not in line]
     committed = list((clone / "results" / "runs" / "datascale").glob("*/summary.json"))
     assert committed, "the clone has no committed cpu-profile runs to confuse with"
 

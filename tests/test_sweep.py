@@ -249,9 +249,12 @@ def test_every_spec_runs_one_batch(name, profile, fmnist_dir, tmp_path, capsys):
         assert code == 0, capsys.readouterr().err[-2000:]
 
 
-def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys):
+def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
-    assert main(["sweep", "--spec", "datascale", "--profile", "gpu", "--dry_run"]) == 0
+    spec = load_spec("datascale")
+    spec["profiles"]["gpu"]["val_size"] = 100  # the test data has 600 training images
+    (tmp_path / "datascale.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["sweep", "--spec", str(tmp_path / "datascale.yaml"), "--profile", "gpu", "--dry_run"]) == 0
     out = capsys.readouterr().out.splitlines()
     commands = [line for line in out if line.startswith("python -m experiments fit")]
     assert len(commands) == 6 * 2 * 4 * 2  # families x tuned fractions x lrs x recipes: the tuning stage
