@@ -28,11 +28,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from datamodules import ImageClassificationDataModule
+from datamodules.splits import resolve_train_size
 
 from .run_record import read_summary, write_json, write_summary
 from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, steps_for, tuned_fractions,
                    tuning_runs)
-from datamodules.splits import resolve_train_size
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
 TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
@@ -170,17 +170,9 @@ def tuning_stage(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) ->
     choices, _ = choose_lrs(first)
     trials = list(first)
     if "deit" in axes["families"]:
-        teacher_dir = {}
-        if TEACHER_FAMILY in axes["families"]:
-            lr_of = lr_lookup(choices, axes)
-            by_name = {r.name: r.run_dir for r in first}
-            from .spec import run_name
-            for recipe in axes["recipes"]:
-                for f in tuned_fractions(axes):
-                    if (TEACHER_FAMILY, recipe, f) in choices:
-                        name = run_name(TEACHER_FAMILY, axes["budget"], axes["dataset"], f, axes["seeds"][0], recipe,
-                                        lr_of(TEACHER_FAMILY, recipe, f))
-                        teacher_dir[(f, axes["seeds"][0], recipe)] = by_name[name]
+        # each DeiT trial distils from the ResNet trial at the ResNet's chosen lr (same fraction, seed, recipe)
+        teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in first
+                       if r.family == TEACHER_FAMILY and choices.get((r.family, r.recipe, r.fraction)) == r.lr}
         deit = tuning_runs(spec, axes, runs_dir, pool, ["deit"], teacher_dir)
         deit = [replace(r, index=len(first) + i) for i, r in enumerate(deit)]
         if run:

@@ -396,6 +396,9 @@ def _reading(rows: list[dict]) -> str:
         text += " Some of these means rest on one seed (no interval): a single draw, not a measured trend."
     else:
         text += f" The 95% intervals of these means are up to ±{max(r['test_acc_ci95'] for r in used):.4f}."
+    if any(r.get("still_improving") for r in used):
+        text += (" Runs behind these means were still improving at their last validation (†): this is a gap between "
+                 "unconverged models, not yet a finding.")
     return text
 
 

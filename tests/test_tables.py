@@ -92,6 +92,15 @@ def test_reading_says_the_cnn_lead_narrows():
     assert "one seed" in text
 
 
+def test_reading_flags_unconverged_runs():
+    rows = _rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("vit", 100): 0.70, ("vit", 1000): 0.84})
+    (text,) = scaling_reading(rows)
+    assert "still improving" not in text
+    rows[3]["still_improving"] = 1  # vit at 1,000 images
+    (text,) = scaling_reading(rows)
+    assert "still improving at their last validation" in text and "unconverged" in text
+
+
 def test_reading_says_plainly_when_the_gap_widens():
     (text,) = scaling_reading(_rows({("convnext", 100): 0.80, ("convnext", 1000): 0.88,
                                      ("swin", 100): 0.75, ("swin", 1000): 0.70}))
