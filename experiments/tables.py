@@ -577,13 +577,14 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, 
         out += [f"- {s['run']}: {s['test'].get('acc_cls', float('nan')):.4f} / "
                 f"{s['test'].get('acc_dist', float('nan')):.4f} / {s['test']['acc']:.4f}" for s in deit]
     out += ["", "#### What the numbers say", "", *(f"{p}\n" for p in scaling_reading(rows))]
-    out += ["#### Slope of log test error vs log n", "",
+    slopes = error_slopes(rows) if len({r["train_size"] for r in rows}) > 1 else []  # one size: no slope
+    out += [] if not slopes else ["#### Slope of log test error vs log n", "",
             "Least squares over every finished run (seeds are separate points), ± the half-width of its 95% "
             "t-interval (df = points - 2; n/a with fewer than 3 points or one training-set size). More negative: "
             "the error falls faster as data grows; the paper's claim is a steeper slope for transformers.", "",
             "| family | " + ("settings | " if with_settings else "") + "slope (95% CI) | points | sizes |",
             "|---|" + ("---|" if with_settings else "") + "---:|---:|---:|"]
-    for s in error_slopes(rows):
+    for s in slopes:
         out.append(f"| {s['family']} | " + (f"{s['settings']} | " if with_settings else "")
                    + (_pm(s["slope"], s["slope_ci95"], signed=True) if s["slope"] is not None else "n/a")
                    + f" | {s['points']} | {len(s['train_sizes'].split())} |")
@@ -666,8 +667,12 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         paths.append(png)
     text = render_markdown(name, rows, summaries, sweep, png, tuning)
     paths[1].write_text(text)
-    paths.append(out_dir / f"{name}_slopes.csv")
-    write_slopes_csv(error_slopes(rows), paths[-1])
+    slopes = out_dir / f"{name}_slopes.csv"
+    if png is not None:  # more than one training-set size
+        write_slopes_csv(error_slopes(rows), slopes)
+        paths.append(slopes)
+    elif slopes.exists():
+        slopes.unlink()
     stale = out_dir / f"{name}_tuning.csv"
     if tuning.get("profiles"):
         write_tuning_csv(tuning, stale)
