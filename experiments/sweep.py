@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -299,6 +300,8 @@ def main(argv: list[str]) -> int:
                 results[f"{f} (main stage)"] = "failed"
         runs = main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)) \
             if families else []
+        # the tables show these runs, not those of an earlier choice: run name without its lr -> folder
+        plan = {re.sub(r"_lr[^_]+", "", r.name): r.run_dir.name for r in runs}
         if a.only:
             bad = [i for i in a.only if not 0 <= i < len(runs)]
             if bad:
@@ -317,6 +320,9 @@ def main(argv: list[str]) -> int:
     previous = record["profiles"].get(profile, {})
     record["profiles"][profile] = {**axes, "pool_size": pool,
                                    "sample_efficiency_accuracy": spec.get("sample_efficiency_accuracy")}
+    plan = {**previous.get("main_runs", {}), **(plan if a.stage != "tune" else {})}  # overrides plan a subset
+    if plan:
+        record["profiles"][profile]["main_runs"] = dict(sorted(plan.items()))
     if a.stage == "all" and not a.only:
         record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(results),
                                                          "statuses": counts, "jobs": a.jobs}

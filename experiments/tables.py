@@ -522,7 +522,19 @@ def _pm(value: float | None, ci: float | None, signed: bool = False) -> str:
     return (f"{value:+.4f}" if signed else f"{value:.4f}") + (f" ± {ci:.4f}" if ci is not None else " ± n/a")
 
 
-def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, tuning: dict | None = None) -> str:
+def planned(summaries: list[dict], sweep: dict) -> tuple[list[dict], list[dict]]:
+    """(runs the table covers, finished runs it leaves out). When the sweep recorded its main
+    stage's runs (sweep.json, per profile), a finished run outside that plan, e.g. one trained at a
+    learning rate an earlier tuning chose, is left out of the rows: one row per current choice."""
+    plan = {name for rec in (sweep.get("profiles") or {}).values() for name in (rec.get("main_runs") or {}).values()}
+    if not plan:
+        return summaries, []
+    out = [s for s in summaries if s.get("status") == "done" and s.get("run") not in plan]
+    return [s for s in summaries if s not in out], out
+
+
+def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, tuning: dict | None = None,
+                    left_out: list[dict] = ()) -> str:
     threshold = _threshold(sweep)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
     with_settings = any(settings)
@@ -543,6 +555,9 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, 
     out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
                f"wall time summed over runs (fit only): {wall / 60:.1f} min"
                + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
+    if left_out:
+        out.append(f"- not in the table: {len(left_out)} finished runs outside the sweep's current plan (trained at a "
+                   f"learning rate an earlier tuning chose): {', '.join(sorted(s['run'] for s in left_out))}")
     for profile, rec in sorted((sweep.get("profiles") or {}).items()):
         last = rec.get("last_invocation")
         if last:
@@ -654,6 +669,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     name = exp_dir.name
     summaries = collect(exp_dir)
     sweep, tuning = _read_json(exp_dir / "sweep.json"), _read_json(exp_dir / "tuning.json")
+    summaries, left_out = planned(summaries, sweep)
     rows = aggregate(summaries)
     if not rows:
         raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")
@@ -665,7 +681,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         png = out_dir / f"{name}.png"
         plot(rows, summaries, png)
         paths.append(png)
-    text = render_markdown(name, rows, summaries, sweep, png, tuning)
+    text = render_markdown(name, rows, summaries, sweep, png, tuning, left_out)
     paths[1].write_text(text)
     slopes = out_dir / f"{name}_slopes.csv"
     if png is not None:  # more than one training-set size

@@ -68,6 +68,8 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     # S(n) = max(4, 0.25 * n / 32) rounded up to a multiple of 2 validations: n=270 -> 4, n=540 -> 6
     assert {(s["train_size"], s["steps"]) for s in done.values()} == {(270, 4), (540, 6)}
     assert all(len(s["val_history"]) == 2 for s in done.values())
+    plan = json.loads((runs / "tiny" / "sweep.json").read_text())["profiles"]["cpu"]["main_runs"]
+    assert sorted(plan) == sorted(name.replace("_lr0.003", "") for name in done)  # run name without lr -> folder
     tuning = json.loads((runs / "tiny" / "tuning.json").read_text())["profiles"]["cpu"]
     assert {(c["family"], c["fraction"], c["lr"]) for c in tuning["choices"]} == {
         (f, fr, 0.003) for f in ("deit", "resnet") for fr in (0.5, 1.0)}

@@ -303,3 +303,20 @@ def test_reading_says_when_cnns_catch_up():
                                      ("hybrid", 100): 0.80, ("hybrid", 1000): 0.87}))
     assert "hybrid at every training-set size" in text
     assert "the transformer lead narrows from 0.1000 to 0.0200" in text and "opposite of the paper" in text
+
+
+def test_rows_follow_the_sweeps_current_plan(tmp_path):
+    """A run trained at the lr an earlier tuning chose stays on disk but leaves the table once
+    sweep.json's plan names the run of the new choice; without a plan every finished run is a row."""
+    exp = tmp_path / "runs" / "plan"
+    old = _run(exp, "resnet", 0.1, 0, 0.80, lr=0.003)
+    new = _run(exp, "resnet", 0.1, 0, 0.82, lr=0.01)
+    vit = _run(exp, "vit", 0.1, 0, 0.70, lr=0.003)
+    (exp / "sweep.json").write_text(json.dumps({"spec": "plan", "profiles": {"cpu": {"main_runs": {
+        "resnet_f0.1_s0": new, "vit_f0.1_s0": vit}}}}))
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    rows = [r for r in _table(md, "resnet") if "± n/a" in r]  # the main table's rows
+    assert len(rows) == 1 and "0.8200" in rows[0] and "| 0.01 |" in rows[0]
+    assert "not in the table: 1 finished runs outside the sweep's current plan" in md and old in md
+    (exp / "sweep.json").unlink()
+    assert len([r for r in _table(make_tables(exp, tmp_path / "out")[1].read_text(), "resnet") if "± n/a" in r]) == 2
