@@ -87,7 +87,7 @@ SEED_SOURCE = "../shared/seeds/001_6d13c2a403580097.txt (ViT configuration table
 
 
 class SeedClaim(NamedTuple):
-    what: str                 # the article's words
+    claim: str                # the article's words
     timm_name: str            # the model that settles it
     image_size: int
     claimed_g: float          # printed as "G FLOPs"
@@ -153,7 +153,7 @@ def _verdict(c: SeedClaim, readings: dict[str, float], depth: int) -> str:
     return "; ".join(parts)
 
 
-def check_seed_claims() -> list[dict]:
+def seed_claims() -> list[dict]:
     """Per SEED_CLAIMS entry: the claim, the article's formula (one layer and x depth, both MACs), the
     measured whole model (MACs, FLOPs, params at the claim's resolution) and a one-line verdict."""
     rows = []
@@ -170,9 +170,9 @@ def check_seed_claims() -> list[dict]:
             ok = abs(c.claimed_params_m / params_m - 1) <= MATCH_TOL
             verdict += (f"; params {c.claimed_params_m:g}M {'right' if ok else 'wrong'} "
                         f"({_off(c.claimed_params_m, params_m)})")
-        rows.append({"what": c.what, "timm_name": c.timm_name, "image_size": c.image_size,
+        rows.append({"claim": c.claim, "timm_name": c.timm_name, "image_size": c.image_size,
                      "claimed_g": c.claimed_g, "claimed_params_m": c.claimed_params_m,
-                     "formula_layer_gmacs": layer, "depth": depth, "formula_model_gmacs": layer * depth,
+                     "formula_layer_g": layer, "depth": depth, "formula_model_g": layer * depth,
                      "measured_gmacs": readings["MACs"], "measured_gflops": readings["FLOPs"],
                      "measured_params_m": params_m, "verdict": verdict})
     return rows
