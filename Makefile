@@ -15,6 +15,7 @@ BUDGET ?=
 DATASET ?=
 RECIPES ?=
 STAGE ?=
+PARTS ?=
 JOBS ?= 1
 SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
 	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
@@ -25,7 +26,7 @@ EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test exp-datascale exp-datascale-commands tables tensorboard families \
+.PHONY: help install data test exp-datascale exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench clean-venv
 
 help: ## list the targets
@@ -52,6 +53,10 @@ test: install ## run the test suite (offline, a few minutes on 2 cores)
 exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS=)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
+
+exp-complexity: install ## cost against resolution: paper-scale table vs timm, FLOPs/throughput/memory slopes, pos-embed interpolation (PROFILE= PARTS=)
+	$(PY) -m experiments complexity $(if $(PROFILE),--profile $(PROFILE)) $(if $(PARTS),--parts $(PARTS)) || failed=1; \
+	$(PY) -m experiments tables --experiment complexity; exit $${failed:-0}
 
 exp-datascale-commands: install ## print each run's exact command for a cluster scheduler; runs nothing
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run

@@ -15,6 +15,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 import datasets
 from datasets import Array3D, ClassLabel, Dataset, DatasetDict, Features
@@ -152,6 +153,15 @@ def _pick_column(ds: Dataset, given: str | None, candidates: tuple[str, ...], wh
                        f"columns: {ds.column_names}; name it with {what}_column=")
 
 
+def _as_image(value) -> Image.Image:
+    """A PIL image from an image column's value: an image, or a decoded (H, W, C) uint8 array
+    (Fashion-MNIST's IDX files are stored decoded, and resize_to resizes them through PIL too)."""
+    if isinstance(value, Image.Image):
+        return value
+    array = np.asarray(value, dtype=np.uint8)
+    return Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
+
+
 def _decode(raw: DatasetDict, image_column, label_column, image_size, name) -> DatasetDict:
     """Decode every image once to uint8 (H, W, C): one channel if the first image is grayscale,
     else RGB; resized to image_size when given (needed when the images differ in size)."""
@@ -164,7 +174,7 @@ def _decode(raw: DatasetDict, image_column, label_column, image_size, name) -> D
     if isinstance(train.features[icol], Array3D) and image_size is None:  # already decoded
         return DatasetDict({s: raw[s].select_columns([icol, lcol]).rename_columns(
             {icol: "image", lcol: "label"}) for s in ("train", "test")})
-    first = train[0][icol]
+    first = _as_image(train[0][icol])
     mode = "L" if first.mode in ("L", "1", "I;16", "I") else "RGB"
     size = (image_size, image_size) if image_size else first.size
     channels = 1 if mode == "L" else 3
@@ -172,7 +182,7 @@ def _decode(raw: DatasetDict, image_column, label_column, image_size, name) -> D
     def decode(batch):
         out = []
         for img in batch[icol]:
-            img = img.convert(mode)
+            img = _as_image(img).convert(mode)
             if img.size != size:
                 if image_size is None:
                     raise DatasetError(f"images of {name!r} differ in size ({img.size} vs {size}); "

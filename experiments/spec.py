@@ -20,7 +20,7 @@ from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
 
 SPECS = Path(__file__).parent / "specs"
-TOP_KEYS = {"name", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
+TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
                 "families", "recipes"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
@@ -61,6 +61,9 @@ def load_spec(name_or_path: str) -> dict:
         mark = getattr(e, "problem_mark", None)
         raise ValueError(f"spec {str(path)!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
                          + f": {getattr(e, 'problem', None) or e}") from None
+    if isinstance(spec, dict) and spec.get("runner", "sweep") != "sweep":
+        raise ValueError(f"spec {path.name} is run by `python -m experiments {spec['runner']}` "
+                         f"(make exp-{spec['runner']}), not by sweep")
     _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "families", "profiles",
                                                                    "recipe_args"))
     if not isinstance(spec["profiles"], dict) or not spec["profiles"]:

@@ -29,6 +29,10 @@ from pathlib import Path
 
 from modules import FAMILIES
 
+from .complexity_tables import MEASUREMENTS
+from .complexity_tables import NAME as COMPLEXITY
+from .complexity_tables import make_tables as complexity_tables
+from .readme_blocks import update_readme_block
 from .run_record import read_identity, read_summary
 from .seed_statistics import loglog_error_slope, mean_ci, paired_difference
 
@@ -709,21 +713,6 @@ def _read_json(path: Path) -> dict:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
 
 
-def update_readme_block(readme: Path, name: str, text: str, out_dir: Path) -> bool:
-    """Replaces the README's generated block for `name` (title dropped, image paths made relative
-    to the README). False when the README has no such block."""
-    begin, end = f"<!-- tables:{name} -->", f"<!-- /tables:{name} -->"
-    if not readme.is_file():
-        return False
-    doc = readme.read_text()
-    if begin not in doc or end not in doc:
-        return False
-    body = text.split("\n", 2)[2].replace(f"]({name}.png)", f"]({out_dir.as_posix()}/{name}.png)")
-    head, rest = doc.split(begin, 1)
-    readme.write_text(f"{head}{begin}\n{body.strip()}\n{end}{rest.split(end, 1)[1]}")
-    return True
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments tables", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -733,12 +722,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--readme", default=str(README), help="README whose generated blocks to refresh ('' for none)")
     a = p.parse_args(argv)
     runs_dir = Path(a.runs_dir)
-    names = a.experiment or sorted({d.parent.parent.name for d in runs_dir.glob("*/*/summary.json")})
+    names = a.experiment or sorted({d.parent.parent.name for d in runs_dir.glob("*/*/summary.json")}
+                                   | {d.parent.name for d in runs_dir.glob(f"*/{MEASUREMENTS}")})
     if not names:
         raise ValueError(f"no runs in {runs_dir}: run an experiment first (make exp-datascale)")
     for name in names:
         if not (runs_dir / name).is_dir():
             raise ValueError(f"experiment {name!r} has no folder in {runs_dir}")
-        for path in make_tables(runs_dir / name, Path(a.out), Path(a.readme) if a.readme else None):
+        # exp-complexity's tables come from its measurements; its training run is only an input
+        maker = complexity_tables if name == COMPLEXITY else make_tables
+        for path in maker(runs_dir / name, Path(a.out), Path(a.readme) if a.readme else None):
             print(f"wrote {path}")
     return 0

@@ -31,6 +31,23 @@ def test_fashion_mnist_from_idx_files(make_dm):
     assert y.dtype == torch.int64 and int(y.max()) < 10
 
 
+def test_fashion_mnist_resized(make_dm):
+    """Fashion-MNIST is stored decoded (arrays, not images): resize_to still resizes it, and the
+    splits are those of the native size (exp-complexity evaluates a 28x28 run's splits at 56x56)."""
+    native, big = make_dm(val_size=60), make_dm(val_size=60, resize_to=56)
+    assert (big.image_size, big.num_channels) == (56, 1)
+    np.testing.assert_array_equal(big.val_indices, native.val_indices)
+    np.testing.assert_array_equal(big.train_indices, native.train_indices)
+    big.setup("fit")
+    native.setup("fit")
+    small = native._tensors["val"][0]
+    large = big._tensors["val"][0]
+    assert large.shape == (60, 1, 56, 56) and large.dtype == torch.uint8
+    # the resized image is the native one upsampled: its 2x2 blocks average to about the native pixels
+    down = torch.nn.functional.avg_pool2d(large.float(), 2)
+    assert (down - small.float()).abs().mean() < 12
+
+
 def test_decoded_dataset_is_cached(make_dm, monkeypatch):
     make_dm().prepare_data()
 

@@ -1,0 +1,307 @@
+"""results/complexity.{md,csv}, complexity_scaling.csv, complexity_interpolation.csv and the plots,
+regenerated from <runs_dir>/complexity/measurements_<profile>.json alone (written by
+`python -m experiments complexity`). Slopes are of log cost against log resolution: a cost linear
+in the number of patches grows as resolution^2, global attention's N^2 term as resolution^4.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from .complexity import PARTS
+from .readme_blocks import update_readme_block
+from .resolution_scaling import crossover, local_slope, loglog_slope
+
+MEASUREMENTS = "measurements_*.json"
+NAME = "complexity"
+GROUPS = (("scaling", "Paper-scale models"), ("ours", "The suite's families"))
+MODES = (("infer", "inference"), ("train", "training"))
+
+
+def _num(v, fmt: str = "{:,.2f}") -> str:
+    return "" if v is None else fmt.format(v)
+
+
+def _rel(v) -> str:
+    return "" if v is None else f"{v:+.2%}"
+
+
+def _provenance_line(part: str, result: dict) -> str:
+    p = result["provenance"]
+    vers = ", ".join(f"{k} {v}" for k, v in p["versions"].items() if k in ("python", "torch", "timm", "lightning"))
+    return (f"- {part}: {p['seconds']:.0f} s on {p['hardware']} ({p['device']}, {p['threads']} threads), "
+            f"{vers}, commit {p['commit']}, {p['date']}")
+
+
+# ---------------- resolution scaling ----------------
+def scaling_points(group: dict) -> list[dict]:
+    """One row per (model, resolution): FLOPs (every counted resolution) joined with the timing."""
+    rows = []
+    for m in group["models"]:
+        timed = {t["resolution"]: t for t in m["timing"]}
+        for f in m["flops"]:
+            t = timed.get(f["resolution"], {})
+            row = {"model": m["model"], "resolution": f["resolution"], "gflops": f["gflops"],
+                   "attention_gflops": f["attention_gflops"], "batch_size": group["batch_size"]}
+            for mode, _ in MODES:
+                row[f"{mode}_img_s"] = t.get(f"{mode}_img_s")
+                row[f"{mode}_peak_mib"] = t.get(f"{mode}_peak_mib")
+                row[f"{mode}_status"] = t.get(f"{mode}_status")  # None: FLOPs counted, not timed
+            rows.append(row)
+    return rows
+
+
+def _ok(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    pts = [(r["resolution"], r[key]) for r in rows if r.get(key) not in (None, 0)]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _ms_per_image(rows: list[dict], mode: str) -> tuple[list[float], list[float]]:
+    xs, ys = _ok(rows, f"{mode}_img_s")
+    return xs, [1000.0 / y for y in ys]
+
+
+def slopes(points: list[dict]) -> list[dict]:
+    """Per model and cost: the OLS slope over every point and the slope between the two largest."""
+    out = []
+    for model in dict.fromkeys(r["model"] for r in points):
+        rows = [r for r in points if r["model"] == model]
+        costs = {"GFLOPs": _ok(rows, "gflops"), "training ms/image": _ms_per_image(rows, "train"),
+                 "inference ms/image": _ms_per_image(rows, "infer"), "training peak MiB": _ok(rows, "train_peak_mib")}
+        for cost, (xs, ys) in costs.items():
+            if len(xs) >= 2:
+                out.append({"model": model, "cost": cost, "slope": loglog_slope(xs, ys), "end_slope": local_slope(xs, ys),
+                            "from": min(xs), "to": max(xs), "points": len(xs)})
+    return out
+
+
+def crossovers(points: list[dict], pairs: list[list[str]]) -> list[dict]:
+    """For each [global, windowed] pair: the resolution from which the windowed model is cheaper."""
+    out = []
+    for a, b in pairs:
+        ra, rb = [r for r in points if r["model"] == a], [r for r in points if r["model"] == b]
+        for cost, get in (("GFLOPs", lambda rows: _ok(rows, "gflops")),
+                          ("inference ms/image", lambda rows: _ms_per_image(rows, "infer")),
+                          ("training ms/image", lambda rows: _ms_per_image(rows, "train"))):
+            xa, ya = get(ra)
+            xb, yb = get(rb)
+            common = sorted(set(xa) & set(xb))
+            if not common:
+                continue
+            ca = [ya[xa.index(x)] for x in common]
+            cb = [yb[xb.index(x)] for x in common]
+            out.append({"global": a, "windowed": b, "cost": cost, "crossover": crossover(common, ca, cb),
+                        "from": common[0], "to": common[-1],
+                        "ratio_first": cb[0] / ca[0], "ratio_last": cb[-1] / ca[-1]})
+    return out
+
+
+def _crossover_text(c: dict) -> str:
+    where = (f"cheaper from resolution {c['crossover']:.0f}" if c["crossover"] is not None and c["crossover"] > c["from"]
+             else f"cheaper at every measured resolution ({c['from']}-{c['to']})" if c["crossover"] is not None
+             else f"not cheaper by {c['to']}")
+    return (f"{c['windowed']} vs {c['global']}, {c['cost']}: {where} "
+            f"(ratio {c['windowed']}/{c['global']} {c['ratio_first']:.2f} at {c['from']}, {c['ratio_last']:.2f} at {c['to']})")
+
+
+def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    by = {(s["model"], s["cost"]): s["end_slope"] for s in slope_rows}
+    panels = (("GFLOPs", "forward GFLOPs / image"), ("training ms/image", "ms per image (train solid, infer dashed)"),
+              ("training peak MiB", "peak training activation memory (MiB)"))
+    for ax, (cost, ylabel) in zip(axes, panels):
+        for i, model in enumerate(dict.fromkeys(r["model"] for r in points)):
+            rows = [r for r in points if r["model"] == model]
+            color = f"C{i}"
+            xs, ys = {"GFLOPs": lambda: _ok(rows, "gflops"), "training ms/image": lambda: _ms_per_image(rows, "train"),
+                      "training peak MiB": lambda: _ok(rows, "train_peak_mib")}[cost]()
+            if xs:
+                s = by.get((model, cost))
+                ax.plot(xs, ys, "o-", color=color, label=f"{model}" + (f" (end slope {s:.1f})" if s is not None else ""))
+            if cost == "training ms/image":
+                xi, yi = _ms_per_image(rows, "infer")
+                ax.plot(xi, yi, "o--", color=color, alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("input resolution (pixels per side)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title + ": log-log; slope 2 = linear in patches, 4 = quadratic")
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _status_cell(r: dict, mode: str) -> str:
+    status = r.get(f"{mode}_status")
+    if status == "ok":
+        return _num(r[f"{mode}_img_s"], "{:,.1f}")
+    return status or "not timed"
+
+
+SLOPE_COSTS = ("GFLOPs", "training ms/image", "inference ms/image", "training peak MiB")
+
+
+def _slope_table(slope_rows: list[dict]) -> list[str]:
+    lines = ["| model | " + " | ".join(SLOPE_COSTS) + " |", "|---|" + "---:|" * len(SLOPE_COSTS)]
+    by = {(r["model"], r["cost"]): r for r in slope_rows}
+    for model in dict.fromkeys(r["model"] for r in slope_rows):
+        cells = [f"{by[model, c]['slope']:.2f} / {by[model, c]['end_slope']:.2f} ({by[model, c]['from']}-"
+                 f"{by[model, c]['to']})" if (model, c) in by else "" for c in SLOPE_COSTS]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def reading(points: list[dict], slope_rows: list[dict], cross: list[dict]) -> list[str]:
+    """Generated from the numbers: each model's growth regime and its attention share."""
+    out = []
+    ends = {(r["model"], r["cost"]): r for r in slope_rows}
+    for model in dict.fromkeys(r["model"] for r in points):
+        rows = [r for r in points if r["model"] == model and r["gflops"]]
+        f = ends.get((model, "GFLOPs"))
+        t = ends.get((model, "training ms/image"))
+        if f is None:
+            continue
+        regime = "quadratic in the patches" if f["end_slope"] > 3 else "between linear and quadratic" \
+            if f["end_slope"] > 2.3 else "linear in the pixels"
+        share = f"attention {rows[0]['attention_gflops'] / rows[0]['gflops']:.0%} of its FLOPs at {rows[0]['resolution']}, " \
+                f"{rows[-1]['attention_gflops'] / rows[-1]['gflops']:.0%} at {rows[-1]['resolution']}"
+        timed = (f"; measured training time per image grows with slope {t['end_slope']:.2f} between {t['to']} and the "
+                 f"point before it") if t else "; training not timed at two sizes"
+        out.append(f"- {model}: FLOPs grow as resolution^{f['end_slope']:.2f} at the top of the range ({regime}; "
+                   f"{share}){timed}.")
+    return out + [f"- {_crossover_text(c)}." for c in cross]
+
+
+def render_group(key: str, title: str, group: dict, png: str, full: bool = True) -> list[str]:
+    points = scaling_points(group)
+    slope_rows, cross = slopes(points), crossovers(points, group["crossover"])
+    lines = [f"## {title}: cost against resolution", "",
+             f"Batch {group['batch_size']}" + (f", budget {group['budget']}" if "budget" in group else "")
+             + ". Slopes of log cost against log resolution: 2 = linear in the number of patches, 4 = quadratic "
+               "(global attention's N² term). What the numbers say:", ""]
+    lines += reading(points, slope_rows, cross)
+    lines += ["", f"![{title}]({png})", "", "Slopes, all points / the two largest (resolutions):", ""]
+    lines += _slope_table(slope_rows)
+    if full:
+        lines += ["", "Images/s are medians over timed steps. Peak MiB is the memory the timed steps added above the "
+                  "resident model: activations (and gradients when training); weights, optimizer state and one-off "
+                  "first-call allocations are not in it (CUDA: max allocated; CPU: the peak resident set). FLOPs of "
+                  "further sizes are in the csv and the plot.", "",
+                  "| model | res | GFLOPs | attention share | infer img/s | train img/s | infer peak MiB | train peak MiB |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in points:
+            if r["infer_status"] is None and r["train_status"] is None:
+                continue  # FLOPs only
+            share = r["attention_gflops"] / r["gflops"] if r["gflops"] else 0.0
+            lines.append(f"| {r['model']} | {r['resolution']} | {_num(r['gflops'])} | {share:.1%} | "
+                         f"{_status_cell(r, 'infer')} | {_status_cell(r, 'train')} | "
+                         f"{_num(r['infer_peak_mib'], '{:,.0f}')} | {_num(r['train_peak_mib'], '{:,.0f}')} |")
+    return lines + [""]
+
+
+# ---------------- the paper-scale table and the seeds' figures ----------------
+def render_paper(paper: dict) -> list[str]:
+    lines = [f"## Paper-scale models at {paper['image_size']}x{paper['image_size']} (timm, built without weights)", "",
+             "FLOPs = 2 x multiply-adds, attention's q·kᵀ and attn·v included, counted by torch's FlopCounterMode "
+             "on the meta device. Published: " + paper["published_source"] + ".", "",
+             "| model | timm name | params (M) | published | Δ | GMACs | published | Δ | GFLOPs | attention GFLOPs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in paper["models"]:
+        lines.append(f"| {m['label']} | `{m['timm_name']}` | {m['params_m']:.2f} | {m['published_params_m']:.2f} | "
+                     f"{_rel(m['params_rel_diff'])} | {m['gmacs']:.2f} | {m['published_gmacs']:.2f} | "
+                     f"{_rel(m['gmacs_rel_diff'])} | {m['gflops']:.2f} | {m['attention_gflops']:.2f} |")
+    worst = max(max(abs(m["params_rel_diff"]), abs(m["gmacs_rel_diff"])) for m in paper["models"])
+    lines += ["", f"Largest difference to timm's published figures: {worst:.2%}.", "",
+              "### The source article's figures (../shared/seeds/001)", "",
+              "| claim | claimed | article's formula, one layer | x depth | measured GMACs | measured GFLOPs | verdict |",
+              "|---|---:|---:|---:|---:|---:|---|"]
+    for c in paper["seed_claims"]:
+        lines.append(f"| {c['claim']} | {_num(c['claimed_g'])} | {_num(c.get('formula_layer_g'))} | "
+                     f"{_num(c.get('formula_model_g'))} | {_num(c['measured_gmacs'])} | {_num(c['measured_gflops'])} | "
+                     f"{c['verdict']} |")
+    return lines + [""]
+
+
+# ---------------- position-embedding interpolation ----------------
+INTERPOLATION_COLUMNS = ("method", "phase", "resolution", "val_acc", "test_acc", "val_images", "test_images",
+                         "finetune_steps")
+
+
+def render_interpolation(part: dict) -> list[str]:
+    rows = part["rows"]
+    source = next(r for r in rows if r["phase"] == "source")
+    lines = [f"## Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
+             f"Source: run `{part['source_run']}` (trained by the suite at {source['resolution']}x{source['resolution']}), "
+             f"val {source['val_acc']:.4f}, test {source['test_acc']:.4f} at its own size "
+             f"({source['val_images']:,} / {source['test_images']:,} images). At {part['target_size']}x{part['target_size']} "
+             f"the patch stays, so the grid doubles per side; the position table is resized by each method, then "
+             f"fine-tuned {part['finetune_steps']} steps (AdamW, lr {part['lr']:g}, batch {part['batch_size']}; the same "
+             "batches for every method; nothing is chosen on either split).", "",
+             "| method | val before | test before | val after fine-tune | test after fine-tune |", "|---|---:|---:|---:|---:|"]
+    for method in dict.fromkeys(r["method"] for r in rows if r["phase"] != "source"):
+        before = next(r for r in rows if r["method"] == method and r["phase"] == "before fine-tune")
+        after = next((r for r in rows if r["method"] == method and r["phase"] == "after fine-tune"), None)
+        lines.append(f"| {method} | {before['val_acc']:.4f} | {before['test_acc']:.4f} | "
+                     f"{_num(after and after['val_acc'], '{:.4f}')} | {_num(after and after['test_acc'], '{:.4f}')} |")
+    half = 1.96 * math.sqrt(0.25 / source["test_images"])
+    lines += ["", f"One seed; a binomial 95% interval on {source['test_images']:,} test images is at most ±{half:.3f}.", ""]
+    return lines
+
+
+# ---------------- files ----------------
+def _write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] | list[str]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
+    """Every profile's record (cpu first) into one markdown file; csv rows carry the profile."""
+    import json
+    records = []
+    for path in sorted(Path(exp_dir).glob(MEASUREMENTS)):
+        try:
+            records.append(json.loads(path.read_text()))
+        except ValueError as e:
+            raise ValueError(f"{path} is not valid JSON: {e}") from None
+    if not records:
+        raise ValueError(f"no measurements in {exp_dir}: run `make exp-complexity` first")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = [f"# {NAME}", "", "What each family costs as images grow. Regenerated by `make tables` from "
+            f"{Path(exp_dir).as_posix()}/{MEASUREMENTS} (measured by `make exp-complexity`).", ""]
+    paper_rows, scaling_rows, interp_rows, paths = [], [], [], []
+    for rec in records:
+        prof, parts = rec["profile"], rec["parts"]
+        text += [f"# Profile {prof}", "", "Measured:"] + [_provenance_line(k, parts[k]) for k in PARTS if k in parts] + [""]
+        if "paper" in parts:
+            text += render_paper(parts["paper"])
+            paper_rows += [{"profile": prof, **m} for m in parts["paper"]["models"]]
+        for key, title in GROUPS:
+            if key in parts:
+                png = f"{NAME}_{key}_{prof}.png"
+                points = scaling_points(parts[key])
+                plot_scaling(points, slopes(points), f"{title} ({prof})", out_dir / png)
+                paths.append(out_dir / png)
+                text += render_group(key, title, parts[key], png)
+                scaling_rows += [{"profile": prof, "group": key, **r} for r in points]
+        if "interpolation" in parts:
+            text += render_interpolation(parts["interpolation"])
+            interp_rows += [{"profile": prof, **r} for r in parts["interpolation"]["rows"]]
+    md = out_dir / f"{NAME}.md"
+    md.write_text("\n".join(text).rstrip() + "\n")
+    paths.insert(0, md)
+    for suffix, rows in (("", paper_rows), ("_scaling", scaling_rows), ("_interpolation", interp_rows)):
+        path = out_dir / f"{NAME}{suffix}.csv"
+        if rows:
+            _write_csv(path, rows, list(dict.fromkeys(k for r in rows for k in r)))
+            paths.append(path)
+    if readme is not None and update_readme_block(readme, NAME, md.read_text(), out_dir):
+        paths.append(readme)
+    return paths

@@ -1,0 +1,115 @@
+"""exp-complexity: the committed spec's profiles are runnable, a tiny spec runs every part end to
+end into its tables, a part run again replaces only its own entry, and bad input is one line."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from experiments.__main__ import main
+from experiments.complexity import PARTS, load_complexity_spec, record_path, source_run
+from experiments.complexity_tables import make_tables
+from experiments.paper_models import PAPER_MODELS, build_paper_model
+from modules import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = str(ROOT / "experiments" / "configs" / "smoke.yaml")
+
+
+def tiny_spec() -> dict:
+    return {"name": "complexity", "runner": "complexity", "paper_image_size": 224, "profiles": {"cpu": {
+        "scaling": {"models": ["DeiT-Ti", "Swin-T"], "resolutions": [32, 64], "flop_resolutions": [32, 48, 64],
+                    "batch_size": 1, "crossover": [["DeiT-Ti", "Swin-T"]]},
+        "ours": {"families": ["vit", "swin"], "budget": "tiny", "in_chans": 1, "resolutions": [28, 56],
+                 "batch_size": 2, "crossover": [["vit", "swin"]]},
+        "timing": {"warmup": 1, "reps": 1, "max_point_seconds": 60, "memory_limit_gib": 8},
+        "interpolation": {"source": {"family": "vit", "budget": "tiny", "max_epochs": 1, "args": ["--config", SMOKE, "--data.crop_padding", "0"]},
+                          "target_size": 56, "methods": ["bicubic", "none"], "finetune_steps": 2, "lr": 1e-4,
+                          "batch_size": 8, "eval_images": 50}}}}
+
+
+@pytest.fixture
+def spec_env(fmnist_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    path = tmp_path / "complexity.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec()))
+    return path, tmp_path / "runs"
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_committed_profiles_are_runnable(profile, tmp_path, capsys):
+    """Every model and resolution of the committed spec builds (on meta: no compute) and the
+    interpolation source's `fit` options are accepted by the CLI."""
+    spec = load_complexity_spec()
+    p = spec["profiles"][profile]
+    labels = {m.label: m.timm_name for m in PAPER_MODELS}
+    for label in p["scaling"]["models"]:
+        for r in sorted(set(p["scaling"]["resolutions"]) | set(p["scaling"]["flop_resolutions"])):
+            build_paper_model(labels[label], r, device="meta")
+    with torch.device("meta"):
+        for family in p["ours"]["families"]:
+            for r in p["ours"]["resolutions"]:
+                build_model(family, p["ours"]["budget"], image_size=r, in_chans=p["ours"]["in_chans"])
+    for a, b in p["scaling"]["crossover"] + p["ours"]["crossover"]:
+        assert {a, b} <= set(p["scaling"]["models"]) | set(p["ours"]["families"])
+    run = source_run(tmp_path / "runs", p["interpolation"]["source"])
+    assert run.run_dir.parent == tmp_path / "runs" / "complexity"
+    assert main(["run_dir", *run.args]) == 0 and capsys.readouterr().out.strip() == str(run.run_dir)
+
+
+def test_tiny_spec_end_to_end(spec_env, tmp_path):
+    spec, runs = spec_env
+    assert main(["complexity", "--spec", str(spec), "--profile", "cpu", "--runs_dir", str(runs)]) == 0
+    record = json.loads(record_path(runs, "cpu").read_text())
+    assert set(record["parts"]) == set(PARTS)
+    for part in PARTS:
+        assert record["parts"][part]["provenance"]["seconds"] > 0
+    ours = {m["model"]: m for m in record["parts"]["ours"]["models"]}
+    assert [t["resolution"] for t in ours["vit"]["timing"]] == [28, 56]
+    assert all(t["train_status"] == "ok" and t["train_img_s"] > 0 for t in ours["vit"]["timing"])
+    vit = [f["gflops"] for f in ours["vit"]["flops"]]
+    assert vit[1] > 4 * vit[0]  # 4x the patches, and attention's N^2 term on top
+
+    out = tmp_path / "results"
+    paths = make_tables(runs / "complexity", out)
+    md = (out / "complexity.md").read_text()
+    for heading in ("Paper-scale models at 224", "cost against resolution", "position-embedding interpolation"):
+        assert heading in md
+    assert (out / "complexity_scaling_cpu.png").stat().st_size > 10_000
+    rows = list(csv.DictReader((out / "complexity_interpolation.csv").open()))
+    assert {(r["method"], r["phase"]) for r in rows} >= {("bicubic", "after fine-tune"), ("none", "before fine-tune")}
+    assert out / "complexity.csv" in paths and len(list(csv.DictReader((out / "complexity.csv").open()))) == len(PAPER_MODELS)
+
+    # a part measured again replaces its own entry only; the source run is reused, not retrained
+    before = json.loads(record_path(runs, "cpu").read_text())
+    source_ckpt = next((runs / "complexity").glob("*/checkpoints/best.ckpt"))
+    mtime = source_ckpt.stat().st_mtime_ns
+    assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs), "--parts", "interpolation"]) == 0
+    after = json.loads(record_path(runs, "cpu").read_text())
+    assert source_ckpt.stat().st_mtime_ns == mtime
+    for part in ("paper", "scaling", "ours"):
+        assert after["parts"][part] == before["parts"][part]
+
+
+def test_bad_input_is_one_line(spec_env, capsys):
+    spec, runs = spec_env
+    cases = [(["--parts", "speed"], "unknown part 'speed': allowed paper, scaling, ours, interpolation"),
+             (["--profile", "tpu"], "unknown profile 'tpu': allowed cpu"),
+             (["--profile", "gpu"], "unknown profile 'gpu'")]
+    for args, message in cases:
+        assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    bad = tiny_spec()
+    bad["profiles"]["cpu"]["timing"]["repeats"] = 3
+    spec.write_text(yaml.safe_dump(bad))
+    assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs)]) == 2
+    assert "unknown key 'repeats' in timing of profile 'cpu'" in capsys.readouterr().err
+    assert not runs.exists()  # rejected before anything was measured or written
+    assert main(["sweep", "--spec", "complexity", "--dry_run"]) == 2
+    assert "is run by `python -m experiments complexity`" in capsys.readouterr().err
