@@ -193,6 +193,9 @@ def _decode(raw: DatasetDict, image_column, label_column, image_size, name) -> D
 
     features = Features({"image": Array3D(shape=(size[1], size[0], channels), dtype="uint8"),
                          "label": label_feature})
-    return DatasetDict({s: raw[s].map(decode, batched=True, batch_size=256, features=features,
-                                      remove_columns=raw[s].column_names, desc=f"decoding {name}/{s}")
-                        for s in ("train", "test")})
+    # arrays stored decoded (Fashion-MNIST's IDX files) come as one (B, H, W, C) ndarray per batch
+    # instead of nested Python lists: 10x faster to resize
+    numpy = isinstance(train.features[icol], Array3D)
+    return DatasetDict({s: (raw[s].with_format("numpy") if numpy else raw[s]).map(
+        decode, batched=True, batch_size=256, features=features, remove_columns=raw[s].column_names,
+        desc=f"decoding {name}/{s}") for s in ("train", "test")})

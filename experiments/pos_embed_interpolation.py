@@ -13,6 +13,10 @@ the sequence; the paper resizes it by 2D interpolation. Methods compared:
 
 The prefix tokens' slot (the class token's position embedding) is carried over unchanged by every
 method. Methods differ only in this table: same source weights, same fine-tuning batches and seed.
+
+A control, "native", fine-tunes the same steps at the source size with the table untouched: the
+source run is not trained to convergence, so part of any gain after fine-tuning is just more
+training; the control measures that part.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import yaml
 from torch import nn
 
 METHODS = ("bicubic", "nearest", "none")
+NATIVE = "native"  # the control: same fine-tune at the source size, no resize
 PHASES = ("source", "before fine-tune", "after fine-tune")
 
 
@@ -128,7 +133,7 @@ def _accuracy(model: nn.Module, loader, device: torch.device, limit: int | None 
 def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHODS, finetune_steps: int,
                         lr: float, batch_size: int, seed: int = 0, device: str = "cpu",
                         data_overrides: dict | None = None, eval_images: int | None = None,
-                        progress: bool = True) -> list[dict]:
+                        native_control: bool = True, progress: bool = True) -> list[dict]:
     """Evaluate the run's ViT at its own size ("source"), then for each method at `target_size`
     before and after `finetune_steps` AdamW steps at the fixed `lr` (the run's weight decay,
     betas, label-smoothed cross-entropy and gradient clipping) on batches of the run's training
@@ -138,7 +143,8 @@ def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHOD
     `seed` sets the fine-tune's batch order and augmentation (the subset stays the run's) and
     torch's RNG; both restart for every method. `data_overrides`: other DataModule arguments (e.g.
     data_dir where the data now lives, eval_batch_size); changing split settings changes the splits.
-    Evaluation and fine-tuning run in fp32. `eval_images` caps each split's evaluation at its first
+    With `native_control`, the "native" rows repeat the fine-tune at the source size (module
+    docstring). Evaluation and fine-tuning run in fp32. `eval_images` caps each split's evaluation at its first
     N images (a budget: at 56x56 ViT-tiny evaluates a few hundred images/s on 2 CPU cores).
 
     Rows: method, resolution, phase (source, before fine-tune, after fine-tune), val_acc,
@@ -189,14 +195,17 @@ def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHOD
     source_row = evaluate(source.to(device), native, None, at_source, h.image_size, 0)
     target = ImageClassificationDataModule(**{**data, "resize_to": target_size})
     rows = []
-    for method in methods:
-        model = resize_pos_embed(copy.deepcopy(source), target_size, method).to(device)
-        rows += [{**source_row, "method": method},
-                 evaluate(model, target, method, before, target_size, 0)]
+    for method in (*methods, NATIVE) if native_control else methods:
+        if method == NATIVE:
+            model, dm, size = copy.deepcopy(source).to(device), native, h.image_size
+            rows += [{**source_row, "method": method}, {**source_row, "method": method, "phase": before}]
+        else:
+            model, dm, size = resize_pos_embed(copy.deepcopy(source), target_size, method).to(device), target, target_size
+            rows += [{**source_row, "method": method}, evaluate(model, dm, method, before, size, 0)]
         # A plain loop, not a Trainer: a brief fixed-step fine-tune at a fixed lr has no
         # checkpoints, validation schedule, warmup or run folder for Lightning to manage.
         torch.manual_seed(seed)
-        loader = target.train_dataloader()
+        loader = dm.train_dataloader()
         loader.seed = seed  # batch order and augmentation; restarts at epoch 0 for every method
         optimizer = torch.optim.AdamW(param_groups(model, h.weight_decay), lr=lr, betas=tuple(h.betas))
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -212,5 +221,5 @@ def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHOD
             optimizer.step()
         say(f"{method} fine-tuned {finetune_steps} steps of {loader.batch_size} at lr {lr:g} "
             f"({time.perf_counter() - start:.1f} s)")
-        rows.append(evaluate(model, target, method, after, target_size, finetune_steps))
+        rows.append(evaluate(model, dm, method, after, size, finetune_steps))
     return rows

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from timm.layers import resample_abs_pos_embed
 
-from experiments.pos_embed_interpolation import METHODS, interpolation_study, load_source, resize_pos_embed
+from experiments.pos_embed_interpolation import METHODS, NATIVE, interpolation_study, load_source, resize_pos_embed
 from modules import ImageClassifier, build_model
 
 from .conftest import make_images
@@ -103,12 +103,19 @@ def test_study_end_to_end(cli, png_dir):
 
     rows = interpolation_study(run_dir, 56, finetune_steps=2, lr=1e-3, batch_size=16, progress=False)
     assert [(r["method"], r["phase"]) for r in rows] == [
-        (m, p) for m in METHODS for p in ("source", "before fine-tune", "after fine-tune")]
+        (m, p) for m in (*METHODS, NATIVE) for p in ("source", "before fine-tune", "after fine-tune")]
     for r in rows:
         assert 0 <= r["val_acc"] <= 1 and 0 <= r["test_acc"] <= 1
         assert (r["val_images"], r["test_images"]) == (60, 100)  # all of the val and test splits
-        assert r["resolution"] == (28 if r["phase"] == "source" else 56)
+        assert r["resolution"] == (28 if r["phase"] == "source" or r["method"] == NATIVE else 56)
         assert r["finetune_steps"] == (2 if r["phase"] == "after fine-tune" else 0)
+    # the control starts from the source itself; the resized models start from their own evaluation
+    native = [r for r in rows if r["method"] == NATIVE]
+    assert native[1]["val_acc"] == native[0]["val_acc"] and native[1]["test_acc"] == native[0]["test_acc"]
+    capped = interpolation_study(run_dir, 56, methods=["none"], finetune_steps=0, lr=1e-3, batch_size=16,
+                                 eval_images=25, native_control=False, progress=False)
+    assert [r["method"] for r in capped] == ["none"] * 3
+    assert all((r["val_images"], r["test_images"]) == (25, 25) for r in capped)
     # the source row is the run's own validation and test of best.ckpt (same splits, same weights)
     summary = json.loads((run_dir / "summary.json").read_text())
     source = rows[0]
