@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from .provenance import git_commit, hardware, versions
-from .run_record import write_json
+from .run_record import read_json, write_json
 from .spec import SPECS, Run, _reject_unknown
 
 PARTS = ("paper", "scaling", "ours", "interpolation")
@@ -57,16 +57,6 @@ def load_complexity_spec(path: Path = SPECS / "complexity.yaml") -> dict:
 
 def record_path(runs_dir: Path, profile: str) -> Path:
     return Path(runs_dir) / EXPERIMENT / f"measurements_{profile}.json"
-
-
-def read_record(path: Path) -> dict:
-    import json
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except ValueError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}): move it away to measure afresh") from None
 
 
 # ---------------- the parts ----------------
@@ -167,7 +157,7 @@ def measure(parts: list[str], profile_name: str, spec: dict, runs_dir: Path, dev
     """Runs `parts` of the profile, merging each into the record as soon as it is measured."""
     profile = spec["profiles"][profile_name]
     path = record_path(runs_dir, profile_name)
-    record = read_record(path)
+    record = read_json(path, hint=": move it away to measure afresh")
     record.setdefault("parts", {})
     record.update(experiment=EXPERIMENT, profile=profile_name)
     runners = {"paper": paper_part, "scaling": scaling_part, "ours": ours_part,

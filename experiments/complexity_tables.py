@@ -13,6 +13,7 @@ from pathlib import Path
 from .complexity import PARTS
 from .pos_embed_interpolation import NATIVE
 from .readme_blocks import update_readme_block
+from .run_record import read_json
 from .resolution_scaling import crossover, local_slope, loglog_slope
 
 MEASUREMENTS = "measurements_*.json"
@@ -268,13 +269,7 @@ def _write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] | list[str
 
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
     """Every profile's record (cpu first) into one markdown file; csv rows carry the profile."""
-    import json
-    records = []
-    for path in sorted(Path(exp_dir).glob(MEASUREMENTS)):
-        try:
-            records.append(json.loads(path.read_text()))
-        except ValueError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
+    records = [read_json(path) for path in sorted(Path(exp_dir).glob(MEASUREMENTS))]
     if not records:
         raise ValueError(f"no measurements in {exp_dir}: run `make exp-complexity` first")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,17 @@ def read_identity(run_dir: Path) -> dict | None:
         return None
 
 
+def read_json(path: Path, hint: str = "") -> dict:
+    """A record the tables or a runner reads back: {} when absent; a corrupt file is one error line."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}{hint}") from None
+
+
 def write_json(path: Path, record: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")

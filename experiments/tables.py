@@ -33,7 +33,7 @@ from .complexity_tables import MEASUREMENTS
 from .complexity_tables import NAME as COMPLEXITY
 from .complexity_tables import make_tables as complexity_tables
 from .readme_blocks import update_readme_block
-from .run_record import read_identity, read_summary
+from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import loglog_error_slope, mean_ci, paired_difference
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
@@ -672,7 +672,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     experiment, if it has one."""
     name = exp_dir.name
     summaries = collect(exp_dir)
-    sweep, tuning = _read_json(exp_dir / "sweep.json"), _read_json(exp_dir / "tuning.json")
+    sweep, tuning = read_json(exp_dir / "sweep.json"), read_json(exp_dir / "tuning.json")
     summaries, left_out = planned(summaries, sweep)
     rows = aggregate(summaries)
     if not rows:
@@ -702,15 +702,6 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     if readme is not None and update_readme_block(readme, name, text, out_dir):
         paths.append(readme)
     return paths
-
-
-def _read_json(path: Path) -> dict:
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except ValueError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
 
 
 def main(argv: list[str]) -> int:

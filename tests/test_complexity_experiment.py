@@ -111,5 +111,13 @@ def test_bad_input_is_one_line(spec_env, capsys):
     assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs)]) == 2
     assert "unknown key 'repeats' in timing of profile 'cpu'" in capsys.readouterr().err
     assert not runs.exists()  # rejected before anything was measured or written
+    spec.write_text(yaml.safe_dump(tiny_spec()))
+    record = record_path(runs, "cpu")
+    record.parent.mkdir(parents=True)
+    record.write_text("{half a record")
+    assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs), "--parts", "paper"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "is not valid JSON" in err[-1] and "move it away to measure afresh" in err[-1]
+    assert record.read_text() == "{half a record"  # nothing measured over it
     assert main(["sweep", "--spec", "complexity", "--dry_run"]) == 2
     assert "is run by `python -m experiments complexity`" in capsys.readouterr().err
