@@ -157,7 +157,10 @@ def schedule_args(axes: dict, n: int) -> list[str]:
 
 
 def tuned_fractions(axes: dict) -> list[float]:
-    """Where the learning rate is tuned: the smallest and the largest fraction of the profile."""
+    """Where the learning rate is tuned: the axes' own tuned_fractions (exp-distill's cpu profile
+    tunes at one), else the smallest and the largest fraction of the profile."""
+    if axes.get("tuned_fractions"):
+        return sorted(float(f) for f in axes["tuned_fractions"])
     return sorted({axes["fractions"][0], axes["fractions"][-1]})
 
 

@@ -1,0 +1,372 @@
+"""`python -m experiments distill`: DeiT students against CNN and transformer teachers (specs/distill.yaml).
+
+Four stages, each resumable (finished runs are skipped, interrupted ones resume, failed ones are
+retried; one failing run never stops the others):
+1. tune: every teacher family, and the student with no teacher (variant none), at each learning
+   rate of the grid at the tuned fractions (first seed); the winner on validation accuracy is used
+   at the nearest tuned fraction. The trial that won is the main run of its configuration.
+2. teachers: every teacher family x fraction x seed, tested.
+3. students: every variant/teacher of the profile x fraction x seed, distilling from the teacher
+   run of the same subset and seed, tested by each head (cls, dist, cls+dist).
+4. probes: per finished student, on the first `probe_images` test images: agreement of each head
+   with every teacher of its subset and seed, and the cls-dist token cosine after each block
+   (<student run>/distill_probes.json).
+<runs_dir>/distill/distill.json records the profile's axes, the tuning trials and choices, and which
+run folders form the table; `make tables` (experiments/distill_tables.py) reads only these files.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import yaml
+from rich.progress import Progress
+
+from datamodules import ImageClassificationDataModule
+from datamodules.splits import resolve_train_size
+from modules import BUDGET_TARGETS, FAMILIES
+from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_predict, token_cosine
+
+from .provenance import git_commit, hardware, versions
+from .run_record import read_json, read_summary, write_json
+from .spec import SPECS, Run, _reject_unknown, _run, nearest_tuned, steps_for, tuned_fractions
+from .sweep import TUNED, choose_lrs, run_sweep, run_status
+
+NAME = "distill"
+RECORD = "distill.json"
+PROBES = "distill_probes.json"
+TOP_KEYS = {"name", "runner", "dataset", "student", "variants", "profiles"}
+PROFILE_KEYS = {"teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
+                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "jobs"}
+PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
+                    "lrs", "probe_images")
+STAGES = ("tune", "teachers", "students", "probes")
+NO_TEACHER = "none"   # the student variant trained alone
+
+
+# ---------------- the spec ----------------
+def load_distill_spec(name_or_path: str = NAME) -> dict:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SPECS / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ValueError(f"distill spec {str(path)!r} does not exist: allowed specs/distill.yaml or a path to a .yaml")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "student", "variants", "profiles"))
+    if spec.get("runner", NAME) != NAME:
+        raise ValueError(f"spec {path.name} has runner {spec['runner']!r}: allowed {NAME!r} for `experiments distill`")
+    variants = spec["variants"]
+    if not isinstance(variants, dict) or NO_TEACHER not in variants:
+        raise ValueError(f"variants in {path.name}: allowed a mapping of {', '.join(DISTILLATION_TYPES)} to fit options, "
+                         f"with {NO_TEACHER!r} among them")
+    for v, args in variants.items():
+        if v not in DISTILLATION_TYPES or not isinstance(args, dict) or args.get("model.distillation") != v:
+            raise ValueError(f"variant {v!r} in {path.name}: allowed {', '.join(DISTILLATION_TYPES)}, each a mapping "
+                             f"of fit options that sets model.distillation to its own name")
+    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
+        raise ValueError(f"spec {path.name} has no profiles")
+    for name, profile in spec["profiles"].items():
+        _reject_unknown(profile, PROFILE_KEYS, f"profile {name!r} of {path.name}", required=PROFILE_REQUIRED)
+    return spec
+
+
+def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dict:
+    """The profile's axes with command-line overrides, every value checked."""
+    if profile not in spec["profiles"]:
+        raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
+    p = spec["profiles"][profile]
+    axes = {"profile": profile, "dataset": spec["dataset"], "student": spec["student"], "budget": p["budget"],
+            "teachers": list(p["teachers"]), "students": list(p["students"]), "variants": spec["variants"],
+            "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
+            "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
+            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": int(p["min_steps"]),
+            "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
+            "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
+            "jobs": int(p.get("jobs", 1))}
+    if p.get("tuned_fractions"):
+        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+    for f in [*axes["teachers"], axes["student"]]:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
+    if axes["student"] != "deit":
+        raise ValueError(f"student {axes['student']!r}: allowed 'deit' (the family with a distillation token)")
+    if axes["budget"] not in BUDGET_TARGETS:
+        raise ValueError(f"unknown budget {axes['budget']!r}: allowed {', '.join(BUDGET_TARGETS)}")
+    for f in axes["fractions"] + axes.get("tuned_fractions", []):
+        if not 0.0 < f <= 1.0:
+            raise ValueError(f"fraction {f:g} is outside (0, 1]")
+    for s in axes["seeds"]:
+        if s < 0:
+            raise ValueError(f"seed {s} is negative: allowed integers >= 0")
+    for student in axes["students"]:
+        variant, _, teacher = student.partition("/")
+        if variant not in axes["variants"] or (variant == NO_TEACHER) != (teacher == "") \
+                or (teacher and teacher not in axes["teachers"]):
+            raise ValueError(f"student {student!r}: allowed {NO_TEACHER!r} or variant/teacher with a variant of "
+                             f"{', '.join(v for v in axes['variants'] if v != NO_TEACHER)} and a teacher of the "
+                             f"profile ({', '.join(axes['teachers'])})")
+    return axes
+
+
+# ---------------- the runs ----------------
+def _recipe(student: str) -> str:
+    """The run-name suffix and recipe key of a student: none, hard-resnet, soft-vit, ..."""
+    return student.replace("/", "-")
+
+
+def _view(spec: dict, axes: dict) -> dict:
+    """The sweep's view of this spec: each student is a recipe (its variant's fit options)."""
+    recipes = {"default": {}}
+    for student in axes["students"]:
+        recipes[_recipe(student)] = axes["variants"][student.partition("/")[0]]
+    return {"name": spec["name"], "recipe_args": recipes}
+
+
+def _folders(runs: list[Run], start: int = 0) -> list[Run]:
+    from .cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
+    dirs = resolve_run_dirs([list(r.args) for r in runs])
+    return [replace(r, run_dir=d, index=start + i) for i, (r, d) in enumerate(zip(runs, dirs))]
+
+
+def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
+    """Each teacher family and the no-teacher student at every lr, at the tuned fractions, first seed."""
+    view, seed = _view(spec, axes), axes["seeds"][0]
+    runs = [_run(view, axes, runs_dir, pool, family, f, seed, recipe, lr, "tune")
+            for family, recipe in [(t, "default") for t in axes["teachers"]] + [(axes["student"], NO_TEACHER)]
+            for f in tuned_fractions(axes) for lr in axes["lrs"]]
+    return _folders(runs)
+
+
+def lr_of(choices: dict, axes: dict, family: str, fraction: float) -> float | None:
+    recipe = NO_TEACHER if family == axes["student"] else "default"
+    return choices.get((family, recipe, nearest_tuned(fraction, axes)))
+
+
+def teacher_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
+    view = _view(spec, axes)
+    runs = [_run(view, axes, runs_dir, pool, t, f, s, "default", lr_of(choices, axes, t, f), "main")
+            for t in axes["teachers"] for f in axes["fractions"] for s in axes["seeds"]
+            if lr_of(choices, axes, t, f) is not None]
+    return _folders(runs)
+
+
+def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict,
+                 teachers: list[Run]) -> list[Run]:
+    """Every student of the profile x fraction x seed at the no-teacher student's lr, each
+    distilling from the teacher run of its subset and seed."""
+    view, family = _view(spec, axes), axes["student"]
+    teacher_dir = {(r.family, r.fraction, r.seed): r.run_dir for r in teachers}
+    runs = []
+    for f in axes["fractions"]:
+        lr = lr_of(choices, axes, family, f)
+        if lr is None:
+            continue
+        for s in axes["seeds"]:
+            for student in axes["students"]:
+                run = _run(view, axes, runs_dir, pool, family, f, s, _recipe(student), lr, "main")
+                teacher = student.partition("/")[2]
+                if teacher:
+                    t = teacher_dir.get((teacher, f, s))
+                    if t is None:
+                        continue  # its teacher has no chosen lr yet
+                    run = replace(run, args=run.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
+                                  teacher=t.name)
+                runs.append(run)
+    return _folders(runs)
+
+
+def student_of(run: Run) -> str:
+    """The profile's student name (none, hard/resnet, ...) of a student run."""
+    recipe = run.recipe
+    return recipe if recipe == NO_TEACHER else recipe.replace("-", "/", 1)
+
+
+# ---------------- probes ----------------
+def _load(run_dir: Path):
+    from modules import ImageClassifier
+    ckpt = Path(run_dir) / "checkpoints" / "best.ckpt"
+    try:
+        return ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", teacher_checkpoint=None).eval()
+    except Exception as e:
+        text = str(e).strip()
+        raise ValueError(f"checkpoint {str(ckpt)!r} is not a readable checkpoint of this suite "
+                         f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
+
+
+def probe_images(run_dir: Path, limit: int) -> torch.Tensor:
+    """The first `limit` normalised test images (N, C, H, W) of a run's data (its config.yaml)."""
+    data = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())["data"]
+    dm = ImageClassificationDataModule(**data)
+    dm.setup("test")
+    xs, n = [], 0
+    for x, _ in dm.test_dataloader():
+        xs.append(x[:limit - n])
+        n += len(xs[-1])
+        if n >= limit:
+            break
+    return torch.cat(xs)
+
+
+@torch.inference_mode()
+def _predictions(model, x: torch.Tensor, batch: int = 500, head: str | None = None) -> torch.Tensor:
+    """(N,) argmax classes of a model (or of one DeiT head) over x, in batches."""
+    out = [(deit_predict(model, xb, head) if head else model(xb)).argmax(1) for xb in x.split(batch)]
+    return torch.cat(out)
+
+
+@torch.inference_mode()
+def probe_student(student_dir: Path, teacher_dirs: dict[str, Path], x: torch.Tensor,
+                  teacher_preds: dict[str, torch.Tensor] | None = None) -> dict:
+    """Agreement of each head of the student with each teacher, and the per-block cls-dist token
+    cosine, on images x (N, C, H, W). teacher_preds caches a teacher's predictions by folder name."""
+    cache = {} if teacher_preds is None else teacher_preds
+    student = _load(student_dir).model
+    heads = {h: _predictions(student, x, head=h) for h in INFERENCE_HEADS}
+    agreement = {}
+    for family, t_dir in sorted(teacher_dirs.items()):
+        if t_dir.name not in cache:
+            cache[t_dir.name] = _predictions(_load(t_dir).model, x)
+        agreement[family] = {h: round(float((p == cache[t_dir.name]).float().mean()), 6) for h, p in heads.items()}
+    cosine = torch.stack([token_cosine(student, xb) * len(xb) for xb in x.split(500)]).sum(0) / len(x)
+    return {"images": len(x), "split": "test", "teacher_runs": {f: d.name for f, d in sorted(teacher_dirs.items())},
+            "agreement": agreement, "token_cosine": [round(float(c), 6) for c in cosine],
+            "commit": git_commit(), "versions": versions(), "hardware": hardware()}
+
+
+def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[str, str]:
+    """distill_probes.json for every tested student that lacks one for its current teachers."""
+    teacher_dir = {(r.family, r.fraction, r.seed): r.run_dir for r in teachers if run_status(r) == "done"}
+    cache: dict[str, torch.Tensor] = {}
+    images: torch.Tensor | None = None
+    results = {}
+    todo = []
+    for r in students:
+        if run_status(r) != "done":
+            continue
+        mine = {fam: d for (fam, f, s), d in teacher_dir.items() if f == r.fraction and s == r.seed}
+        old = read_json(r.run_dir / PROBES)
+        if old.get("images") == limit and old.get("teacher_runs") == {f: d.name for f, d in sorted(mine.items())}:
+            results[r.name] = "done"
+        else:
+            todo.append((r, mine))
+    with Progress() as progress:
+        task = progress.add_task("probes", total=len(todo))
+        for r, mine in todo:
+            if images is None:  # the test split is the same for every run of the dataset
+                images = probe_images(r.run_dir, limit)
+            write_json(r.run_dir / PROBES, probe_student(r.run_dir, mine, images, cache))
+            results[r.name] = "done"
+            progress.advance(task)
+    return results
+
+
+# ---------------- the command ----------------
+def _plan_line(title: str, runs: list[Run], pool: int, axes: dict) -> None:
+    steps = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in runs)
+    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images")
+    for r in runs:
+        print(f"# {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
+        print(r.shell())
+
+
+def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[Run], choices: dict,
+                 teachers: list[Run], students: list[Run], invocation: dict | None) -> Path:
+    _, records = choose_lrs(trials)
+    uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, axes, fam, f), "tuned_at": nearest_tuned(f, axes)}
+            for fam in [*axes["teachers"], axes["student"]] for f in axes["fractions"]
+            if lr_of(choices, axes, fam, f) is not None]
+    path = exp_dir / RECORD
+    record = read_json(path, hint=f": delete it and run make exp-{NAME} again")
+    profiles = record.get("profiles", {})
+    previous = profiles.get(axes["profile"], {})
+    profiles[axes["profile"]] = {
+        "axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs")},
+                 "tuned_fractions": tuned_fractions(axes), "pool_size": pool},
+        "tuning": {"trials": records, "choices": uses},
+        "teachers": [{"family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name} for r in teachers],
+        "students": [{"student": student_of(r), "variant": student_of(r).partition("/")[0],
+                      "teacher": student_of(r).partition("/")[2] or None, "fraction": r.fraction, "seed": r.seed,
+                      "run": r.run_dir.name, "teacher_run": r.teacher} for r in students],
+    }
+    if invocation or previous.get("last_invocation"):
+        profiles[axes["profile"]]["last_invocation"] = invocation or previous["last_invocation"]
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"spec": spec["name"], "profiles": profiles})
+    return path
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments distill", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default=NAME, help="spec name in experiments/specs or a .yaml path (default distill)")
+    p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
+    p.add_argument("--fractions", nargs="+", type=float, help="override the training fractions, each in (0, 1]")
+    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
+    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
+    p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
+    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
+
+    def one_line(message: str):
+        raise ValueError(f"{message} (python -m experiments distill --help lists the options)")
+    p.error = one_line
+    a = p.parse_args(argv)
+    spec = load_distill_spec(a.spec)
+    axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),
+                        fractions=a.fractions, seeds=a.seeds)
+    jobs = a.jobs or axes["jobs"]
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
+    runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
+    read_json(exp_dir / RECORD, hint=f": delete it and run make exp-{NAME} again")  # corrupt: stop before any work
+    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    start = time.perf_counter()
+    results: dict[str, str] = {}
+
+    def run(runs: list[Run]) -> None:
+        if runs and not a.dry_run:
+            results.update(run_sweep(runs, jobs=jobs, launcher=_launcher(jobs)))
+
+    trials = tuning_runs(spec, axes, runs_dir, pool)
+    run(trials)
+    choices, _ = choose_lrs(trials)
+    teachers = teacher_runs(spec, axes, runs_dir, pool, choices)
+    run(teachers)
+    students = student_runs(spec, axes, runs_dir, pool, choices, teachers)
+    run(students)
+    if a.dry_run:
+        for title, runs in (("tune", trials), ("teachers", teachers), ("students", students)):
+            _plan_line(title, runs, pool, axes)
+        waiting = [f for f in [*axes["teachers"], axes["student"]]
+                   if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
+        if waiting:
+            print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
+        return 0
+    results.update({f"probes {k}": v for k, v in probes_stage(students, teachers, axes["probe_images"]).items()})
+    wall = time.perf_counter() - start
+    counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
+    print(f"distill ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
+          + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    whole = a.fractions is None and a.seeds is None
+    write_record(exp_dir, spec, axes, pool, trials, choices, teachers, students,
+                 {"wall_time_s": round(wall), "runs": len(results), "statuses": counts, "jobs": jobs} if whole else None)
+    ok = all(s in ("done", "diverged", *TUNED) for s in results.values())
+    return 0 if ok and not _missing(axes, teachers, students) else 1
+
+
+def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:
+    """Whether some planned run could not even be listed (no lr chosen for its family)."""
+    n = len(axes["fractions"]) * len(axes["seeds"])
+    return len(teachers) < n * len(axes["teachers"]) or len(students) < n * len(axes["students"])
+
+
+def _launcher(jobs: int):
+    from .sweep import launch
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    return lambda r: launch(r, threads=threads)
