@@ -1,0 +1,305 @@
+"""results/distill.{md,csv,png} from hand-written run folders and a hand-written distill.json (no
+training): the DeiT-style table per head, none's single head, the paired differences of DeiT's three
+claims, agreement and token cosine, the runs outside the record, the generated reading, byte-identical
+regeneration and the one-line errors. Every expected number is computed here by hand (statistics.stdev
+and a printed t quantile), not by the code under test."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from experiments.distill_tables import NAME, RECORD, make_tables
+
+T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
+FRACTIONS = (0.01, 0.05)
+SEEDS = (0, 1, 2)
+SIZES = {0.01: 590, 0.05: 2950}
+STEPS = {0.01: 150, 0.05: 231}
+TEACHERS = {("resnet", 0.01): (0.80, 0.82, 0.84), ("vit", 0.01): (0.60, 0.62, 0.64),     # 0.20 apart
+            ("resnet", 0.05): (0.88, 0.89, 0.90), ("vit", 0.05): (0.875, 0.885, 0.905)}  # similar
+STUDENTS = ("none", "soft/resnet", "hard/resnet", "hard/vit")
+# the reported head of each seed: cls+dist for a distilled student, cls for none
+REPORTED = {("none", 0.01): (0.70, 0.72, 0.74), ("soft/resnet", 0.01): (0.71, 0.74, 0.74),
+            ("hard/resnet", 0.01): (0.74, 0.78, 0.82), ("hard/vit", 0.01): (0.72, 0.75, 0.77),
+            ("none", 0.05): (0.80, 0.81, 0.83), ("soft/resnet", 0.05): (0.82, 0.83, 0.84),
+            ("hard/resnet", 0.05): (0.85, 0.86, 0.86), ("hard/vit", 0.05): (0.84, 0.84, 0.86)}
+CLS, DIST = -0.01, 0.005   # a distilled student's cls and dist heads, relative to its cls+dist
+# agreement of the reported head with a teacher; every other (student, teacher, fraction): 0.5 + 0.01 * seed
+AGREE = {("hard/resnet", "resnet", 0.01): (0.90, 0.92, 0.94), ("none", "resnet", 0.01): (0.80, 0.81, 0.82)}
+STILL_IMPROVING = ("hard/vit", 0.05, 2)
+UNPLANNED = "deit_0badc0de"
+
+
+def ci(values) -> float:
+    return T975_DF2 * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def diffs(a, b) -> list[float]:
+    return [x - y for x, y in zip(a, b)]
+
+
+def _summary(run: str, family: str, fraction: float, seed: int, test: dict, *, status="done", plateaued=True) -> dict:
+    return {"run": run, "family": family, "fraction": fraction, "seed": seed, "train_size": SIZES[fraction],
+            "val_size": 1000, "status": status, "test": test, "test_acc": test.get("acc"), "val_acc_best": 0.5,
+            "plateau": {"plateaued": plateaued}, "steps": STEPS[fraction], "wall_time_s": 60.0, "images_per_sec": 300.0,
+            "params": 1000, "hardware": "test-cpu (2 cores)", "versions": {"python": "3.11.2", "torch": "2.3.0"},
+            "commit": "abc1234"}
+
+
+def _write(exp: Path, run: str, summary: dict, probes: dict | None = None) -> None:
+    (exp / run).mkdir(parents=True)
+    (exp / run / "summary.json").write_text(json.dumps(summary))
+    if probes is not None:
+        (exp / run / "distill_probes.json").write_text(json.dumps(probes))
+
+
+def _probes(student: str, fraction: float, seed: int, teacher_runs: dict) -> dict:
+    agreement = {}
+    for t in teacher_runs:
+        v = AGREE.get((student, t, fraction), (0.50, 0.51, 0.52))[seed]
+        agreement[t] = {"cls": v, "dist": round(v - 0.02, 6), "both": v}
+    cosine = [0.10 + 0.01 * seed, 0.40, 0.70, 0.90 + 0.01 * seed] if student == "hard/resnet" \
+        else [0.05, 0.10, 0.20, 0.30]
+    return {"images": 2000, "split": "test", "teacher_runs": teacher_runs, "agreement": agreement,
+            "token_cosine": cosine}
+
+
+def write_experiment(exp: Path) -> None:
+    """2 fractions x 3 seeds, teachers resnet and vit, students none, soft/resnet, hard/resnet,
+    hard/vit; one finished run the record does not list, one tuning trial that was never tested,
+    and a gpu profile with nothing finished."""
+    teachers, students, names = [], [], {}
+    for (family, f), accs in TEACHERS.items():
+        for seed in SEEDS:
+            run = names[family, f, seed] = f"{family}_{len(names):08x}"
+            _write(exp, run, _summary(run, family, f, seed, {"acc": accs[seed]}))
+            teachers.append({"family": family, "fraction": f, "seed": seed, "run": run})
+    for (student, f), accs in REPORTED.items():
+        variant, _, teacher = student.partition("/")
+        for seed in SEEDS:
+            run = f"deit_{len(names) + len(students):08x}"
+            a = accs[seed]
+            test = {"acc": a, "acc_cls": a, "acc_dist": 0.1} if variant == "none" else \
+                {"acc": a, "acc_cls": round(a + CLS, 6), "acc_dist": round(a + DIST, 6)}
+            plateaued = (student, f, seed) != STILL_IMPROVING
+            mine = {t: names[t, f, seed] for t in ("resnet", "vit")}
+            _write(exp, run, _summary(run, "deit", f, seed, test, plateaued=plateaued), _probes(student, f, seed, mine))
+            students.append({"student": student, "variant": variant, "teacher": teacher or None, "fraction": f,
+                             "seed": seed, "run": run, "teacher_run": names[teacher, f, seed] if teacher else None})
+    _write(exp, UNPLANNED, _summary(UNPLANNED, "deit", 0.01, 0, {"acc": 0.99, "acc_cls": 0.99, "acc_dist": 0.99}))
+    trial = "resnet_7e57e57e"
+    _write(exp, trial, {**_summary(trial, "resnet", 0.01, 0, {}, status="fitted"), "wall_time_s": 30.0})
+    choices = [{"family": fam, "fraction": f, "lr": lr, "tuned_at": 0.01}
+               for fam, lr in (("resnet", 0.003), ("vit", 0.01), ("deit", 0.003)) for f in FRACTIONS]
+    axes = {"dataset": "fashion_mnist", "budget": "tiny", "fractions": list(FRACTIONS), "seeds": list(SEEDS),
+            "teachers": ["resnet", "vit"], "students": list(STUDENTS),
+            "variants": {"none": {"model.distillation": "none"},
+                         "soft": {"model.distillation": "soft", "model.distill_tau": 3, "model.distill_alpha": 0.1},
+                         "hard": {"model.distillation": "hard", "model.distill_alpha": 0.5}},
+            "lrs": [0.003, 0.01], "tuned_fractions": [0.01], "batch_size": 64, "epochs": 5, "min_steps": 150,
+            "val_checks": 10, "val_size": 1000, "probe_images": 2000, "pool_size": 59000}
+    cpu = {"axes": axes, "tuning": {"trials": [{"family": "resnet", "fraction": 0.01, "seed": 0, "lr": 0.01,
+                                                "status": "fitted", "run": trial}], "choices": choices},
+           "teachers": teachers, "students": students,
+           "last_invocation": {"wall_time_s": 1700, "runs": 40, "statuses": {"done": 38, "fitted": 2}, "jobs": 2}}
+    gpu = {"axes": {**axes, "seeds": [0]}, "tuning": {"trials": [], "choices": []},
+           "teachers": [{"family": "resnet", "fraction": 0.01, "seed": 0, "run": "resnet_90909090"}],
+           "students": [{"student": "none", "variant": "none", "teacher": None, "fraction": 0.01, "seed": 0,
+                         "run": "deit_90909090", "teacher_run": None}]}
+    (exp / RECORD).write_text(json.dumps({"spec": "distill", "profiles": {"cpu": cpu, "gpu": gpu}}))
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("distill")
+    exp, out = root / "runs" / "distill", root / "results"
+    write_experiment(exp)
+    paths = make_tables(exp, out)
+    with (out / f"{NAME}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    return {"exp": exp, "out": out, "paths": paths, "md": (out / f"{NAME}.md").read_text(), "rows": rows}
+
+
+def section(md: str, title: str) -> str:
+    return md.split(f"##### {title}\n", 1)[1].split("\n#####", 1)[0]
+
+
+def table(text: str) -> dict[str, dict[str, str]]:
+    """The first markdown table in text, by its first cell."""
+    lines = [ln for ln in text.split("\n\n") if ln.startswith("|")][0].splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    return {r[0]: dict(zip(head, r)) for r in rows}
+
+
+def csv_row(rows, student: str, fraction: float, head: str) -> dict:
+    (row,) = [r for r in rows if r["student"] == student and float(r["fraction"]) == fraction and r["head"] == head]
+    return row
+
+
+def test_outputs_and_the_table_per_head(made):
+    assert made["paths"] == [made["out"] / f"{NAME}.csv", made["out"] / f"{NAME}.md", made["out"] / f"{NAME}.png"]
+    main = table(section(made["md"], "Test accuracy by inference head"))
+    hard = REPORTED["hard/resnet", 0.01]                       # 0.74, 0.78, 0.82: mean 0.78, sd 0.04
+    assert main["hard/resnet"]["cls+dist, 0.01"] == f"0.7800 ± {ci(hard):.4f}" == "0.7800 ± 0.0994"
+    assert main["hard/resnet"]["cls, 0.01"] == f"0.7700 ± {ci(hard):.4f}"
+    assert main["hard/resnet"]["dist, 0.01"] == f"0.7850 ± {ci(hard):.4f}"
+    assert main["hard/resnet"]["teacher"] == "resnet"
+    assert main["teacher resnet"]["cls, 0.01"] == "0.8200 ± 0.0497" and main["teacher resnet"]["dist, 0.01"] == "—"
+    assert main["teacher vit"]["cls, 0.05"] == f"{statistics.fmean(TEACHERS['vit', 0.05]):.4f} ± " \
+                                               f"{ci(TEACHERS['vit', 0.05]):.4f}"
+    # a run still improving marks its cells, and the footnote names it
+    assert main["hard/vit"]["cls+dist, 0.05"].endswith(" †")
+    assert not main["hard/vit"]["cls+dist, 0.01"].endswith("†")
+    assert "† still improving at its last validation: 1 run" in made["md"]
+    # the csv: mean, interval and the paired difference to none's cls by seed
+    row = csv_row(made["rows"], "hard/resnet", 0.01, "both")
+    d = diffs(hard, REPORTED["none", 0.01])                    # 0.04, 0.06, 0.08
+    assert float(row["test_acc_mean"]) == pytest.approx(0.78, abs=1e-6)
+    assert float(row["test_acc_ci95"]) == pytest.approx(ci(hard), abs=1e-6)
+    assert float(row["delta_vs_none"]) == pytest.approx(0.06, abs=1e-6)
+    assert float(row["delta_vs_none_ci95"]) == pytest.approx(ci(d), abs=1e-6)
+    assert float(row["delta_vs_none_ci95"]) == pytest.approx(0.049683, abs=1e-6)
+    assert row["delta_pairs"] == "3" and row["seeds"] == "3" and row["teacher"] == "resnet" and row["variant"] == "hard"
+    assert float(row["teacher_acc_mean"]) == pytest.approx(0.82, abs=1e-6)
+    assert (row["train_size"], row["val_size"], row["lr"], row["steps"], row["still_improving"]) == \
+        ("590", "1000", "0.003", "150", "0")
+    dist = csv_row(made["rows"], "hard/resnet", 0.01, "dist")
+    assert float(dist["delta_vs_none"]) == pytest.approx(0.06 + DIST, abs=1e-6)
+    teacher = csv_row(made["rows"], "resnet", 0.05, "-")
+    assert teacher["role"] == "teacher" and teacher["lr"] == "0.003" and teacher["delta_vs_none"] == ""
+    assert float(teacher["test_acc_mean"]) == pytest.approx(0.89, abs=1e-6)
+    assert csv_row(made["rows"], "hard/vit", 0.05, "cls")["still_improving"] == "1"
+
+
+def test_none_reports_only_its_cls_head(made):
+    heads = [(r["fraction"], r["head"]) for r in made["rows"] if r["student"] == "none"]
+    assert heads == [("0.01", "cls"), ("0.05", "cls")]
+    none = csv_row(made["rows"], "none", 0.05, "cls")
+    assert float(none["test_acc_mean"]) == pytest.approx(statistics.fmean((0.80, 0.81, 0.83)), abs=1e-6)
+    assert none["delta_vs_none"] == none["teacher"] == none["agreement_with_teacher_mean"] == ""
+    row = table(section(made["md"], "Test accuracy by inference head"))["none"]
+    assert row["dist, 0.01"] == row["cls+dist, 0.01"] == row["dist, 0.05"] == row["cls+dist, 0.05"] == "—"
+    assert row["cls, 0.01"] == f"0.7200 ± {ci(REPORTED['none', 0.01]):.4f}" and row["teacher"] == "—"
+    assert "0.1000" not in section(made["md"], "Test accuracy by inference head")  # none's untrained dist head
+
+
+def test_claims_agreement_and_token_cosine(made):
+    md = made["md"]
+    claims = section(md, "DeiT's claims: paired differences by seed")
+    hard_soft = diffs(REPORTED["hard/resnet", 0.01], REPORTED["soft/resnet", 0.01])       # 0.03, 0.04, 0.08
+    assert f"| hard/resnet − soft/resnet (cls+dist) | 0.01 | +0.0500 ± {ci(hard_soft):.4f} | 3 |" in claims
+    cnn = diffs(REPORTED["hard/resnet", 0.01], REPORTED["hard/vit", 0.01])                 # 0.02, 0.03, 0.05
+    assert (f"| hard/resnet − hard/vit (cls+dist) | 0.01 | +{statistics.fmean(cnn):.4f} ± {ci(cnn):.4f} | 3 | "
+            f"resnet 0.8200 ± 0.0497 | vit 0.6200 ± 0.0497 | +0.2000 ± 0.0000 |") in claims
+    agree = table(section(md, "Agreement with each teacher"))
+    assert agree["hard/resnet"]["resnet, 0.01"] == f"0.9200 ± {ci((0.90, 0.92, 0.94)):.4f}"
+    assert agree["none"]["resnet, 0.01"] == f"0.8100 ± {ci((0.80, 0.81, 0.82)):.4f}"
+    raised = diffs((0.90, 0.92, 0.94), (0.80, 0.81, 0.82))                                # 0.10, 0.11, 0.12
+    assert (f"- hard/resnet against none, agreement with resnet at 590 images: +0.1100 ± {ci(raised):.4f} (3 pairs): "
+            "distilling from resnet raises agreement with resnet, as DeiT reports") in md
+    row = csv_row(made["rows"], "hard/resnet", 0.01, "both")
+    assert float(row["agreement_with_teacher_mean"]) == pytest.approx(0.92, abs=1e-6)
+    assert float(row["agreement_with_teacher_ci95"]) == pytest.approx(ci((0.90, 0.92, 0.94)), abs=1e-6)
+    assert float(csv_row(made["rows"], "hard/resnet", 0.01, "dist")["agreement_with_teacher_mean"]) == \
+        pytest.approx(0.90, abs=1e-6)
+    # hard/resnet's cosine per seed: (0.10, 0.40, 0.70, 0.90) + 0.01 * seed at blocks 1 and 4
+    cosine = table(section(md, "Class and distillation tokens"))
+    assert [cosine["hard/resnet"][f"block {b}, 0.05"] for b in (1, 2, 4)] == ["0.1100", "0.4000", "0.9100"]
+    assert cosine["none"]["block 4, 0.01"] == "0.3000"
+
+
+def test_runs_outside_the_plan_are_left_out_and_named(made):
+    assert f"- not in the table: 1 finished run that {RECORD} does not list: {UNPLANNED}" in made["md"]
+    assert "resnet_7e57e57e" not in made["md"].split("#### Profile")[0]    # a tuning trial is in the record
+    assert not any(r["test_acc_mean"].startswith("0.99") for r in made["rows"])
+    none = csv_row(made["rows"], "none", 0.01, "cls")
+    assert float(none["test_acc_mean"]) == pytest.approx(0.72, abs=1e-6) and none["seeds"] == "3"
+    # the gpu profile has no finished student: no section of its own
+    assert "#### Profile cpu" in made["md"] and "Profile gpu" not in made["md"]
+    assert {r["profile"] for r in made["rows"]} == {"cpu"}
+
+
+def test_reading_says_confounds_and_not_distinguishable(made):
+    reading = section(made["md"], "What the numbers say")
+    soft = diffs(REPORTED["soft/resnet", 0.01], REPORTED["none", 0.01])     # 0.01, 0.02, 0.00: includes 0
+    assert (f"soft/resnet (cls+dist) − none (cls) at 590 images: +0.0100 ± {ci(soft):.4f} (3 pairs): the interval "
+            "includes 0, not distinguishable from no difference with 3 seeds") in reading
+    hard = diffs(REPORTED["hard/resnet", 0.01], REPORTED["none", 0.01])
+    assert (f"hard/resnet (cls+dist) − none (cls) at 590 images: +0.0600 ± {ci(hard):.4f} (3 pairs): hard/resnet "
+            "beats the student trained alone, as DeiT reports") in reading
+    (at_590,) = [ln for ln in reading.splitlines() if ln.startswith("- CNN against") and "590 images" in ln]
+    cnn = diffs(REPORTED["hard/resnet", 0.01], REPORTED["hard/vit", 0.01])
+    assert f"+0.2000 ± 0.0000, more than the student gap's interval (±{ci(cnn):.4f})" in at_590
+    assert "confounds the teacher's inductive bias with its accuracy" in at_590
+    (at_2950,) = [ln for ln in reading.splitlines() if ln.startswith("- CNN against") and "2,950 images" in ln]
+    teachers = diffs(TEACHERS["resnet", 0.05], TEACHERS["vit", 0.05])       # 0.005, 0.005, -0.005
+    cnn = diffs(REPORTED["hard/resnet", 0.05], REPORTED["hard/vit", 0.05])  # 0.01, 0.02, 0.00
+    assert "confounds" not in at_2950 and "teachers of similar accuracy" in at_2950
+    assert f"{statistics.fmean(teachers):+.4f} ± {ci(teachers):.4f}, within the student gap's interval " \
+           f"(±{ci(cnn):.4f})" in at_2950
+    assert "1 run behind these numbers was still improving" in reading
+
+
+def test_published_comparison(made):
+    published = section(made["md"], "DeiT (published)")
+    assert "Touvron et al. 2021" in published
+    assert table(published)["hard, with token: cls+dist"] == {"method": "hard, with token: cls+dist", "DeiT-Ti": "74.5",
+                                                               "DeiT-S": "81.2", "DeiT-B": "83.4"}
+    lines = {ln.split(":")[0][2:]: ln for ln in published.splitlines() if ln.startswith("- ")}
+    assert "published +2.3 / +1.4 / +1.6 points" in lines["hard distillation with token (cls+dist) − no distillation"]
+    assert "hard/resnet (cls+dist) − none (cls) at 0.01: +0.0600 ± 0.0497 (agree)" in \
+        lines["hard distillation with token (cls+dist) − no distillation"]
+    assert "at 0.01: +0.0100 ± 0.0248 (agree: no difference either)" in lines["soft distillation − no distillation"]
+    assert "published +0.8 / +1.2 points" in lines["convnet teacher − transformer teacher (DeiT-B student)"]
+    assert "(not distinguishable)" in lines["convnet teacher − transformer teacher (DeiT-B student)"]
+
+
+def test_regeneration_is_byte_identical(made, tmp_path):
+    first = {p.name: p.read_bytes() for p in made["paths"]}
+    assert first[f"{NAME}.png"].startswith(b"\x89PNG")
+    out = tmp_path / "again"
+    again = make_tables(made["exp"], out)
+    assert {p.name: p.read_bytes() for p in again} == first
+    for p in again:
+        p.unlink()
+    make_tables(made["exp"], out)
+    assert {p.name: p.read_bytes() for p in again} == first
+
+
+def test_readme_block_is_refreshed(made, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n<!-- tables:{NAME} -->\nOLD BLOCK TEXT\n<!-- /tables:{NAME} -->\nend\n")
+    paths = make_tables(made["exp"], tmp_path / "results", readme)
+    text = readme.read_text()
+    assert paths[-1] == readme and "OLD BLOCK TEXT" not in text and text.endswith(f"<!-- /tables:{NAME} -->\nend\n")
+    assert f"]({(tmp_path / 'results').as_posix()}/{NAME}.png)" in text and "#### Profile cpu" in text
+
+
+@pytest.mark.parametrize("record, message", [
+    (None, "no finished distill runs in"),
+    ("{not json", "is not valid JSON"),
+    (json.dumps({"spec": "distill", "profiles": {"cpu": {"teachers": [], "students": [
+        {"student": "none", "fraction": 0.01, "seed": 0, "run": "deit_00000000"}]}}}), "no finished distill runs in"),
+    (json.dumps({"spec": "distill", "profiles": {"cpu": {"teachers": [{"family": "resnet", "run": "resnet_0"}]}}}),
+     "profile 'cpu' has a teacher entry lacking one of family, fraction, seed, run"),
+    (json.dumps(["not", "a", "record"]), "is not a distill record"),
+])
+def test_missing_or_corrupt_record_is_one_line_and_writes_nothing(tmp_path, record, message):
+    exp, out = tmp_path / "runs" / "distill", tmp_path / "results"
+    exp.mkdir(parents=True)
+    out.mkdir()
+    if record is not None:
+        (exp / RECORD).write_text(record)
+    (out / f"{NAME}.md").write_text("sentinel\n")
+    with pytest.raises(ValueError) as e:
+        make_tables(exp, out)
+    assert message in str(e.value) and "\n" not in str(e.value) and "make exp-distill" in str(e.value)
+    assert [p.name for p in out.iterdir()] == [f"{NAME}.md"] and (out / f"{NAME}.md").read_text() == "sentinel\n"
+    if record is not None:
+        assert (exp / RECORD).read_text() == record   # left as it is
