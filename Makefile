@@ -16,17 +16,17 @@ DATASET ?=
 RECIPES ?=
 STAGE ?=
 PARTS ?=
-JOBS ?= 1
+JOBS ?=
 SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
 	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(DATASET),--dataset $(DATASET)) \
-	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) --jobs $(JOBS)
+	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) --jobs $(or $(JOBS),1)
 # fit-families
 EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test exp-datascale exp-complexity exp-datascale-commands tables tensorboard families \
+.PHONY: help install data test exp-datascale exp-distill exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench clean-venv
 
 help: ## list the targets
@@ -53,6 +53,11 @@ test: install ## run the test suite (offline, a few minutes on 2 cores)
 exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS=)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
+
+exp-distill: install ## DeiT students vs CNN and transformer teachers: none/soft/hard, cls/dist/both heads, agreement, token cosine; then tables (PROFILE= SEEDS= FRACTIONS= JOBS=)
+	$(PY) -m experiments distill $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
+	  $(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(JOBS),--jobs $(JOBS)) || failed=1; \
+	$(PY) -m experiments tables --experiment distill; exit $${failed:-0}
 
 exp-complexity: install ## cost against resolution: paper-scale table vs timm, FLOPs/throughput/memory slopes, pos-embed interpolation (PROFILE= PARTS=)
 	$(PY) -m experiments complexity $(if $(PROFILE),--profile $(PROFILE)) $(if $(PARTS),--parts $(PARTS)) || failed=1; \

@@ -29,7 +29,7 @@ from rich.progress import Progress
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
-from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_predict, token_cosine
+from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from .provenance import git_commit, hardware, versions
 from .run_record import read_json, read_summary, write_json
@@ -215,33 +215,39 @@ def probe_images(run_dir: Path, limit: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def _predictions(model, x: torch.Tensor, batch: int = 500, head: str | None = None) -> torch.Tensor:
-    """(N,) argmax classes of a model (or of one DeiT head) over x, in batches."""
-    out = [(deit_predict(model, xb, head) if head else model(xb)).argmax(1) for xb in x.split(batch)]
-    return torch.cat(out)
+def _predictions(model, x: torch.Tensor, batch: int = 500) -> torch.Tensor:
+    """(N,) argmax classes of a model over x, in batches."""
+    return torch.cat([model(xb).argmax(1) for xb in x.split(batch)])
 
 
 @torch.inference_mode()
 def probe_student(student_dir: Path, teacher_dirs: dict[str, Path], x: torch.Tensor,
-                  teacher_preds: dict[str, torch.Tensor] | None = None) -> dict:
+                  teacher_preds: dict[str, torch.Tensor] | None = None, batch: int = 500) -> dict:
     """Agreement of each head of the student with each teacher, and the per-block cls-dist token
-    cosine, on images x (N, C, H, W). teacher_preds caches a teacher's predictions by folder name."""
+    cosine, on images x (N, C, H, W); one forward pass per batch. teacher_preds caches a teacher's
+    predictions by folder name."""
     cache = {} if teacher_preds is None else teacher_preds
     student = _load(student_dir).model
-    heads = {h: _predictions(student, x, head=h) for h in INFERENCE_HEADS}
+    preds, cosine = {h: [] for h in INFERENCE_HEADS}, 0.0
+    for xb in x.split(batch):
+        cls, dist, cos = deit_probe(student, xb)
+        for head, logits in (("cls", cls), ("dist", dist), ("both", (cls + dist) / 2)):
+            preds[head].append(logits.argmax(1))
+        cosine = cosine + cos * len(xb)           # (depth,), weighted by the batch's images
+    heads = {h: torch.cat(p) for h, p in preds.items()}
     agreement = {}
     for family, t_dir in sorted(teacher_dirs.items()):
         if t_dir.name not in cache:
-            cache[t_dir.name] = _predictions(_load(t_dir).model, x)
+            cache[t_dir.name] = _predictions(_load(t_dir).model, x, batch)
         agreement[family] = {h: round(float((p == cache[t_dir.name]).float().mean()), 6) for h, p in heads.items()}
-    cosine = torch.stack([token_cosine(student, xb) * len(xb) for xb in x.split(500)]).sum(0) / len(x)
     return {"images": len(x), "split": "test", "teacher_runs": {f: d.name for f, d in sorted(teacher_dirs.items())},
-            "agreement": agreement, "token_cosine": [round(float(c), 6) for c in cosine],
+            "agreement": agreement, "token_cosine": [round(float(c), 6) for c in cosine / len(x)],
             "commit": git_commit(), "versions": versions(), "hardware": hardware()}
 
 
 def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[str, str]:
-    """distill_probes.json for every tested student that lacks one for its current teachers."""
+    """distill_probes.json for every tested student that lacks one for its current teachers;
+    returns run name -> probed (now) or done (before)."""
     teacher_dir = {(r.family, r.fraction, r.seed): r.run_dir for r in teachers if run_status(r) == "done"}
     cache: dict[str, torch.Tensor] = {}
     images: torch.Tensor | None = None
@@ -253,7 +259,7 @@ def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[s
         mine = {fam: d for (fam, f, s), d in teacher_dir.items() if f == r.fraction and s == r.seed}
         old = read_json(r.run_dir / PROBES)
         if old.get("images") == limit and old.get("teacher_runs") == {f: d.name for f, d in sorted(mine.items())}:
-            results[r.name] = "done"
+            results[r.name] = "done"  # probed before
         else:
             todo.append((r, mine))
     with Progress() as progress:
@@ -262,7 +268,7 @@ def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[s
             if images is None:  # the test split is the same for every run of the dataset
                 images = probe_images(r.run_dir, limit)
             write_json(r.run_dir / PROBES, probe_student(r.run_dir, mine, images, cache))
-            results[r.name] = "done"
+            results[r.name] = "probed"
             progress.advance(task)
     return results
 
@@ -329,9 +335,16 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     results: dict[str, str] = {}
 
+    launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
+    launcher = _launcher(jobs)
+
+    def counted(r: Run) -> int:
+        launched.append(r.name)
+        return launcher(r)
+
     def run(runs: list[Run]) -> None:
         if runs and not a.dry_run:
-            results.update(run_sweep(runs, jobs=jobs, launcher=_launcher(jobs)))
+            results.update(run_sweep(runs, jobs=jobs, launcher=counted))
 
     trials = tuning_runs(spec, axes, runs_dir, pool)
     run(trials)
@@ -348,15 +361,17 @@ def main(argv: list[str]) -> int:
         if waiting:
             print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
         return 0
-    results.update({f"probes {k}": v for k, v in probes_stage(students, teachers, axes["probe_images"]).items()})
+    probed = probes_stage(students, teachers, axes["probe_images"])
+    results.update({f"probes {k}": v for k, v in probed.items()})
     wall = time.perf_counter() - start
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     print(f"distill ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    whole = a.fractions is None and a.seeds is None
+    # the wall time of a whole profile that trained something (a rerun that only finds finished runs keeps it)
+    whole = a.fractions is None and a.seeds is None and (launched or any(v == "probed" for v in probed.values()))
     write_record(exp_dir, spec, axes, pool, trials, choices, teachers, students,
-                 {"wall_time_s": round(wall), "runs": len(results), "statuses": counts, "jobs": jobs} if whole else None)
-    ok = all(s in ("done", "diverged", *TUNED) for s in results.values())
+                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs} if whole else None)
+    ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
     return 0 if ok and not _missing(axes, teachers, students) else 1
 
 

@@ -533,18 +533,21 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
     return out
 
 
+# Teachers count as "of similar accuracy" within 2 points: DeiT's transformer teacher (DeiT-B, 81.8)
+# and its closest convnet teacher (RegNetY-8GF, 81.7) differ by 0.1, the farthest (16GF, 82.9) by 1.1.
+SIMILAR_TEACHERS = 0.02
+
+
 def confound(c: dict) -> str:
     """Whether the CNN-transformer comparison is one of teachers of similar accuracy."""
-    td, est = c["teacher_diff"], c["est"]
-    if td is None or est is None:
+    td = c["teacher_diff"]
+    if td is None:
         return "The teachers' accuracies can't be paired with it."
     said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {_pm(td.value, td.ci95, signed=True)}"
-    limit = est.ci95 if est.ci95 is not None else abs(est.value)  # one pair: the gap itself
-    what = "the student gap's interval" if est.ci95 is not None else "the student gap itself (one pair, no interval)"
-    if abs(td.value) > limit:
-        return (f"{said}, more than {what} (±{limit:.4f}): the teachers differ in accuracy, so the comparison "
+    if abs(td.value) > SIMILAR_TEACHERS:
+        return (f"{said}, more than {SIMILAR_TEACHERS:.2f} apart: the teachers differ in accuracy, so the comparison "
                 "confounds the teacher's inductive bias with its accuracy.")
-    return f"{said}, within {what} (±{limit:.4f}): teachers of similar accuracy, as DeiT's claim requires."
+    return f"{said}, within {SIMILAR_TEACHERS:.2f}: teachers of similar accuracy, as DeiT's claim requires."
 
 
 def published_section(p: Profile, cl: list[dict]) -> list[str]:

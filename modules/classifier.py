@@ -35,7 +35,8 @@ class ImageClassifier(L.LightningModule):
         image_size: square input size (linked from the DataModule).
         in_chans: input channels (linked from the DataModule).
         patch_size: patch size (vit/deit/swin/hybrid) or stem patch (convnext); None = family default.
-        pos_embed: learn (1D learned), none or sincos (fixed 2D); vit/deit/hybrid.
+        pos_embed: learn (1D learned), none, sincos (fixed 2D) or learn2d (learned rows + columns,
+            ViT paper App. D.4); vit/deit/hybrid.
         pool: token ([CLS]) or avg (global average pooling); vit/hybrid.
         window_size: Swin window; None = the largest <= 8 that divides every stage grid.
         drop_path_rate: stochastic depth rate.

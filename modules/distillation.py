@@ -49,17 +49,22 @@ def deit_predict(model: nn.Module, x: torch.Tensor, head: str) -> torch.Tensor:
 def token_cosine(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """(depth,) mean over images of cos(class token, distillation token) at the output of each
     block (DeiT Sec. 4: 0.06 at the input, 0.93 after the last block in DeiT-B)."""
+    return deit_probe(model, x)[2]
+
+
+def deit_probe(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward pass: (cls_logits, dist_logits, token cosine per block (depth,))."""
     sims = []
 
     def hook(_module, _inputs, tokens):           # tokens: (B, 2 + N, D)
         sims.append(F.cosine_similarity(tokens[:, 0].float(), tokens[:, 1].float(), dim=-1).mean())
     handles = [block.register_forward_hook(hook) for block in model.blocks]
     try:
-        model.forward_features(x)
+        tokens = model.forward_features(x)        # (B, 2 + N, D) after the final norm
     finally:
         for h in handles:
             h.remove()
-    return torch.stack(sims)
+    return model.head(tokens[:, 0]), model.head_dist(tokens[:, 1]), torch.stack(sims)
 
 
 def freeze(teacher: nn.Module) -> nn.Module:

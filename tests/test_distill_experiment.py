@@ -13,7 +13,7 @@ import yaml
 
 from experiments.__main__ import main
 from modules import ImageClassifier, build_model
-from modules.distillation import deit_predict, token_cosine
+from modules.distillation import deit_predict, deit_probe, token_cosine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +34,9 @@ def test_every_inference_head_returns_its_head(deit):
         assert torch.allclose(deit_predict(deit, x, "both"), (cls + dist) / 2)
         assert torch.allclose(deit_predict(deit, x, "both"), deit(x), atol=1e-6)  # timm's own eval forward
         assert not torch.allclose(cls, dist)
+        probe_cls, probe_dist, cosine = deit_probe(deit, x)      # the probes' single pass: same heads
+        assert torch.equal(probe_cls, cls) and torch.equal(probe_dist, dist)
+        assert torch.equal(cosine, token_cosine(deit, x))
     with pytest.raises(ValueError, match="inference head 'mean': allowed cls, dist, both"):
         deit_predict(deit, x, "mean")
 
