@@ -15,7 +15,7 @@ from torch import nn
 
 from .budgets import ARCHS, BUDGET_TARGETS, FAMILIES
 
-POS_EMBEDS = ("learn", "none", "sincos")
+POS_EMBEDS = ("learn", "none", "sincos", "learn2d")
 POOLS = ("token", "avg")
 
 
@@ -27,7 +27,8 @@ class ConfigError(ValueError):
 class Knobs:
     """Architecture knobs the experiments vary; None = the family's default."""
     patch_size: int | None = None
-    pos_embed: str | None = None      # vit/deit/hybrid: learn (1D learned), none, sincos (fixed 2D)
+    pos_embed: str | None = None      # vit/deit/hybrid: learn (1D learned), none, sincos (fixed 2D),
+                                      # learn2d (learned row + column embeddings, ViT paper App. D.4)
     pool: str | None = None           # vit/hybrid: token ([CLS]) or avg (global average pooling)
     window_size: int | None = None    # swin: default = largest size <= 8 dividing every stage grid
                                       # (7 at 28x28, 8 at 32x32: stage grids 28/14/7, 32/16/8)
@@ -81,11 +82,38 @@ def _vit_kwargs(arch: dict, image_size: int, in_chans: int, num_classes: int, k:
                 embed_dim=arch["embed_dim"], depth=arch["depth"], num_heads=arch["num_heads"], mlp_ratio=4.0,
                 class_token=pool == "token", global_pool=pool,
                 pos_embed="none" if k.pos_embed == "none" else "learn",
-                no_embed_class=k.pos_embed == "sincos",  # fixed 2D table covers the patches only
+                no_embed_class=k.pos_embed in ("sincos", "learn2d"),  # 2D tables cover the patches only
                 drop_path_rate=k.drop_path_rate)
 
 
+class RowColPosEmbed(nn.Module):
+    """The ViT paper's learned 2D position embedding (App. D.4): an X and a Y embedding of D/2 each,
+    concatenated per patch. A parametrization of timm's `pos_embed` (torch.nn.utils.parametrize), so
+    timm's own forward adds it: the parameters are row (gh, D/2) and col (gw, D - D/2), and
+    `model.pos_embed` is the (1, gh * gw, D) table they make (patches only, no_embed_class layout)."""
+
+    def __init__(self, grid: tuple[int, int]):
+        super().__init__()
+        self.grid = tuple(grid)
+
+    def forward(self, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        gh, gw = self.grid
+        table = torch.cat((row[:, None].expand(gh, gw, -1), col[None].expand(gh, gw, -1)), dim=-1)  # (gh, gw, D)
+        return table.reshape(1, gh * gw, -1)
+
+    def right_inverse(self, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Called once at registration: fresh row and column tables (timm's init, std 0.02)."""
+        gh, gw = self.grid
+        dim = table.shape[-1]
+        row, col = torch.empty(gh, dim // 2), torch.empty(gw, dim - dim // 2)
+        return nn.init.trunc_normal_(row, std=0.02), nn.init.trunc_normal_(col, std=0.02)
+
+
 def _apply_sincos(model: nn.Module, knobs: Knobs) -> nn.Module:
+    """The 2D tables over the patches: fixed sin-cos, or learned rows and columns (learn2d)."""
+    if knobs.pos_embed == "learn2d":
+        from torch.nn.utils import parametrize
+        parametrize.register_parametrization(model, "pos_embed", RowColPosEmbed(model.patch_embed.grid_size))
     if knobs.pos_embed == "sincos":
         from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
         grid = model.patch_embed.grid_size
@@ -135,14 +163,15 @@ def _deit(arch, image_size, in_chans, num_classes, k: Knobs):
     (N + 2)-entry table in its __init__ whatever pos_embed says, so the knob is applied afterwards:
     learn keeps that table (cls, dist and every patch: the original DeiT); none removes it (no
     position parameter at all); sincos replaces it by the fixed 2D sin-cos table of the N patches
-    (frozen), and the two prefix tokens get no position (timm's no_embed_class layout: the table
-    is added to the patches, then cls and dist are prepended)."""
+    (frozen), learn2d by learned row and column tables of those patches, and with either the two
+    prefix tokens get no position (timm's no_embed_class layout: the table is added to the
+    patches, then cls and dist are prepended)."""
     patch = k.patch_size or 4
     _check_divides(image_size, patch, "patch size", "deit")
     model = _distilled_vit_class()(patch_size=patch, **_vit_kwargs(arch, image_size, in_chans, num_classes, k))
     if k.pos_embed == "none":
         model.pos_embed = None
-    elif k.pos_embed == "sincos":
+    elif k.pos_embed in ("sincos", "learn2d"):  # over the patches only; filled by _apply_sincos
         model.pos_embed = nn.Parameter(torch.zeros(1, model.patch_embed.num_patches, model.embed_dim))
     model.set_distilled_training(True)  # training forward returns (cls_logits, dist_logits)
     return _apply_sincos(model, k)

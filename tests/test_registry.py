@@ -122,9 +122,15 @@ def test_deit_pos_embed_knob(pos_embed, size, chans):
     elif pos_embed == "none":
         assert model.pos_embed is None
         assert not [k for k in (*params, *model.state_dict()) if "pos" in k]
-    else:  # fixed 2D sin-cos over the patches; cls and dist get no position
-        assert params["pos_embed"].shape == (1, n, dim) and not params["pos_embed"].requires_grad
-        assert torch.equal(params["pos_embed"][0], build_sincos2d_pos_embed(grid, dim))
+    else:  # 2D over the patches (fixed sin-cos, or learned rows + columns); cls and dist get no position
+        if pos_embed == "sincos":
+            assert params["pos_embed"].shape == (1, n, dim) and not params["pos_embed"].requires_grad
+            assert torch.equal(params["pos_embed"][0], build_sincos2d_pos_embed(grid, dim))
+        else:
+            row, col = (params[f"parametrizations.pos_embed.original{i}"] for i in (0, 1))
+            assert row.shape == (grid[0], dim // 2) and col.shape == (grid[1], dim - dim // 2)
+            assert model.pos_embed.shape == (1, n, dim)
+            params["pos_embed"] = model.pos_embed  # the table the two make, as the forward adds it
         patches = torch.randn(2, n, dim)
         tokens = model._pos_embed(patches)
         assert tokens.shape == (2, n + 2, dim)
@@ -132,6 +138,7 @@ def test_deit_pos_embed_knob(pos_embed, size, chans):
         assert torch.equal(tokens[:, 1], model.dist_token[:, 0].expand(2, -1))
         assert torch.allclose(tokens[:, 2:], patches + params["pos_embed"])
 
+    params = dict(model.named_parameters())
     before = {k: p.detach().clone() for k, p in params.items()}
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(trainable, lr=0.1)
@@ -168,6 +175,30 @@ def test_deit_without_positions_ignores_patch_order(pos_embed):
     with torch.no_grad():
         same = torch.allclose(model(x), model(shuffled), atol=1e-10)
     assert same == (pos_embed == "none")
+
+
+@pytest.mark.parametrize("family", ["vit", "hybrid"])
+def test_learned_2d_position_embedding(family):
+    """learn2d (ViT paper App. D.4): patch (i, j) gets [row_i, col_j]; only rows and columns are
+    parameters, both learn and neither is weight-decayed; the model saves and loads."""
+    from modules.optim import param_groups
+    torch.manual_seed(0)
+    model = build_model(family, pos_embed="learn2d")
+    (gh, gw), dim = model.patch_embed.grid_size, model.embed_dim
+    row, col = model.parametrizations.pos_embed.original0, model.parametrizations.pos_embed.original1
+    table = model.pos_embed.reshape(gh, gw, dim)
+    for i, j in ((0, 0), (2, 5), (gh - 1, gw - 1)):
+        assert torch.equal(table[i, j], torch.cat((row[i], col[j])))
+    assert sum(p.numel() for n, p in model.named_parameters() if "pos_embed" in n) == (gh + gw) * dim // 2
+    no_decay = {id(p) for p in param_groups(model, 0.05)[1]["params"]}
+    assert id(row) in no_decay and id(col) in no_decay
+    model(torch.randn(2, 1, 28, 28)).sum().backward()
+    assert row.grad.abs().sum() > 0 and col.grad.abs().sum() > 0
+    again = build_model(family, pos_embed="learn2d")
+    again.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        x = torch.randn(2, 1, 28, 28)
+        assert torch.equal(again.eval()(x), model.eval()(x))
 
 
 def test_vit_knobs():
