@@ -663,6 +663,7 @@ def plot(p: Profile, path: Path) -> None:
     left.xaxis.set_minor_formatter(NullFormatter())
     left.set_xlabel("training images (log scale)")
     left.set_ylabel("test accuracy (cls+dist; cls for none)")
+    left.set_ylim(0, 1)  # accuracy is bounded; a 2-seed t-interval is not
     left.set_title("mean over seeds, bars: 95% t-interval; teachers dashed", fontsize=9)
     top = p.fractions[-1] if p.fractions else None
     for i, s in enumerate(p.student_names):

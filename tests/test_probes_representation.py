@@ -234,7 +234,7 @@ def test_no_position_table_is_a_one_line_error(family, kw, what):
     with pytest.raises(ValueError) as err:
         pos_embed_similarity(model(family, **kw))
     assert str(err.value) == (f"model has no position table ({what}): "
-                              "allowed vit, deit, hybrid with pos_embed learn or sincos")
+                              "allowed vit, deit, hybrid with pos_embed learn, learn2d or sincos")
 
 
 # ---------------- figures ----------------

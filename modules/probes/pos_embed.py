@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ALLOWED = "allowed vit, deit, hybrid with pos_embed learn or sincos"
+ALLOWED = "allowed vit, deit, hybrid with pos_embed learn, learn2d or sincos"
 STRUCTURE_MIN_CORRELATION = 0.3  # grid_correlation above this (and above raster_correlation): 2D structure
 
 
