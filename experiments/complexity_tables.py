@@ -239,7 +239,7 @@ INTERPOLATION_COLUMNS = ("method", "phase", "resolution", "val_acc", "test_acc",
 def render_interpolation(part: dict) -> list[str]:
     rows = part["rows"]
     source = next(r for r in rows if r["phase"] == "source")
-    lines = [f"## Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
+    lines = ["## Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
              f"Source: run `{part['source_run']}` (trained by the suite at {source['resolution']}x{source['resolution']}), "
              f"val {source['val_acc']:.4f}, test {source['test_acc']:.4f} at its own size "
              f"({source['val_images']:,} / {source['test_images']:,} images). At {part['target_size']}x{part['target_size']} "

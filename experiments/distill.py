@@ -27,14 +27,14 @@ import yaml
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
-from datamodules.splits import resolve_train_size
-from modules import BUDGET_TARGETS, FAMILIES
+from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from .provenance import git_commit, hardware, versions
-from .run_record import read_json, read_summary, write_json
-from .spec import SPECS, Run, _reject_unknown, _run, nearest_tuned, steps_for, tuned_fractions
-from .sweep import TUNED, choose_lrs, run_sweep, run_status
+from .run_record import read_json, write_json
+from .spec import SPECS, Run, _reject_unknown, _run, check_axes, nearest_tuned, tuned_fractions
+from .sweep import TUNED, choose_lrs, print_plan, run_sweep, run_status
+from .trained_runs import load_classifier, load_config, test_images
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -97,14 +97,7 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
     if axes["student"] != "deit":
         raise ValueError(f"student {axes['student']!r}: allowed 'deit' (the family with a distillation token)")
-    if axes["budget"] not in BUDGET_TARGETS:
-        raise ValueError(f"unknown budget {axes['budget']!r}: allowed {', '.join(BUDGET_TARGETS)}")
-    for f in axes["fractions"] + axes.get("tuned_fractions", []):
-        if not 0.0 < f <= 1.0:
-            raise ValueError(f"fraction {f:g} is outside (0, 1]")
-    for s in axes["seeds"]:
-        if s < 0:
-            raise ValueError(f"seed {s} is negative: allowed integers >= 0")
+    check_axes(axes)
     for student in axes["students"]:
         variant, _, teacher = student.partition("/")
         if variant not in axes["variants"] or (variant == NO_TEACHER) != (teacher == "") \
@@ -190,28 +183,12 @@ def student_of(run: Run) -> str:
 
 # ---------------- probes ----------------
 def _load(run_dir: Path):
-    from modules import ImageClassifier
-    ckpt = Path(run_dir) / "checkpoints" / "best.ckpt"
-    try:
-        return ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", teacher_checkpoint=None).eval()
-    except Exception as e:
-        text = str(e).strip()
-        raise ValueError(f"checkpoint {str(ckpt)!r} is not a readable checkpoint of this suite "
-                         f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
+    return load_classifier(run_dir)
 
 
 def probe_images(run_dir: Path, limit: int) -> torch.Tensor:
     """The first `limit` normalised test images (N, C, H, W) of a run's data (its config.yaml)."""
-    data = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())["data"]
-    dm = ImageClassificationDataModule(**data)
-    dm.setup("test")
-    xs, n = [], 0
-    for x, _ in dm.test_dataloader():
-        xs.append(x[:limit - n])
-        n += len(xs[-1])
-        if n >= limit:
-            break
-    return torch.cat(xs)
+    return test_images(load_config(run_dir)["data"], limit)[0]
 
 
 @torch.inference_mode()
@@ -274,14 +251,6 @@ def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[s
 
 
 # ---------------- the command ----------------
-def _plan_line(title: str, runs: list[Run], pool: int, axes: dict) -> None:
-    steps = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in runs)
-    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images")
-    for r in runs:
-        print(f"# {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
-        print(r.shell())
-
-
 def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[Run], choices: dict,
                  teachers: list[Run], students: list[Run], invocation: dict | None) -> Path:
     _, records = choose_lrs(trials)
@@ -355,7 +324,7 @@ def main(argv: list[str]) -> int:
     run(students)
     if a.dry_run:
         for title, runs in (("tune", trials), ("teachers", teachers), ("students", students)):
-            _plan_line(title, runs, pool, axes)
+            print_plan(title, runs, pool, axes)
         waiting = [f for f in [*axes["teachers"], axes["student"]]
                    if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
         if waiting:

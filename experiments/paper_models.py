@@ -2,7 +2,6 @@
 figures, and the source article's FLOP claims checked against its own formula and the models."""
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import timm

@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 from torch import nn
+
+from .trained_runs import load_classifier, load_config
 
 METHODS = ("bicubic", "nearest", "none")
 NATIVE = "native"  # the control: same fine-tune at the source size, no resize
@@ -78,31 +79,13 @@ def resize_pos_embed(model: nn.Module, new_image_size: int, method: str = "bicub
 
 
 def _load_run(run_dir: str | Path):
-    """(ImageClassifier on CPU, the run's config.yaml as a dict) of a suite run folder."""
-    from modules import ImageClassifier
-    run_dir = Path(run_dir)
-    ckpt, config = run_dir / "checkpoints" / "best.ckpt", run_dir / "config.yaml"
-    if not ckpt.is_file():
-        raise ValueError(f"checkpoint {str(ckpt)!r} does not exist: allowed a run folder written by "
-                         "`python -m experiments fit`")
-    try:
-        classifier = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", teacher_checkpoint=None)
-    except Exception as e:
-        text = str(e).strip()
-        raise ValueError(f"checkpoint {str(ckpt)!r} is not a readable checkpoint of this suite "
-                         f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
+    """(ImageClassifier on CPU, the run's config.yaml as a dict) of a suite ViT run with a learned table."""
+    classifier = load_classifier(run_dir)
     h = classifier.hparams
     if h.family != "vit" or h.pos_embed not in (None, "learn"):
         raise ValueError(f"run {str(run_dir)!r} trained family {h.family!r} with pos_embed {h.pos_embed!r}: "
                          "allowed family 'vit' with pos_embed 'learn' (a learned position table)")
-    try:
-        cfg = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):
-        cfg = None
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("data"), dict):
-        raise ValueError(f"run config {str(config)!r} is missing or has no data section: allowed a run folder "
-                         "written by `python -m experiments fit`")
-    return classifier, cfg
+    return classifier, load_config(run_dir)
 
 
 def load_source(run_dir: str | Path) -> tuple[nn.Module, dict]:

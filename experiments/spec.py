@@ -120,9 +120,18 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
+    check_axes(axes)
+    for r in axes["recipes"]:
+        if r not in spec["recipe_args"]:
+            raise ValueError(f"unknown recipe {r!r}: allowed {', '.join(spec['recipe_args'])}")
+    return axes
+
+
+def check_axes(axes: dict) -> None:
+    """The budget, fractions (tuned ones included), seeds and learning rates of resolved axes."""
     if axes["budget"] not in BUDGET_TARGETS:
         raise ValueError(f"unknown budget {axes['budget']!r}: allowed {', '.join(BUDGET_TARGETS)}")
-    for f in axes["fractions"]:
+    for f in axes["fractions"] + axes.get("tuned_fractions", []):
         if not 0.0 < f <= 1.0:
             raise ValueError(f"fraction {f:g} is outside (0, 1]")
     for s in axes["seeds"]:
@@ -131,10 +140,6 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     for lr in axes["lrs"]:
         if not lr > 0:
             raise ValueError(f"learning rate {lr:g} in lrs: allowed numbers > 0")
-    for r in axes["recipes"]:
-        if r not in spec["recipe_args"]:
-            raise ValueError(f"unknown recipe {r!r}: allowed {', '.join(spec['recipe_args'])}")
-    return axes
 
 
 def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str, lr: float) -> str:

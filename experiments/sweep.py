@@ -214,7 +214,7 @@ def _runnable_families(axes: dict, choices: dict) -> list[str]:
             if all((f, r, t) in choices for r in axes["recipes"] for t in tuned_fractions(axes))]
 
 
-def _print_plan(title: str, runs: list[Run], pool: int, axes: dict) -> None:
+def print_plan(title: str, runs: list[Run], pool: int, axes: dict) -> None:
     steps = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in runs)
     print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images")
     for r in runs:
@@ -264,11 +264,11 @@ def main(argv: list[str]) -> int:
     if a.dry_run:
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
         if a.stage != "main":
-            _print_plan("tuning stage", trials, pool, axes)
+            print_plan("tuning stage", trials, pool, axes)
         if a.stage != "tune":
             families = _runnable_families(axes, choices)
             if families:
-                _print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
+                print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
                             main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)),
                             pool, axes)
             waiting = [f for f in axes["families"] if f not in families]

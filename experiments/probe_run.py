@@ -1,0 +1,169 @@
+"""`python -m experiments probe RUN_DIR [RUN_DIR ...]`: the inductive-bias probes on trained runs.
+
+For each run folder written by `fit` (its best checkpoint, its data), on the first --images test
+images (reporting only: nothing is chosen from them), the probes of modules.probes that apply:
+  robustness  every family: PatchDrop 0..0.9, patch shuffle per grid size, accuracy under diagonal
+              shifts (multiples of the patch marked), shift consistency (zero-filled and circular);
+              cells of --patch pixels for every family, so CNNs and transformers lose the same pixels
+  attention   vit, deit, hybrid, swin: mean attention distance per layer and head, in input pixels
+  maps        vit, deit, hybrid with a class token: last-layer [CLS] attention and attention rollout
+  pos_embed   vit, deit, hybrid with a position table: patch-to-patch cosine similarity, 2D numbers
+  cka         every family: minibatch CKA between the model's own blocks
+Results go to <run>/probes.json (with the code and versions that made them), figures to
+<run>/probes/*.png and, as images, to the run's TensorBoard (tags probes/<name>).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from rich.progress import Progress
+
+from modules import probes
+
+from .provenance import git_commit, hardware, versions
+from .run_record import write_json
+from .trained_runs import load_classifier, load_config, test_images
+
+RESULT = "probes.json"
+FIGURES = "probes"
+ATTENTION = ("vit", "deit", "hybrid", "swin")
+CLASS_TOKEN = ("vit", "deit", "hybrid")
+
+
+def _applicable(h) -> dict[str, str | None]:
+    """probe -> None when it applies to the run's model, else why not."""
+    token = h.family in CLASS_TOKEN and (h.pool or "token") == "token"
+    table = h.family in CLASS_TOKEN and (h.pos_embed or "learn") != "none"
+    return {"robustness": None, "cka": None,
+            "attention": None if h.family in ATTENTION else f"{h.family} has no attention layers",
+            "maps": None if token else f"{h.family} (pool {h.pool}) has no class token",
+            "pos_embed": None if table else f"{h.family} (pos_embed {h.pos_embed}) has no position table"}
+
+
+def probe_model(model: torch.nn.Module, h, images: torch.Tensor, labels: torch.Tensor, patch: int,
+                seed: int = 0) -> tuple[dict, dict]:
+    """(JSON-ready results, figures by name) of every probe that applies to `model` (hyper-parameters h)."""
+    from matplotlib.figure import Figure
+    skip = _applicable(h)
+    result = {"not_applicable": {k: v for k, v in skip.items() if v}}
+    figures = {}
+    g = torch.Generator().manual_seed(seed)
+    result["robustness"] = probes.robustness_curves(model, images, labels, patch, g)
+    figures["robustness"] = _robustness_figure(result["robustness"], h.family)
+    batches = list(images.split(100))
+    cka = probes.minibatch_cka(model, model, [b for b in batches if len(b) >= 4])
+    names = probes.layer_names(model)
+    result["cka"] = {"layers": names, "matrix": [[round(float(v), 6) for v in row] for row in cka]}
+    figures["cka"] = probes.cka_heatmap(cka, names, names, title=f"{h.family}: CKA between its blocks").figure
+    if not skip["attention"]:
+        dist = torch.cat([probes.mean_attention_distance(model, b)[None] * len(b) for b in batches]).sum(0) / len(images)
+        result["attention_distance"] = [[None if v != v else round(float(v), 4) for v in row] for row in dist]
+        figures["attention_distance"] = _distance_figure(dist, h.family, images.shape[-1])
+    if not skip["maps"]:
+        sample = images[:4]
+        cls = probes.cls_attention(model, sample).mean(1)           # (4, gh, gw): heads averaged
+        rollout = probes.attention_rollout(model, sample)           # (4, gh, gw)
+        figures["attention_maps"] = _maps_figure(sample, cls, rollout, h.family)
+    if not skip["pos_embed"]:
+        sim = probes.pos_embed_similarity(model)
+        result["pos_embed"] = probes.pos_embed_2d_structure(sim)
+        figures["pos_embed_similarity"] = probes.plot_pos_embed_similarity(
+            sim, Figure(figsize=(7, 6)), title=f"{h.family} ({h.pos_embed or 'learn'}): position-embedding similarity")
+    return result, figures
+
+
+def _robustness_figure(r: dict, family: str):
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 3.2))
+    drop, shuffle, shift = fig.subplots(1, 3)
+    drop.plot(r["drop_fractions"], r["patchdrop_accuracy"], "o-")
+    drop.set(xlabel="fraction of patches dropped", ylabel="test accuracy", title="PatchDrop", ylim=(0, 1))
+    shuffle.plot([str(g) for g in r["shuffle_grids"]], r["shuffle_accuracy"], "o-")
+    shuffle.set(xlabel="shuffled grid (cells per side)", title="patch shuffle", ylim=(0, 1))
+    shift.plot(r["shifts"], r["shift_accuracy"], "o-", label="zero-filled")
+    shift.plot(r["shifts"], r["shift_accuracy_circular"], "s--", label="circular")
+    multiples = [s for s, m in zip(r["shifts"], r["shift_is_patch_multiple"]) if m and s]
+    for s in multiples:
+        shift.axvline(s, color="grey", alpha=0.3)
+    shift.set(xlabel="diagonal shift (pixels; grey: patch multiples)", title="shift", ylim=(0, 1))
+    shift.legend(fontsize=7)
+    fig.suptitle(f"{family}: {r['n_images']} test images, {r['patch']}-pixel cells")
+    fig.tight_layout()
+    return fig
+
+
+def _distance_figure(dist: torch.Tensor, family: str, image_size: int):
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(4.5, 3.5))
+    ax = fig.subplots()
+    for layer, row in enumerate(dist):
+        heads = row[~row.isnan()]
+        ax.scatter([layer + 1] * len(heads), heads.numpy(), s=14)
+    ax.set(xlabel="layer (block)", ylabel="mean attention distance (pixels)", ylim=(0, image_size),
+           title=f"{family}: one dot per head")
+    fig.tight_layout()
+    return fig
+
+
+def _maps_figure(images: torch.Tensor, cls: torch.Tensor, rollout: torch.Tensor, family: str):
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(2 * len(images), 6))
+    axes = fig.subplots(3, len(images), squeeze=False)
+    for i in range(len(images)):
+        for row, (what, picture) in enumerate((("image", images[i].mean(0)), ("[CLS] attention", cls[i]),
+                                               ("rollout", rollout[i]))):
+            ax = axes[row][i]
+            ax.imshow(picture.float().numpy(), cmap="gray" if row == 0 else "inferno")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_ylabel(what, fontsize=8)
+    fig.suptitle(f"{family}: last layer [CLS] attention (heads averaged) and attention rollout")
+    fig.tight_layout()
+    return fig
+
+
+def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0) -> Path:
+    """Every applicable probe on one run; returns the path of its probes.json."""
+    classifier = load_classifier(run_dir)
+    x, y = test_images(load_config(run_dir)["data"], images)
+    result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed)
+    out = Path(run_dir) / FIGURES
+    out.mkdir(exist_ok=True)
+    from torch.utils.tensorboard import SummaryWriter
+    writer = SummaryWriter(log_dir=str(run_dir))
+    for name, fig in figures.items():
+        fig.savefig(out / f"{name}.png", dpi=100, metadata={"Software": None})
+        writer.add_figure(f"probes/{name}", fig)
+    writer.close()
+    path = Path(run_dir) / RESULT
+    write_json(path, {**result, "images": len(y), "split": "test", "patch": patch, "seed": seed,
+                      "family": classifier.hparams.family, "figures": sorted(f"{FIGURES}/{n}.png" for n in figures),
+                      "commit": git_commit(), "versions": versions(), "hardware": hardware()})
+    return path
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments probe", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", help="run folders written by `python -m experiments fit`")
+    p.add_argument("--images", type=int, default=1000, help="test images probed (default 1000)")
+    p.add_argument("--patch", type=int, default=4, help="cell size in pixels for PatchDrop and shifts (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random drops, shuffles and shifts (default 0)")
+
+    def one_line(message: str):
+        raise ValueError(f"{message} (python -m experiments probe --help lists the options)")
+    p.error = one_line
+    a = p.parse_args(argv)
+    if a.images < 4:
+        raise ValueError(f"--images {a.images}: allowed integers >= 4 (CKA's unbiased estimator needs 4 per batch)")
+    for run in a.runs:  # every folder checked before any work
+        load_config(run)
+    with Progress() as progress:
+        task = progress.add_task("probes", total=len(a.runs))
+        for run in a.runs:
+            progress.console.print(f"{run}: wrote {probe_run(Path(run), a.images, a.patch, a.seed)}")
+            progress.advance(task)
+    return 0

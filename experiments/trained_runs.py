@@ -1,0 +1,57 @@
+"""A trained run folder read back for evaluation after training: its best checkpoint's network, its
+config.yaml, and the test images of its data (exp-distill's probes, exp-complexity's interpolation,
+`python -m experiments probe`). Each bad folder is one clear line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import yaml
+
+from datamodules import ImageClassificationDataModule
+
+FIT = "`python -m experiments fit`"
+
+
+def load_classifier(run_dir: str | Path):
+    """The run's ImageClassifier from checkpoints/best.ckpt, on CPU, in eval mode (no teacher)."""
+    from modules import ImageClassifier
+    ckpt = Path(run_dir) / "checkpoints" / "best.ckpt"
+    if not ckpt.is_file():
+        raise ValueError(f"checkpoint {str(ckpt)!r} does not exist: allowed a run folder written by {FIT}")
+    try:
+        return ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", teacher_checkpoint=None).eval()
+    except Exception as e:
+        text = str(e).strip()
+        raise ValueError(f"checkpoint {str(ckpt)!r} is not a readable checkpoint of this suite "
+                         f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
+
+
+def load_config(run_dir: str | Path) -> dict:
+    """The run's resolved config.yaml (it has a data section from which the DataModule rebuilds the
+    run's splits)."""
+    config = Path(run_dir) / "config.yaml"
+    try:
+        cfg = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):
+        cfg = None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("data"), dict):
+        raise ValueError(f"run config {str(config)!r} is missing or has no data section: allowed a run folder "
+                         f"written by {FIT}")
+    return cfg
+
+
+def test_images(data: dict, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `limit` (all when None) test images of a run's data section, normalised as the
+    run saw them: (N, C, H, W) float and (N,) labels, in the split's fixed order."""
+    dm = ImageClassificationDataModule(**data)
+    dm.setup("test")
+    xs, ys, n = [], [], 0
+    for x, y in dm.test_dataloader():
+        take = len(y) if limit is None else min(len(y), limit - n)
+        xs.append(x[:take])
+        ys.append(y[:take])
+        n += take
+        if limit is not None and n >= limit:
+            break
+    return torch.cat(xs), torch.cat(ys)

@@ -1,0 +1,45 @@
+"""`python -m experiments probe`: every applicable probe on trained run folders, into probes.json,
+figures and the run's TensorBoard; bad input is one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from experiments.__main__ import main
+
+
+@pytest.mark.parametrize("family, figures", [
+    ("vit", {"robustness", "cka", "attention_distance", "attention_maps", "pos_embed_similarity"}),
+    ("resnet", {"robustness", "cka"}),
+])
+def test_probe_writes_results_figures_and_tensorboard(cli, family, figures):
+    code, run_dir = cli("fit", "--model.family", family, "--test_after_fit", "false")
+    assert code == 0
+    assert main(["probe", str(run_dir), "--images", "40"]) == 0
+    r = json.loads((run_dir / "probes.json").read_text())
+    assert r["family"] == family and r["images"] == 40 and r["split"] == "test"
+    assert {f"probes/{f}.png" for f in figures} == set(r["figures"])
+    assert all((run_dir / f).stat().st_size > 5_000 for f in r["figures"])
+    rob = r["robustness"]
+    assert rob["drop_fractions"][0] == 0 and rob["patchdrop_accuracy"][0] == rob["clean_accuracy"]
+    assert len(r["cka"]["matrix"]) == len(r["cka"]["layers"])
+    assert all(abs(r["cka"]["matrix"][i][i] - 1) < 1e-4 for i in range(len(r["cka"]["layers"])))
+    if family == "vit":
+        assert len(r["attention_distance"]) == 4 and not r["not_applicable"]  # 4 blocks in vit-tiny
+        assert "grid_correlation" in r["pos_embed"]
+    else:
+        assert set(r["not_applicable"]) == {"attention", "maps", "pos_embed"}
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0}).Reload()
+    assert {f"probes/{f}" for f in figures} <= set(events.Tags()["images"])
+
+
+def test_probe_bad_input_is_one_line(cli, tmp_path, capsys):
+    assert main(["probe", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.yaml' is missing or has no data section" in err[0]
+    code, run_dir = cli("fit", "--model.family", "resnet", "--test_after_fit", "false")
+    assert main(["probe", str(run_dir), "--images", "2"]) == 2
+    assert "--images 2: allowed integers >= 4" in capsys.readouterr().err
+    assert not (run_dir / "probes.json").exists()
