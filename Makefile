@@ -16,6 +16,7 @@ DATASET ?=
 RECIPES ?=
 STAGE ?=
 PARTS ?=
+ABLATIONS ?=
 JOBS ?=
 SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
 	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
@@ -26,7 +27,7 @@ EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test exp-datascale exp-distill exp-complexity exp-datascale-commands tables tensorboard families \
+.PHONY: help install data test exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench clean-venv
 
 help: ## list the targets
@@ -58,6 +59,12 @@ exp-distill: install ## DeiT students vs CNN and transformer teachers: none/soft
 	$(PY) -m experiments distill $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	  $(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(JOBS),--jobs $(JOBS)) || failed=1; \
 	$(PY) -m experiments tables --experiment distill; exit $${failed:-0}
+
+exp-inductive-bias: install ## ViT position embedding / pooling / patch ablations and every family's probes (attention distance, CKA, shift, shuffle, PatchDrop); then tables (PROFILE= SEEDS= FAMILIES= ABLATIONS= JOBS=)
+	$(PY) -m experiments inductive_bias $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
+	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(ABLATIONS),--ablations $(ABLATIONS)) \
+	  $(if $(JOBS),--jobs $(JOBS)) || failed=1; \
+	$(PY) -m experiments tables --experiment inductive_bias; exit $${failed:-0}
 
 exp-complexity: install ## cost against resolution: paper-scale table vs timm, FLOPs/throughput/memory slopes, pos-embed interpolation (PROFILE= PARTS=)
 	$(PY) -m experiments complexity $(if $(PROFILE),--profile $(PROFILE)) $(if $(PARTS),--parts $(PARTS)) || failed=1; \

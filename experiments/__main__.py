@@ -7,6 +7,8 @@
   test       evaluate a checkpoint on the test split (--ckpt_path)
   sweep      run an experiment spec (experiments/specs/*.yaml), resumably
   distill    DeiT students against CNN and transformer teachers (specs/distill.yaml), resumably
+  inductive_bias  ViT's position-embedding, pooling and patch ablations and every family's probes
+             (specs/inductive_bias.yaml), resumably
   probe      the inductive-bias probes (modules.probes) on trained run folders: figures and probes.json
   complexity measure cost against resolution and position-embedding interpolation (specs/complexity.yaml)
   tables     regenerate results/<experiment>.{csv,md,png} from the run folders
@@ -38,6 +40,9 @@ def main(argv: list[str]) -> int:
         elif command == "distill":
             from .distill import main as distill
             return distill(rest)
+        elif command == "inductive_bias":
+            from .inductive_bias import main as inductive_bias
+            return inductive_bias(rest)
         elif command == "probe":
             from .probe_run import main as probe
             return probe(rest)
@@ -53,7 +58,7 @@ def main(argv: list[str]) -> int:
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
         else:
-            print(f"error: unknown command {command!r}: allowed families, fit, run_dir, validate, test, sweep, distill, probe, complexity, tables",
+            print(f"error: unknown command {command!r}: allowed families, fit, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables",
                   file=sys.stderr)
             return 2
     except (ConfigError, DatasetError, ValueError) as e:

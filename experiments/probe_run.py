@@ -30,6 +30,8 @@ RESULT = "probes.json"
 FIGURES = "probes"
 ATTENTION = ("vit", "deit", "hybrid", "swin")
 CLASS_TOKEN = ("vit", "deit", "hybrid")
+PARTS = ("robustness", "cka", "attention", "maps", "pos_embed")
+MAP_IMAGES = 4  # sample test images of the attention maps
 
 
 def _applicable(h) -> dict[str, str | None]:
@@ -42,33 +44,51 @@ def _applicable(h) -> dict[str, str | None]:
             "pos_embed": None if table else f"{h.family} (pos_embed {h.pos_embed}) has no position table"}
 
 
+def _rounded(t: torch.Tensor, digits: int = 4):
+    """A tensor as nested lists of rounded floats (NaN -> None), for JSON."""
+    if t.ndim == 0:
+        v = float(t)
+        return None if v != v else round(v, digits)
+    return [_rounded(x, digits) for x in t]
+
+
 def probe_model(model: torch.nn.Module, h, images: torch.Tensor, labels: torch.Tensor, patch: int,
-                seed: int = 0) -> tuple[dict, dict]:
-    """(JSON-ready results, figures by name) of every probe that applies to `model` (hyper-parameters h)."""
+                seed: int = 0, parts: tuple[str, ...] = PARTS) -> tuple[dict, dict]:
+    """(JSON-ready results, figures by name) of the probes of `parts` that apply to `model`
+    (hyper-parameters h). The results keep what the cross-family figures redraw: attention
+    distance per layer and head, the position table's similarity matrix, the [CLS] and rollout maps
+    with their sample images."""
     from matplotlib.figure import Figure
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"probe part {unknown[0]!r}: allowed {', '.join(PARTS)}")
     skip = _applicable(h)
-    result = {"not_applicable": {k: v for k, v in skip.items() if v}}
+    result = {"parts": list(parts), "not_applicable": {k: v for k, v in skip.items() if v and k in parts}}
     figures = {}
     g = torch.Generator().manual_seed(seed)
-    result["robustness"] = probes.robustness_curves(model, images, labels, patch, g)
-    figures["robustness"] = _robustness_figure(result["robustness"], h.family)
     batches = list(images.split(100))
-    cka = probes.minibatch_cka(model, model, [b for b in batches if len(b) >= 4])
-    names = probes.layer_names(model)
-    result["cka"] = {"layers": names, "matrix": [[round(float(v), 6) for v in row] for row in cka]}
-    figures["cka"] = probes.cka_heatmap(cka, names, names, title=f"{h.family}: CKA between its blocks").figure
-    if not skip["attention"]:
+    if "robustness" in parts:
+        result["robustness"] = probes.robustness_curves(model, images, labels, patch, g)
+        figures["robustness"] = _robustness_figure(result["robustness"], h.family)
+    if "cka" in parts:
+        cka = probes.minibatch_cka(model, model, [b for b in batches if len(b) >= 4])
+        names = probes.layer_names(model)
+        result["cka"] = {"layers": names, "matrix": _rounded(cka, 6)}
+        figures["cka"] = probes.cka_heatmap(cka, names, names, title=f"{h.family}: CKA between its blocks").figure
+    if "attention" in parts and not skip["attention"]:
         dist = torch.cat([probes.mean_attention_distance(model, b)[None] * len(b) for b in batches]).sum(0) / len(images)
-        result["attention_distance"] = [[None if v != v else round(float(v), 4) for v in row] for row in dist]
+        result["attention_distance"] = _rounded(dist)
         figures["attention_distance"] = _distance_figure(dist, h.family, images.shape[-1])
-    if not skip["maps"]:
-        sample = images[:4]
+    if "maps" in parts and not skip["maps"]:
+        sample = images[:MAP_IMAGES]
         cls = probes.cls_attention(model, sample).mean(1)           # (4, gh, gw): heads averaged
         rollout = probes.attention_rollout(model, sample)           # (4, gh, gw)
+        result["attention_maps"] = {"images": _rounded(sample.mean(1), 3), "labels": labels[:MAP_IMAGES].tolist(),
+                                    "cls": _rounded(cls, 5), "rollout": _rounded(rollout, 5)}
         figures["attention_maps"] = _maps_figure(sample, cls, rollout, h.family)
-    if not skip["pos_embed"]:
-        sim = probes.pos_embed_similarity(model)
-        result["pos_embed"] = probes.pos_embed_2d_structure(sim)
+    if "pos_embed" in parts and not skip["pos_embed"]:
+        sim = probes.pos_embed_similarity(model)                    # (gh, gw, gh, gw)
+        result["pos_embed"] = {**probes.pos_embed_2d_structure(sim), "similarity": _rounded(sim)}
         figures["pos_embed_similarity"] = probes.plot_pos_embed_similarity(
             sim, Figure(figsize=(7, 6)), title=f"{h.family} ({h.pos_embed or 'learn'}): position-embedding similarity")
     return result, figures
@@ -125,11 +145,12 @@ def _maps_figure(images: torch.Tensor, cls: torch.Tensor, rollout: torch.Tensor,
     return fig
 
 
-def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0) -> Path:
-    """Every applicable probe on one run; returns the path of its probes.json."""
+def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tuple[str, ...] = PARTS) -> Path:
+    """The applicable probes of `parts` on one run; returns the path of its probes.json."""
     classifier = load_classifier(run_dir)
-    x, y = test_images(load_config(run_dir)["data"], images)
-    result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed)
+    needs_images = any(p != "pos_embed" for p in parts)  # the position table is read from the weights alone
+    x, y = test_images(load_config(run_dir)["data"], images if needs_images else 1)
+    result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed, parts)
     out = Path(run_dir) / FIGURES
     out.mkdir(exist_ok=True)
     from torch.utils.tensorboard import SummaryWriter
@@ -139,7 +160,7 @@ def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0) -> Path:
         writer.add_figure(f"probes/{name}", fig)
     writer.close()
     path = Path(run_dir) / RESULT
-    write_json(path, {**result, "images": len(y), "split": "test", "patch": patch, "seed": seed,
+    write_json(path, {**result, "images": len(y) if needs_images else 0, "split": "test", "patch": patch, "seed": seed,
                       "family": classifier.hparams.family, "figures": sorted(f"{FIGURES}/{n}.png" for n in figures),
                       "commit": git_commit(), "versions": versions(), "hardware": hardware()})
     return path
@@ -152,6 +173,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--images", type=int, default=1000, help="test images probed (default 1000)")
     p.add_argument("--patch", type=int, default=4, help="cell size in pixels for PatchDrop and shifts (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random drops, shuffles and shifts (default 0)")
+    p.add_argument("--parts", nargs="+", default=list(PARTS), metavar="PART",
+                   help=f"which probes: {', '.join(PARTS)} (default all of them)")
 
     def one_line(message: str):
         raise ValueError(f"{message} (python -m experiments probe --help lists the options)")
@@ -159,11 +182,14 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.images < 4:
         raise ValueError(f"--images {a.images}: allowed integers >= 4 (CKA's unbiased estimator needs 4 per batch)")
+    bad = [x for x in a.parts if x not in PARTS]
+    if bad:
+        raise ValueError(f"--parts {bad[0]}: allowed {', '.join(PARTS)}")
     for run in a.runs:  # every folder checked before any work
         load_config(run)
     with Progress() as progress:
         task = progress.add_task("probes", total=len(a.runs))
         for run in a.runs:
-            progress.console.print(f"{run}: wrote {probe_run(Path(run), a.images, a.patch, a.seed)}")
+            progress.console.print(f"{run}: wrote {probe_run(Path(run), a.images, a.patch, a.seed, tuple(a.parts))}")
             progress.advance(task)
     return 0

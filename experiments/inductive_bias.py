@@ -1,0 +1,423 @@
+"""`python -m experiments inductive_bias`: what each family's architecture assumes (specs/inductive_bias.yaml).
+
+Four stages, each resumable (finished runs are skipped, interrupted ones resume, failed ones are
+retried; one failing run never stops the others):
+1. tune: every family at each learning rate of the grid at each fraction it trains at (first seed),
+   ViT also at the ablations' fractions; the winner on validation accuracy is that family's lr at
+   that fraction. The trial that won is the main run of its configuration (only its test is left).
+2. families: every family x family fraction x seed, tested (DeiT distils from the ResNet run of
+   its subset and seed); these are the models the probes compare.
+3. ablations: every variant of the ablated family (ViT) x its fractions x seed at ViT's chosen lr
+   (position embedding, pooling, patch size); `learn` is ViT as the registry builds it, the same
+   run as the family run wherever the fractions meet.
+4. probes, on the first `probe_images` test images (reporting only): the spec's probe parts on each
+   family run and each ablation run (<run>/probes.json, figures, TensorBoard), and minibatch CKA of
+   every family against the ResNet of the first seed (<runs_dir>/inductive_bias/cka/*.json).
+A planned run whose configuration (identity hash) matches a finished run of another experiment in
+runs_dir (exp-datascale, exp-distill) is not trained again: its folder is filled from that one.
+<runs_dir>/inductive_bias/inductive_bias.json records the axes, the tuning trials and choices, and
+which run folders form the tables; `make tables` (experiments/inductive_bias_tables.py) reads only
+these files and the runs' summary.json and probes.json.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import yaml
+from rich.progress import Progress
+
+from datamodules import ImageClassificationDataModule
+from modules import FAMILIES
+
+from .probe_run import PARTS, RESULT, probe_run
+from .provenance import git_commit, hardware, versions
+from .run_identity import config_hash
+from .run_record import read_identity, read_json, read_summary, write_json, write_summary
+from .spec import SPECS, Run, _reject_unknown, _run, check_axes, main_runs
+from .sweep import TUNED, choose_lrs, finished, print_plan, run_status, run_sweep, tuning_stage
+
+NAME = "inductive_bias"
+RECORD = "inductive_bias.json"
+CKA_DIR = "cka"
+BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the recipe "default"
+REFERENCE = "resnet"   # every family's CKA is computed against this family
+TOP_KEYS = {"name", "runner", "dataset", "ablated", "ablations", "profiles"}
+PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "val_checks",
+                "val_size", "batch_size", "lrs", "probe_images", "probe_patch", "probes", "jobs"}
+PROFILE_REQUIRED = ("families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps",
+                    "val_checks", "lrs", "probe_images", "probes")
+
+
+# ---------------- the spec ----------------
+def load_ib_spec(name_or_path: str = NAME) -> dict:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SPECS / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ValueError(f"inductive-bias spec {str(path)!r} does not exist: allowed specs/{NAME}.yaml or a path "
+                         "to a .yaml")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "ablated", "ablations",
+                                                                   "profiles"))
+    if spec.get("runner", NAME) != NAME:
+        raise ValueError(f"spec {path.name} has runner {spec['runner']!r}: allowed {NAME!r} for "
+                         f"`experiments {NAME}`")
+    if spec["ablated"] not in FAMILIES:
+        raise ValueError(f"ablated family {spec['ablated']!r}: allowed {', '.join(FAMILIES)}")
+    ablations = spec["ablations"]
+    if not isinstance(ablations, dict) or ablations.get(BASELINE, None) != {} \
+            or not all(isinstance(v, dict) for v in ablations.values()):
+        raise ValueError(f"ablations in {path.name}: allowed a mapping of variant names to fit options, with "
+                         f"{BASELINE!r}: {{}} (the family as the registry builds it) among them")
+    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
+        raise ValueError(f"spec {path.name} has no profiles")
+    for name, profile in spec["profiles"].items():
+        _reject_unknown(profile, PROFILE_KEYS, f"profile {name!r} of {path.name}", required=PROFILE_REQUIRED)
+    return spec
+
+
+def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variants=None) -> dict:
+    """The profile's axes with command-line overrides, every value checked."""
+    if profile not in spec["profiles"]:
+        raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
+    p = spec["profiles"][profile]
+    where = f"profile {profile!r}"
+    if not isinstance(p["ablations"], dict) or not all(isinstance(v, list) and v for v in p["ablations"].values()):
+        raise ValueError(f"ablations in {where}: allowed a mapping of variants to non-empty lists of fractions")
+    chosen = list(variants or p["ablations"])
+    for v in chosen:
+        if v not in spec["ablations"] or v not in p["ablations"]:
+            raise ValueError(f"unknown ablation {v!r}: allowed {', '.join(v for v in p['ablations'] if v in spec['ablations'])}")
+    probes = p["probes"]
+    if not isinstance(probes, dict) or set(probes) != {"families", "ablations"}:
+        raise ValueError(f"probes in {where}: allowed {{families: [parts], ablations: [parts]}} with parts of "
+                         f"{', '.join(PARTS)}")
+    for part in [*probes["families"], *probes["ablations"]]:
+        if part not in PARTS:
+            raise ValueError(f"probe part {part!r} in {where}: allowed {', '.join(PARTS)}")
+    axes = {"profile": profile, "dataset": spec["dataset"], "ablated": spec["ablated"], "budget": p["budget"],
+            "families": list(families or p["families"]),
+            "family_fractions": sorted(float(f) for f in p["family_fractions"]),
+            "ablations": {v: sorted(float(f) for f in p["ablations"][v]) for v in chosen},
+            "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
+            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": int(p["min_steps"]),
+            "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
+            "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
+            "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},
+            "jobs": int(p.get("jobs", 1))}
+    for f in axes["families"]:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
+    if "deit" in axes["families"] and REFERENCE not in axes["families"]:
+        raise ValueError(f"families {axes['families']}: deit distils from {REFERENCE}, which must be among them")
+    if axes["probe_images"] < 4:
+        raise ValueError(f"probe_images={axes['probe_images']} in {where}: allowed integers >= 4")
+    # check_axes reads "fractions": every fraction of the profile is checked
+    check_axes({**axes, "fractions": sorted({*axes["family_fractions"], *_ablation_fractions(axes)})})
+    return axes
+
+
+def _ablation_fractions(axes: dict) -> list[float]:
+    return sorted({f for fractions in axes["ablations"].values() for f in fractions})
+
+
+# ---------------- the runs ----------------
+def _recipe(variant: str) -> str:
+    return "default" if variant == BASELINE else variant
+
+
+def _view(spec: dict, axes: dict) -> dict:
+    """The sweep's view of this spec: each ablation is a recipe (its fit options)."""
+    return {"name": spec["name"], "recipe_args": {_recipe(v): spec["ablations"][v] for v in spec["ablations"]}}
+
+
+def _family_axes(axes: dict) -> dict:
+    return {**axes, "fractions": axes["family_fractions"], "tuned_fractions": axes["family_fractions"],
+            "recipes": ["default"]}
+
+
+def _ablated_axes(axes: dict) -> dict:
+    fractions = _ablation_fractions(axes)
+    return {**axes, "families": [axes["ablated"]], "fractions": fractions, "tuned_fractions": fractions,
+            "recipes": ["default"]}
+
+
+def _folders(runs: list[Run], start: int = 0) -> list[Run]:
+    from .cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
+    dirs = resolve_run_dirs([list(r.args) for r in runs])
+    return [replace(r, run_dir=d, index=start + i) for i, (r, d) in enumerate(zip(runs, dirs))]
+
+
+def _unique(runs: list[Run]) -> list[Run]:
+    """The runs with each folder once (the ablated family's baseline is also a family run)."""
+    seen, out = set(), []
+    for r in runs:
+        if r.run_dir not in seen:
+            seen.add(r.run_dir)
+            out.append(replace(r, index=len(out)))
+    return out
+
+
+def twin_of(run: Run, runs_dir: Path) -> Path | None:
+    """A finished folder of another experiment holding exactly the configuration `run` would train
+    (same identity, whose hash ends both folder names), with its best checkpoint; else None."""
+    digest = run.run_dir.name.rsplit("_", 1)[-1]
+    for other in sorted(Path(runs_dir).glob(f"*/*_{digest}")):
+        ident = read_identity(other)
+        if other.resolve() != run.run_dir.resolve() and ident is not None and config_hash(ident) == digest \
+                and (other / "checkpoints" / "best.ckpt").is_file() \
+                and finished(run, (read_summary(other) or {}).get("status")):
+            return other
+    return None
+
+
+def reuse_twin(run: Run, runs_dir: Path) -> bool:
+    """Fills the run's folder from its twin (twin_of): records copied, checkpoints and event files
+    hard-linked where the file system allows; the twin is left as it is. False when there is none."""
+    twin = twin_of(run, runs_dir)
+    if twin is None or run.run_dir.exists() and any(run.run_dir.iterdir()):
+        return False
+
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+    shutil.copytree(twin, run.run_dir, copy_function=link, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(".lock", "log.txt", "*.tmp", RESULT, "probes"))
+    summary = read_summary(run.run_dir)
+    write_summary(run.run_dir, {**summary, "reused_from": twin.relative_to(runs_dir).as_posix()})
+    return True
+
+
+def plan_tuning(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) -> tuple[dict, list[Run]]:
+    """The tuning trials (run when `run` is given): every family at its family fractions, the
+    ablated family also at the ablations' fractions; returns (choices, trials)."""
+    view = _view(spec, axes)
+    choices, trials = tuning_stage(view, _family_axes(axes), runs_dir, pool, run=run)
+    tuned = axes["family_fractions"] if axes["ablated"] in axes["families"] else []
+    extra = [f for f in _ablation_fractions(axes) if f not in tuned]
+    if extra:
+        ablated = {**_ablated_axes(axes), "fractions": extra, "tuned_fractions": extra}
+        _, more = tuning_stage(view, ablated, runs_dir, pool, run=run)
+        trials = _unique(trials + more)
+        choices, _ = choose_lrs(trials)
+    return choices, trials
+
+
+def lr_of(choices: dict, family: str, fraction: float) -> float | None:
+    return choices.get((family, "default", fraction))
+
+
+def family_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
+    """Every family with a chosen lr at each family fraction x seed (ResNets before DeiTs)."""
+    fa = _family_axes(axes)
+    ready = [f for f in axes["families"] if all(lr_of(choices, f, x) is not None for x in fa["fractions"])]
+    if REFERENCE not in ready and "deit" in ready:
+        ready.remove("deit")  # its teachers cannot be listed yet
+    if not ready:
+        return []
+    return main_runs(_view(spec, axes), {**fa, "families": ready}, runs_dir, pool,
+                     lambda family, recipe, fraction: lr_of(choices, family, fraction))
+
+
+def ablation_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
+    """Every variant x its fractions x seed, at the ablated family's chosen lr of that fraction."""
+    view, family = _view(spec, axes), axes["ablated"]
+    runs = [_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, family, f), "main")
+            for v, fractions in axes["ablations"].items() for f in fractions for s in axes["seeds"]
+            if lr_of(choices, family, f) is not None]
+    return _folders(runs)
+
+
+def variant_of(run: Run) -> str:
+    return BASELINE if run.recipe == "default" else run.recipe
+
+
+# ---------------- probes ----------------
+def _probed(run_dir: Path, parts: list[str], images: int, patch: int) -> bool:
+    """Whether the run's probes.json holds these parts, measured on its current best checkpoint."""
+    old = read_json(run_dir / RESULT)
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    want = images if any(p != "pos_embed" for p in parts) else 0
+    return (set(parts) <= set(old.get("parts", [])) and old.get("images") == want and old.get("patch") == patch
+            and ckpt.is_file() and (run_dir / RESULT).stat().st_mtime >= ckpt.stat().st_mtime)
+
+
+def cka_file(exp_dir: Path, run: Run, reference: Run) -> Path:
+    return exp_dir / CKA_DIR / f"{run.run_dir.name}__{reference.run_dir.name}.json"
+
+
+@torch.inference_mode()
+def cka_against(run_dir: Path, reference_dir: Path, images: torch.Tensor, batch: int = 100) -> dict:
+    """Minibatch CKA (Nguyen et al. / Raghu et al.) between every block of a run's model and every
+    block of the reference's, on the same test images."""
+    from modules.probes import layer_names, minibatch_cka
+
+    from .trained_runs import load_classifier
+    a, b = load_classifier(run_dir).model, load_classifier(reference_dir).model
+    batches = [x for x in images.split(batch) if len(x) >= 4]
+    matrix = minibatch_cka(a, b, batches)               # (blocks of a, blocks of b)
+    return {"run": run_dir.name, "reference_run": reference_dir.name, "layers": layer_names(a),
+            "reference_layers": layer_names(b), "images": sum(len(x) for x in batches), "split": "test",
+            "matrix": [[round(float(v), 6) for v in row] for row in matrix],
+            "commit": git_commit(), "versions": versions(), "hardware": hardware()}
+
+
+def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list[Run]) -> dict[str, str]:
+    """probes.json for every finished family and ablation run that lacks its parts; CKA of each
+    family run of the first seed against the ResNet of its subset. Returns name -> probed / done."""
+    images, patch = axes["probe_images"], axes["probe_patch"]
+    jobs, results = {}, {}
+    for r in families:
+        jobs[r.run_dir] = (r, axes["probes"]["families"])
+    for r in ablations:
+        if r.run_dir not in jobs:
+            jobs[r.run_dir] = (r, axes["probes"]["ablations"])
+    todo = []
+    for r, parts in jobs.values():
+        if run_status(r) != "done":
+            continue
+        if _probed(r.run_dir, parts, images, patch):
+            results[r.name] = "done"
+        else:
+            todo.append((r, parts))
+    reference = {(r.fraction, r.seed): r for r in families if r.family == REFERENCE and run_status(r) == "done"}
+    pairs = [(r, reference[r.fraction, r.seed]) for r in families
+             if r.family != REFERENCE and r.seed == axes["seeds"][0] and (r.fraction, r.seed) in reference
+             and run_status(r) == "done"]
+    pairs_todo = [(r, ref) for r, ref in pairs if read_json(cka_file(exp_dir, r, ref)).get("images") != images]
+    results.update({f"cka {r.name}": "done" for r, ref in pairs if (r, ref) not in pairs_todo})
+    with Progress() as progress:
+        task = progress.add_task("probes", total=len(todo) + len(pairs_todo))
+        for r, parts in todo:
+            progress.update(task, description=f"probes {r.name}")
+            probe_run(r.run_dir, images, patch, seed=0, parts=tuple(parts))
+            results[r.name] = "probed"
+            progress.advance(task)
+        cka_images = None
+        for r, ref in pairs_todo:
+            progress.update(task, description=f"cka {r.family} vs {REFERENCE}")
+            if cka_images is None:  # the test split is the same for every run of the dataset
+                from .trained_runs import load_config, test_images
+                cka_images = test_images(load_config(ref.run_dir)["data"], images)[0]
+            path = cka_file(exp_dir, r, ref)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, {**cka_against(r.run_dir, ref.run_dir, cka_images), "family": r.family,
+                              "reference": REFERENCE, "fraction": r.fraction, "seed": r.seed})
+            results[f"cka {r.name}"] = "probed"
+            progress.advance(task)
+    return results
+
+
+# ---------------- the command ----------------
+def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[Run],
+                 choices: dict, families: list[Run], ablations: list[Run], invocation: dict | None) -> Path:
+    _, records = choose_lrs(trials)
+    uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, fam, f)}
+            for fam in axes["families"] for f in (sorted({*axes["family_fractions"], *_ablation_fractions(axes)})
+                                                  if fam == axes["ablated"] else axes["family_fractions"])
+            if lr_of(choices, fam, f) is not None]
+    path = exp_dir / RECORD
+    record = read_json(path, hint=": delete it and run make exp-inductive-bias again")
+    profiles = record.get("profiles", {})
+    previous = profiles.get(axes["profile"], {})
+    profiles[axes["profile"]] = {
+        "axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs")}, "pool_size": pool,
+                 "ablation_args": {v: spec["ablations"][v] for v in axes["ablations"]}},
+        "tuning": {"trials": records, "choices": uses},
+        "families": [{"family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name,
+                      "teacher_run": r.teacher} for r in families],
+        "ablations": [{"variant": variant_of(r), "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name}
+                      for r in ablations],
+        "cka": sorted(p.relative_to(exp_dir).as_posix() for p in (exp_dir / CKA_DIR).glob("*.json")
+                      if p.name.split("__")[0] in {r.run_dir.name for r in families}),
+    }
+    if invocation or previous.get("last_invocation"):
+        profiles[axes["profile"]]["last_invocation"] = invocation or previous["last_invocation"]
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"spec": spec["name"], "profiles": profiles})
+    return path
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m experiments {NAME}", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default=NAME, help=f"spec name in experiments/specs or a .yaml path (default {NAME})")
+    p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
+    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
+    p.add_argument("--families", nargs="+", help="override the probed families (deit needs resnet)")
+    p.add_argument("--ablations", nargs="+", help="override the ablation variants (learn, none, sincos, ...)")
+    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
+    p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
+    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
+
+    def one_line(message: str):
+        raise ValueError(f"{message} (python -m experiments {NAME} --help lists the options)")
+    p.error = one_line
+    a = p.parse_args(argv)
+    spec = load_ib_spec(a.spec)
+    axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),
+                        seeds=a.seeds, families=a.families, variants=a.ablations)
+    jobs = a.jobs or axes["jobs"]
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
+    runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
+    read_json(exp_dir / RECORD, hint=": delete it and run make exp-inductive-bias again")  # corrupt: stop first
+    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    start = time.perf_counter()
+    results: dict[str, str] = {}
+    launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
+    launcher = _launcher(jobs, runs_dir)
+
+    def counted(r: Run) -> int:
+        launched.append(r.name)
+        return launcher(r)
+
+    def run(runs: list[Run]) -> None:
+        if runs and not a.dry_run:
+            results.update(run_sweep(runs, jobs=jobs, launcher=counted))
+
+    choices, trials = plan_tuning(spec, axes, runs_dir, pool, run=None if a.dry_run else run)
+    families = family_runs(spec, axes, runs_dir, pool, choices)
+    ablations = ablation_runs(spec, axes, runs_dir, pool, choices)
+    every = _unique(families + ablations)
+    if a.dry_run:
+        for title, runs in (("tune", trials), ("families and ablations", every)):
+            print_plan(title, runs, pool, {**axes, "fractions": []})
+        waiting = [f for f in axes["families"] if f not in {r.family for r in families}]
+        if waiting or not ablations:
+            print(f"## {', '.join(waiting or [axes['ablated'] + ' ablations'])}: main runs listed once their "
+                  "tuning trials are done")
+        return 0
+    run(every)
+    probed = probes_stage(axes, exp_dir, families, ablations)
+    results.update({f"probes {k}": v for k, v in probed.items()})
+    wall = time.perf_counter() - start
+    counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
+    print(f"{NAME} ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
+          + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    whole = a.seeds is None and a.families is None and a.ablations is None \
+        and (launched or any(v == "probed" for v in probed.values()))
+    write_record(exp_dir, spec, axes, pool, trials, choices, families, ablations,
+                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs} if whole else None)
+    ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
+    planned = len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
+                                    + sum(len(f) for f in axes["ablations"].values()))
+    return 0 if ok and len(families) + len(ablations) == planned else 1
+
+
+def _launcher(jobs: int, runs_dir: Path):
+    """Runs each run as its own process, unless another experiment already trained its twin."""
+    from .sweep import launch
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    return lambda r: 0 if reuse_twin(r, runs_dir) else launch(r, threads=threads)
