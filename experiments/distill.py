@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import yaml
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
@@ -31,8 +30,8 @@ from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from .provenance import git_commit, hardware, versions
-from .run_record import read_json, write_json
-from .spec import SPECS, Run, _reject_unknown, _run, check_axes, nearest_tuned, tuned_fractions
+from .run_record import read_json, write_json, write_profile_record
+from .spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, tuned_fractions
 from .sweep import TUNED, choose_lrs, print_plan, run_sweep, run_status
 from .trained_runs import load_classifier, load_config, test_images
 
@@ -50,18 +49,8 @@ NO_TEACHER = "none"   # the student variant trained alone
 
 # ---------------- the spec ----------------
 def load_distill_spec(name_or_path: str = NAME) -> dict:
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = SPECS / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise ValueError(f"distill spec {str(path)!r} does not exist: allowed specs/distill.yaml or a path to a .yaml")
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "student", "variants", "profiles"))
-    if spec.get("runner", NAME) != NAME:
-        raise ValueError(f"spec {path.name} has runner {spec['runner']!r}: allowed {NAME!r} for `experiments distill`")
+    spec, path = load_runner_spec(name_or_path, NAME, TOP_KEYS, ("name", "dataset", "student", "variants", "profiles"),
+                                  PROFILE_KEYS, PROFILE_REQUIRED)
     variants = spec["variants"]
     if not isinstance(variants, dict) or NO_TEACHER not in variants:
         raise ValueError(f"variants in {path.name}: allowed a mapping of {', '.join(DISTILLATION_TYPES)} to fit options, "
@@ -70,10 +59,6 @@ def load_distill_spec(name_or_path: str = NAME) -> dict:
         if v not in DISTILLATION_TYPES or not isinstance(args, dict) or args.get("model.distillation") != v:
             raise ValueError(f"variant {v!r} in {path.name}: allowed {', '.join(DISTILLATION_TYPES)}, each a mapping "
                              f"of fit options that sets model.distillation to its own name")
-    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
-        raise ValueError(f"spec {path.name} has no profiles")
-    for name, profile in spec["profiles"].items():
-        _reject_unknown(profile, PROFILE_KEYS, f"profile {name!r} of {path.name}", required=PROFILE_REQUIRED)
     return spec
 
 
@@ -257,11 +242,7 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
     uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, axes, fam, f), "tuned_at": nearest_tuned(f, axes)}
             for fam in [*axes["teachers"], axes["student"]] for f in axes["fractions"]
             if lr_of(choices, axes, fam, f) is not None]
-    path = exp_dir / RECORD
-    record = read_json(path, hint=f": delete it and run make exp-{NAME} again")
-    profiles = record.get("profiles", {})
-    previous = profiles.get(axes["profile"], {})
-    profiles[axes["profile"]] = {
+    entry = {
         "axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs")},
                  "tuned_fractions": tuned_fractions(axes), "pool_size": pool},
         "tuning": {"trials": records, "choices": uses},
@@ -270,11 +251,8 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
                       "teacher": student_of(r).partition("/")[2] or None, "fraction": r.fraction, "seed": r.seed,
                       "run": r.run_dir.name, "teacher_run": r.teacher} for r in students],
     }
-    if invocation or previous.get("last_invocation"):
-        profiles[axes["profile"]]["last_invocation"] = invocation or previous["last_invocation"]
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"spec": spec["name"], "profiles": profiles})
-    return path
+    return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation,
+                                hint=f": delete it and run make exp-{NAME} again")
 
 
 def main(argv: list[str]) -> int:

@@ -29,7 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import yaml
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
@@ -38,39 +37,28 @@ from modules import FAMILIES
 from .probe_run import PARTS, RESULT, probe_run
 from .provenance import git_commit, hardware, versions
 from .run_identity import config_hash
-from .run_record import read_identity, read_json, read_summary, write_json, write_summary
-from .spec import SPECS, Run, _reject_unknown, _run, check_axes, main_runs
+from .run_record import (read_identity, read_json, read_summary, write_json, write_profile_record,
+                         write_summary)
+from .spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned
 from .sweep import TUNED, choose_lrs, finished, print_plan, run_status, run_sweep, tuning_stage
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
+HINT = ": delete it and run make exp-inductive-bias again"
 CKA_DIR = "cka"
 BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the recipe "default"
 REFERENCE = "resnet"   # every family's CKA is computed against this family
 TOP_KEYS = {"name", "runner", "dataset", "ablated", "ablations", "profiles"}
 PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "val_checks",
-                "val_size", "batch_size", "lrs", "probe_images", "probe_patch", "probes", "jobs"}
+                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "probe_patch", "probes", "jobs"}
 PROFILE_REQUIRED = ("families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps",
                     "val_checks", "lrs", "probe_images", "probes")
 
 
 # ---------------- the spec ----------------
 def load_ib_spec(name_or_path: str = NAME) -> dict:
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = SPECS / f"{name_or_path}.yaml"
-    if not path.is_file():
-        raise ValueError(f"inductive-bias spec {str(path)!r} does not exist: allowed specs/{NAME}.yaml or a path "
-                         "to a .yaml")
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "ablated", "ablations",
-                                                                   "profiles"))
-    if spec.get("runner", NAME) != NAME:
-        raise ValueError(f"spec {path.name} has runner {spec['runner']!r}: allowed {NAME!r} for "
-                         f"`experiments {NAME}`")
+    spec, path = load_runner_spec(name_or_path, NAME, TOP_KEYS, ("name", "dataset", "ablated", "ablations", "profiles"),
+                                  PROFILE_KEYS, PROFILE_REQUIRED)
     if spec["ablated"] not in FAMILIES:
         raise ValueError(f"ablated family {spec['ablated']!r}: allowed {', '.join(FAMILIES)}")
     ablations = spec["ablations"]
@@ -78,10 +66,6 @@ def load_ib_spec(name_or_path: str = NAME) -> dict:
             or not all(isinstance(v, dict) for v in ablations.values()):
         raise ValueError(f"ablations in {path.name}: allowed a mapping of variant names to fit options, with "
                          f"{BASELINE!r}: {{}} (the family as the registry builds it) among them")
-    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
-        raise ValueError(f"spec {path.name} has no profiles")
-    for name, profile in spec["profiles"].items():
-        _reject_unknown(profile, PROFILE_KEYS, f"profile {name!r} of {path.name}", required=PROFILE_REQUIRED)
     return spec
 
 
@@ -114,6 +98,12 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
             "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},
             "jobs": int(p.get("jobs", 1))}
+    if p.get("tuned_fractions") is not None:
+        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+        outside = [f for f in axes["tuned_fractions"] if f not in axes["family_fractions"]]
+        if outside or not axes["tuned_fractions"]:
+            raise ValueError(f"tuned_fractions {p['tuned_fractions']} in {where}: allowed a non-empty subset of "
+                             f"family_fractions {axes['family_fractions']}")
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
@@ -141,14 +131,23 @@ def _view(spec: dict, axes: dict) -> dict:
 
 
 def _family_axes(axes: dict) -> dict:
-    return {**axes, "fractions": axes["family_fractions"], "tuned_fractions": axes["family_fractions"],
+    return {**axes, "fractions": axes["family_fractions"], "tuned_fractions": _tuned(axes, axes["family_fractions"]),
             "recipes": ["default"]}
 
 
-def _ablated_axes(axes: dict) -> dict:
-    fractions = _ablation_fractions(axes)
-    return {**axes, "families": [axes["ablated"]], "fractions": fractions, "tuned_fractions": fractions,
-            "recipes": ["default"]}
+def _tuned(axes: dict, fractions: list[float]) -> list[float]:
+    """Of these fractions, those where learning rates are tuned: every one, or the profile's
+    tuned_fractions only (the other fractions take the lr of the nearest tuned one)."""
+    limit = axes.get("tuned_fractions")
+    return [f for f in fractions if limit is None or f in limit]
+
+
+def tuned_at(axes: dict, family: str) -> list[float]:
+    """Where `family`'s lr is tuned: at each fraction it trains at, within the profile's tuned_fractions."""
+    trains = set(axes["family_fractions"]) if family in axes["families"] else set()
+    if family == axes["ablated"]:
+        trains |= set(_ablation_fractions(axes))
+    return sorted(_tuned(axes, sorted(trains)) or axes.get("tuned_fractions") or trains)
 
 
 def _folders(runs: list[Run], start: int = 0) -> list[Run]:
@@ -204,38 +203,41 @@ def plan_tuning(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) -> 
     ablated family also at the ablations' fractions; returns (choices, trials)."""
     view = _view(spec, axes)
     choices, trials = tuning_stage(view, _family_axes(axes), runs_dir, pool, run=run)
-    tuned = axes["family_fractions"] if axes["ablated"] in axes["families"] else []
-    extra = [f for f in _ablation_fractions(axes) if f not in tuned]
+    done = _family_axes(axes)["tuned_fractions"] if axes["ablated"] in axes["families"] else []
+    extra = [f for f in tuned_at(axes, axes["ablated"]) if f not in done]
     if extra:
-        ablated = {**_ablated_axes(axes), "fractions": extra, "tuned_fractions": extra}
+        ablated = {**axes, "families": [axes["ablated"]], "fractions": extra, "tuned_fractions": extra,
+                   "recipes": ["default"]}
         _, more = tuning_stage(view, ablated, runs_dir, pool, run=run)
         trials = _unique(trials + more)
         choices, _ = choose_lrs(trials)
     return choices, trials
 
 
-def lr_of(choices: dict, family: str, fraction: float) -> float | None:
-    return choices.get((family, "default", fraction))
+def lr_of(choices: dict, axes: dict, family: str, fraction: float) -> float | None:
+    """The lr chosen for `family` at the tuned fraction nearest `fraction` (log scale), or None."""
+    tuned = tuned_at(axes, family)
+    return choices.get((family, "default", nearest_tuned(fraction, {"tuned_fractions": tuned}))) if tuned else None
 
 
 def family_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
     """Every family with a chosen lr at each family fraction x seed (ResNets before DeiTs)."""
     fa = _family_axes(axes)
-    ready = [f for f in axes["families"] if all(lr_of(choices, f, x) is not None for x in fa["fractions"])]
+    ready = [f for f in axes["families"] if all(lr_of(choices, axes, f, x) is not None for x in fa["fractions"])]
     if REFERENCE not in ready and "deit" in ready:
         ready.remove("deit")  # its teachers cannot be listed yet
     if not ready:
         return []
     return main_runs(_view(spec, axes), {**fa, "families": ready}, runs_dir, pool,
-                     lambda family, recipe, fraction: lr_of(choices, family, fraction))
+                     lambda family, recipe, fraction: lr_of(choices, axes, family, fraction))
 
 
 def ablation_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
     """Every variant x its fractions x seed, at the ablated family's chosen lr of that fraction."""
     view, family = _view(spec, axes), axes["ablated"]
-    runs = [_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, family, f), "main")
+    runs = [_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, axes, family, f), "main")
             for v, fractions in axes["ablations"].items() for f in fractions for s in axes["seeds"]
-            if lr_of(choices, family, f) is not None]
+            if lr_of(choices, axes, family, f) is not None]
     return _folders(runs)
 
 
@@ -323,15 +325,13 @@ def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list
 def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[Run],
                  choices: dict, families: list[Run], ablations: list[Run], invocation: dict | None) -> Path:
     _, records = choose_lrs(trials)
-    uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, fam, f)}
-            for fam in axes["families"] for f in (sorted({*axes["family_fractions"], *_ablation_fractions(axes)})
-                                                  if fam == axes["ablated"] else axes["family_fractions"])
-            if lr_of(choices, fam, f) is not None]
-    path = exp_dir / RECORD
-    record = read_json(path, hint=": delete it and run make exp-inductive-bias again")
-    profiles = record.get("profiles", {})
-    previous = profiles.get(axes["profile"], {})
-    profiles[axes["profile"]] = {
+    uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, axes, fam, f),
+             "tuned_at": nearest_tuned(f, {"tuned_fractions": tuned_at(axes, fam)})}
+            for fam in dict.fromkeys([*axes["families"], axes["ablated"]])
+            for f in (sorted({*axes["family_fractions"], *_ablation_fractions(axes)})
+                      if fam == axes["ablated"] else axes["family_fractions"])
+            if lr_of(choices, axes, fam, f) is not None]
+    entry = {
         "axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs")}, "pool_size": pool,
                  "ablation_args": {v: spec["ablations"][v] for v in axes["ablations"]}},
         "tuning": {"trials": records, "choices": uses},
@@ -342,11 +342,7 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
         "cka": sorted(p.relative_to(exp_dir).as_posix() for p in (exp_dir / CKA_DIR).glob("*.json")
                       if p.name.split("__")[0] in {r.run_dir.name for r in families}),
     }
-    if invocation or previous.get("last_invocation"):
-        profiles[axes["profile"]]["last_invocation"] = invocation or previous["last_invocation"]
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"spec": spec["name"], "profiles": profiles})
-    return path
+    return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation, hint=HINT)
 
 
 def main(argv: list[str]) -> int:
@@ -372,7 +368,7 @@ def main(argv: list[str]) -> int:
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
-    read_json(exp_dir / RECORD, hint=": delete it and run make exp-inductive-bias again")  # corrupt: stop first
+    read_json(exp_dir / RECORD, hint=HINT)  # a corrupt record: stop before any work
     pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
     start = time.perf_counter()
     results: dict[str, str] = {}

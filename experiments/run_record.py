@@ -47,6 +47,19 @@ def write_json(path: Path, record: dict) -> None:
     tmp.replace(path)  # atomic: a killed run never leaves half a file
 
 
+def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, invocation: dict | None,
+                         hint: str = "") -> Path:
+    """Replaces one profile's entry of an experiment record ({spec, profiles}), keeping the other
+    profiles and, when this invocation timed nothing (None), the profile's last timed invocation."""
+    record = read_json(path, hint=hint)
+    profiles = record.get("profiles", {})
+    last = invocation or profiles.get(profile, {}).get("last_invocation")
+    profiles[profile] = {**entry, **({"last_invocation": last} if last else {})}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"spec": spec_name, "profiles": profiles})
+    return Path(path)
+
+
 def write_summary(run_dir: Path, summary: dict) -> None:
     write_json(Path(run_dir) / "summary.json", summary)
 

@@ -89,6 +89,29 @@ def load_spec(name_or_path: str) -> dict:
     return spec
 
 
+def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], required: tuple[str, ...],
+                     profile_keys: set[str], profile_required: tuple[str, ...]) -> tuple[dict, Path]:
+    """A spec run by its own runner (`python -m experiments <runner>`): found by name in specs/ or
+    by path, valid YAML, no unknown or missing key at the top or in any profile. Returns (spec, path)."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SPECS / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ValueError(f"{runner} spec {str(path)!r} does not exist: allowed specs/{runner}.yaml or a path to a .yaml")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    _reject_unknown(spec, top_keys, f"spec {path.name}", required=required)
+    if spec.get("runner", runner) != runner:
+        raise ValueError(f"spec {path.name} has runner {spec['runner']!r}: allowed {runner!r} for `experiments {runner}`")
+    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
+        raise ValueError(f"spec {path.name} has no profiles")
+    for name, profile in spec["profiles"].items():
+        _reject_unknown(profile, profile_keys, f"profile {name!r} of {path.name}", required=profile_required)
+    return spec, path
+
+
 def _reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, ...] = ()) -> None:
     if not isinstance(d, dict):
         raise ValueError(f"{where} is {'empty' if d is None else 'a ' + type(d).__name__}, not a mapping: "

@@ -33,6 +33,8 @@ from .complexity_tables import MEASUREMENTS
 from .complexity_tables import NAME as COMPLEXITY
 from .complexity_tables import make_tables as complexity_tables
 from .distill_tables import NAME as DISTILL
+from .inductive_bias_tables import NAME as INDUCTIVE_BIAS
+from .inductive_bias_tables import make_tables as inductive_bias_tables
 from .distill_tables import make_tables as distill_tables
 from .readme_blocks import update_readme_block
 from .run_record import read_identity, read_json, read_summary
@@ -723,7 +725,8 @@ def main(argv: list[str]) -> int:
         if not (runs_dir / name).is_dir():
             raise ValueError(f"experiment {name!r} has no folder in {runs_dir}")
         # exp-complexity's tables come from its measurements; its training run is only an input
-        maker = {COMPLEXITY: complexity_tables, DISTILL: distill_tables}.get(name, make_tables)
+        maker = {COMPLEXITY: complexity_tables, DISTILL: distill_tables,
+                 INDUCTIVE_BIAS: inductive_bias_tables}.get(name, make_tables)
         for path in maker(runs_dir / name, Path(a.out), Path(a.readme) if a.readme else None):
             print(f"wrote {path}")
     return 0

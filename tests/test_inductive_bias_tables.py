@@ -1,0 +1,174 @@
+"""results/inductive_bias.{md,csv} and figures from hand-written run folders, probes.json files and
+a hand-written inductive_bias.json (no training): the ablation table with paired differences to
+`learn`, the per-family probe numbers, the generated readings, byte-identical regeneration and the
+one-line errors. Expected numbers are computed here by hand (statistics.stdev and a printed t
+quantile), not by the code under test."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from experiments.__main__ import main
+from experiments.inductive_bias_tables import FIGURES, NAME, RECORD, make_tables
+
+T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
+SEEDS = (0, 1, 2)
+SIZES = {0.01: 590, 1.0: 59000}
+ABLATION = {("learn", 0.01): (0.60, 0.62, 0.64), ("none", 0.01): (0.55, 0.60, 0.62),
+            ("learn", 1.0): (0.70, 0.72, 0.74), ("none", 1.0): (0.69, 0.70, 0.74)}
+FAMILY = {"resnet": (0.80, 0.81, 0.82), "vit": ABLATION[("learn", 1.0)], "swin": (0.65, 0.66, 0.70)}
+# PatchDrop at 0.5 and clean accuracy per family (the same for every seed but one offset)
+DROP = {"resnet": 0.20, "vit": 0.50, "swin": 0.40}
+CLEAN = {"resnet": 0.80, "vit": 0.70, "swin": 0.65}
+# attention distance (layers x heads) of seed s: + s
+DIST = {"vit": [[4.0, 12.0], [10.0, 14.0]], "swin": [[2.0, float("nan")], [3.0, 5.0]]}
+IMPROVING = ("none", 1.0, 2)
+
+
+def ci(values) -> float:
+    return T975_DF2 * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _robustness(family: str, seed: int) -> dict:
+    drop = DROP[family] + 0.01 * seed
+    return {"n_images": 100, "patch": 4, "clean_accuracy": CLEAN[family], "drop_fractions": [0.0, 0.5, 0.9],
+            "patchdrop_accuracy": [CLEAN[family], drop, 0.1], "shuffle_grids": [1, 2, 4, 7],
+            "shuffle_accuracy": [CLEAN[family], 0.5, 0.3, 0.2], "shifts": [0, 1, 2, 3, 4, 5, 6, 7, 8],
+            "shift_is_patch_multiple": [True, False, False, False, True, False, False, False, True],
+            "shift_accuracy": [CLEAN[family]] * 9, "shift_accuracy_circular": [CLEAN[family]] * 9, "max_shift": 4,
+            "shift_consistency": 0.9, "shift_consistency_circular": 0.95}
+
+
+def _probes(family: str, seed: int, parts) -> dict:
+    out = {"parts": list(parts), "family": family, "images": 100, "patch": 4, "commit": "abc1234"}
+    if "robustness" in parts:
+        out["robustness"] = _robustness(family, seed)
+    if "attention" in parts and family in DIST:
+        out["attention_distance"] = [[None if v != v else v + seed for v in row] for row in DIST[family]]
+    if "pos_embed" in parts and family == "vit":
+        sim = [[[[1.0 if (r, c) == (r2, c2) else 0.5 for c2 in range(2)] for r2 in range(2)] for c in range(2)]
+               for r in range(2)]
+        out["pos_embed"] = {"grid_correlation": 0.4 + 0.1 * seed, "raster_correlation": 0.1, "two_d": seed > 0,
+                            "neighbour_mean": 0.5, "far_mean": 0.1, "gap": 0.4, "similarity": sim}
+    if "maps" in parts and family == "vit":
+        out["attention_maps"] = {"images": [[[0.0] * 4] * 4] * 2, "labels": [0, 1],
+                                 "cls": [[[0.7, 0.1], [0.1, 0.1]]] * 2, "rollout": [[[0.25] * 2] * 2] * 2}
+    return out
+
+
+def _summary(run: str, family: str, fraction: float, seed: int, acc: float, plateaued: bool = True) -> dict:
+    return {"run": run, "family": family, "fraction": fraction, "seed": seed, "train_size": SIZES[fraction],
+            "val_size": 1000, "status": "done", "test_acc": acc, "steps": 200, "plateau": {"plateaued": plateaued},
+            "identity": {"model.lr": 0.003}, "hardware": "test-cpu (2 cores)", "commit": "abc1234",
+            "versions": {"python": "3.11.7", "torch": "2.14.1"}}
+
+
+def _write(exp: Path, run: str, summary: dict, probes: dict | None) -> None:
+    (exp / run).mkdir(parents=True, exist_ok=True)
+    (exp / run / "summary.json").write_text(json.dumps(summary))
+    if probes is not None:
+        (exp / run / "probes.json").write_text(json.dumps(probes))
+
+
+@pytest.fixture
+def experiment(tmp_path) -> Path:
+    exp = tmp_path / "runs" / NAME
+    families, ablations = [], []
+    all_parts = ("robustness", "cka", "attention", "maps", "pos_embed")
+    for fam, accs in FAMILY.items():
+        for seed, acc in zip(SEEDS, accs):
+            run = f"{fam}_f1_s{seed}_{'%08x' % seed}"
+            _write(exp, run, _summary(run, fam, 1.0, seed, acc), _probes(fam, seed, all_parts))
+            families.append({"family": fam, "fraction": 1.0, "seed": seed, "run": run})
+    for (variant, f), accs in ABLATION.items():
+        for seed, acc in zip(SEEDS, accs):
+            run = f"vit_f1_s{seed}_{'%08x' % seed}" if (variant, f) == ("learn", 1.0) else f"vit_{variant}_f{f}_s{seed}"
+            if (variant, f) != ("learn", 1.0):
+                _write(exp, run, _summary(run, "vit", f, seed, acc, plateaued=(variant, f, seed) != IMPROVING),
+                       _probes("vit", seed, ["pos_embed"]) if variant == "learn" else None)
+            ablations.append({"variant": variant, "fraction": f, "seed": seed, "run": run})
+    (exp / "cka").mkdir()
+    for fam in ("vit", "swin"):
+        (exp / "cka" / f"{fam}.json").write_text(json.dumps(
+            {"family": fam, "reference": "resnet", "fraction": 1.0, "seed": 0, "layers": ["a", "b"],
+             "reference_layers": ["x", "y", "z"], "matrix": [[0.9, 0.5, 0.2], [0.3, 0.4, 0.6]]}))
+    record = {"spec": NAME, "profiles": {"cpu": {
+        "axes": {"dataset": "fashion_mnist", "budget": "tiny", "batch_size": 64, "seeds": list(SEEDS),
+                 "lrs": [0.003, 0.01], "probe_images": 100, "probe_patch": 4,
+                 "ablation_args": {"learn": {}, "none": {"model.pos_embed": "none"}}},
+        "tuning": {"choices": [{"family": "vit", "fraction": 1.0, "lr": 0.003}]},
+        "families": families, "ablations": ablations, "cka": ["cka/vit.json", "cka/swin.json"],
+        "last_invocation": {"wall_time_s": 1500, "runs": 30, "jobs": 2}}}}
+    (exp / RECORD).write_text(json.dumps(record))
+    return exp
+
+
+def _rows(out: Path) -> dict:
+    return {(r["table"], r["name"], float(r["fraction"])): r for r in csv.DictReader(open(out / f"{NAME}.csv"))}
+
+
+def test_tables_from_hand_written_records(experiment, tmp_path):
+    out = tmp_path / "results"
+    make_tables(experiment, out)
+    rows = _rows(out)
+    for (variant, f), accs in ABLATION.items():
+        r = rows[("ablation", variant, f)]
+        assert float(r["test_acc_mean"]) == pytest.approx(statistics.fmean(accs), abs=1e-6)
+        assert float(r["test_acc_ci95"]) == pytest.approx(ci(accs), abs=1e-6)
+        if variant == "none":
+            d = [a - b for a, b in zip(accs, ABLATION[("learn", f)])]
+            assert float(r["delta_vs_learn"]) == pytest.approx(statistics.fmean(d), abs=1e-6)
+            assert float(r["delta_vs_learn_ci95"]) == pytest.approx(ci(d), abs=1e-6)
+        else:
+            assert r["delta_vs_learn"] == ""
+    assert rows[("ablation", "none", 1.0)]["still_improving"] == "1"
+    grid = [0.4, 0.5, 0.6]
+    assert float(rows[("ablation", "learn", 0.01)]["pos_grid_correlation_mean"]) == pytest.approx(0.5)
+    assert float(rows[("ablation", "learn", 0.01)]["pos_grid_correlation_ci95"]) == pytest.approx(ci(grid), abs=1e-6)
+    assert rows[("ablation", "learn", 0.01)]["pos_two_d_seeds"] == "2/3"
+    for fam in FAMILY:
+        r = rows[("family", fam, 1.0)]
+        drops = [DROP[fam] + 0.01 * s for s in SEEDS]
+        assert float(r["patchdrop_0.5_mean"]) == pytest.approx(statistics.fmean(drops))
+        assert float(r["patchdrop_0.5_ci95"]) == pytest.approx(ci(drops), abs=1e-6)
+        assert float(r["shuffle_grid4_mean"]) == pytest.approx(0.3)
+    # vit: layer means (4+12)/2 = 8 and (10+14)/2 = 12, + seed: growth 4 in every seed; swin's NaN head left out
+    assert float(rows[("family", "vit", 1.0)]["attention_distance_first_mean"]) == pytest.approx(8 + 1)
+    assert float(rows[("family", "vit", 1.0)]["attention_distance_growth_mean"]) == pytest.approx(4)
+    assert float(rows[("family", "swin", 1.0)]["attention_distance_first_mean"]) == pytest.approx(2 + 1)
+    assert float(rows[("family", "swin", 1.0)]["attention_distance_last_mean"]) == pytest.approx(4 + 1)
+    assert float(rows[("family", "vit", 1.0)]["cka_last_vs_resnet_last"]) == pytest.approx(0.6)
+    assert rows[("family", "resnet", 1.0)]["attention_distance_first_mean"] == ""
+    text = (out / f"{NAME}.md").read_text()
+    # PatchDrop retention: resnet 0.21/0.80 = 0.26, swin 0.41/0.65 = 0.63, vit 0.51/0.70 = 0.73
+    assert "resnet 0.26" in text and "vit 0.73" in text and "every transformer keeps more than every CNN" in text
+    assert "vit +4.0 ± 0.0 px (grows" in text
+    assert "[CLS] attention" in text and "top-10% patches hold 0.70" in text   # one patch of four holds 0.7
+    assert "1 of the 18 runs behind these rows were still improving" in text
+    assert "1500" not in text and "25.0 min" in text
+    for name in FIGURES:
+        assert (out / f"{name}.png").stat().st_size > 1000, name
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    make_tables(experiment, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first   # regenerated byte for byte
+    events = list((experiment / "tensorboard" / "cpu").glob("events.out.tfevents.*"))
+    assert len(events) == 1                                          # one event file, the current figures
+
+
+def test_corrupt_records_are_one_line_and_write_nothing(experiment, tmp_path, capsys):
+    out = tmp_path / "results"
+    (experiment / "vit_none_f0.01_s1" / "probes.json").write_text("{")
+    (experiment / "vit_learn_f0.01_s1" / "probes.json").write_text("{")
+    args = ["tables", "--experiment", NAME, "--runs_dir", str(experiment.parent), "--out", str(out), "--readme", ""]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "probes.json is not valid JSON" in err[0] and not out.exists()
+    (experiment / "vit_learn_f0.01_s1" / "probes.json").write_text("{}")
+    (experiment / RECORD).write_text("[1")
+    assert main(args) == 2
+    assert "inductive_bias.json is not valid JSON" in capsys.readouterr().err and not out.exists()
