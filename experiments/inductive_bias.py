@@ -80,7 +80,8 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
     chosen = list(variants or p["ablations"])
     for v in chosen:
         if v not in spec["ablations"] or v not in p["ablations"]:
-            raise ValueError(f"unknown ablation {v!r}: allowed {', '.join(v for v in p['ablations'] if v in spec['ablations'])}")
+            known = ", ".join(x for x in p["ablations"] if x in spec["ablations"])
+            raise ValueError(f"unknown ablation {v!r}: allowed {known}")
     probes = p["probes"]
     if not isinstance(probes, dict) or set(probes) != {"families", "ablations"}:
         raise ValueError(f"probes in {where}: allowed {{families: [parts], ablations: [parts]}} with parts of "
@@ -114,6 +115,22 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
     # check_axes reads "fractions": every fraction of the profile is checked
     check_axes({**axes, "fractions": sorted({*axes["family_fractions"], *_ablation_fractions(axes)})})
     return axes
+
+
+def check_ablations(spec: dict, axes: dict, image_size: int, in_chans: int, num_classes: int) -> None:
+    """Builds each variant's model once (milliseconds for these budgets), so an option the registry
+    refuses (a patch that does not divide the image, a knob of another family) is one line before
+    any run, not a failed run per seed."""
+    from modules.registry import Knobs, build_model
+    knobs = set(Knobs.__dataclass_fields__)
+    for v in axes["ablations"]:
+        options = {k.split(".", 1)[1]: x for k, x in spec["ablations"][v].items()
+                   if k.startswith("model.") and k.split(".", 1)[1] in knobs}
+        try:
+            build_model(axes["ablated"], axes["budget"], image_size=image_size, in_chans=in_chans,
+                        num_classes=num_classes, **options)
+        except ValueError as e:
+            raise ValueError(f"ablation {v!r}: {e}") from None
 
 
 def _ablation_fractions(axes: dict) -> list[float]:
@@ -369,7 +386,9 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     read_json(exp_dir / RECORD, hint=HINT)  # a corrupt record: stop before any work
-    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    dm = ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])
+    check_ablations(spec, axes, dm.image_size, dm.num_channels, dm.num_classes)
+    pool = len(dm._splits["pool"])
     start = time.perf_counter()
     results: dict[str, str] = {}
     launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
@@ -402,10 +421,11 @@ def main(argv: list[str]) -> int:
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     print(f"{NAME} ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    whole = a.seeds is None and a.families is None and a.ablations is None \
-        and (launched or any(v == "probed" for v in probed.values()))
+    # the wall time of a whole profile that trained something; an invocation that only probes keeps it
+    whole = a.seeds is None and a.families is None and a.ablations is None and bool(launched)
     write_record(exp_dir, spec, axes, pool, trials, choices, families, ablations,
-                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs} if whole else None)
+                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs}
+                 if whole else None)
     ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
     planned = len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
                                     + sum(len(f) for f in axes["ablations"].values()))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .readme_blocks import update_readme_block
-from .run_record import read_json, read_summary
+from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
 
 NAME = "inductive_bias"
@@ -133,7 +133,7 @@ def load_profile(name: str, rec: dict, exp_dir: Path) -> Profile:
                 raise ValueError(f"{exp_dir / RECORD}: profile {name!r} has a malformed {table} entry {e!r}{HINT}")
             s = read_summary(exp_dir / e["run"])
             if s is not None:
-                p.runs[e["run"]] = s
+                p.runs[e["run"]] = {**s, "identity": read_identity(exp_dir / e["run"]) or s.get("identity") or {}}
             probes = read_json(exp_dir / e["run"] / PROBES, HINT)
             if probes:
                 p.probes[e["run"]] = probes
@@ -159,7 +159,7 @@ def ablation_rows(p: Profile) -> list[dict]:
             grid = _est((t.get("pos_embed") or {}).get("grid_correlation") for t in tables.values())
             rows.append({"profile": p.name, "table": "ablation", "name": v, "fraction": f,
                          "train_size": p.size(f), "val_size": p.size(f, "val_size"), "seeds": len(cell),
-                         "lr": _one(s.get("lr") or (s.get("identity") or {}).get("model.lr") for s in cell.values()),
+                         "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
                          "steps": _one(s.get("steps") for s in cell.values()),
                          "acc": _est(mine.values()), "delta": None if v == BASELINE else paired_difference(mine, base),
                          "still_improving": sum(_improving(s) for s in cell.values()), "grid": grid,
@@ -197,6 +197,11 @@ def probe_metrics(probes: dict) -> dict:
         layers = _layer_means(dist)
         out.update(dist_first=layers[0], dist_last=layers[-1], dist_growth=layers[-1] - layers[0],
                    first_heads=[v for v in dist[0] if v is not None])
+        uniform = probes.get("attention_distance_uniform")
+        if uniform:  # each layer's mean distance over its uniform-attention distance (1: nothing learned)
+            ref = _layer_means(uniform)
+            out.update(uniform_first=ref[0], uniform_last=ref[-1], rel_first=layers[0] / ref[0],
+                       rel_last=layers[-1] / ref[-1])
     if probes.get("pos_embed"):
         out["grid"] = probes["pos_embed"]["grid_correlation"]
         out["two_d"] = probes["pos_embed"]["two_d"]
@@ -221,12 +226,14 @@ def family_rows(p: Profile) -> list[dict]:
                 return _est(x.get(key) for x in metrics)
             rows.append({"profile": p.name, "table": "family", "name": fam, "fraction": f, "train_size": p.size(f),
                          "val_size": p.size(f, "val_size"), "seeds": len(cell),
-                         "lr": _one((s.get("identity") or {}).get("model.lr") for s in cell.values()),
+                         "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
                          "steps": _one(s.get("steps") for s in cell.values()), "acc": _est(accs(cell).values()),
                          "still_improving": sum(_improving(s) for s in cell.values()),
                          "clean": m("clean"), "patchdrop": m("patchdrop"), "shuffle4": m("shuffle4"),
                          "shift_patch": m("shift_patch"), "consistency": m("consistency"),
                          "dist_first": m("dist_first"), "dist_last": m("dist_last"), "dist_growth": m("dist_growth"),
+                         "uniform_first": m("uniform_first"), "uniform_last": m("uniform_last"),
+                         "rel_first": m("rel_first"), "rel_last": m("rel_last"),
                          "first_heads": [h for x in metrics for h in x.get("first_heads", [])],
                          "grid": m("grid"), "two_d": [x["two_d"] for x in metrics if "two_d" in x],
                          "cka": cka_last(p, fam, f)})
@@ -254,7 +261,8 @@ def csv_rows(p: Profile) -> list[dict]:
                "clean_acc_mean": _v(r.get("clean")), f"patchdrop_{DROP_AT:g}_mean": _v(r.get("patchdrop")),
                f"patchdrop_{DROP_AT:g}_ci95": _v(r.get("patchdrop"), "ci"), "shuffle_grid4_mean": _v(r.get("shuffle4")),
                "shuffle_grid4_ci95": _v(r.get("shuffle4"), "ci"), "shift_patch_acc_mean": _v(r.get("shift_patch")),
-               "shift_consistency_mean": _v(r.get("consistency")), "shift_consistency_ci95": _v(r.get("consistency"), "ci"),
+               "shift_consistency_mean": _v(r.get("consistency")),
+               "shift_consistency_ci95": _v(r.get("consistency"), "ci"),
                "attention_distance_first_mean": _v(r.get("dist_first")),
                "attention_distance_last_mean": _v(r.get("dist_last")),
                "attention_distance_growth_mean": _v(r.get("dist_growth")),
@@ -285,7 +293,11 @@ def _size_label(p: Profile, f: float) -> str:
 
 def provenance(p: Profile) -> list[str]:
     ax, runs = p.axes, [s for s in p.runs.values() if s.get("status") == "done"]
-    lrs = ", ".join(f"{c['family']} {c['lr']:g} at {c['fraction']:g}" for c in (p.rec.get("tuning") or {}).get("choices") or [])
+    grid = sorted(ax.get("lrs") or [])
+    edge = {grid[0]: " (lowest of the grid)", grid[-1]: " (highest of the grid)"} if len(grid) > 1 else {}
+    lrs = ", ".join(f"{c['family']} {c['lr']:g}{edge.get(c['lr'], '')} at {c['fraction']:g}"
+                    for c in (p.rec.get("tuning") or {}).get("choices") or []
+                    if c.get("tuned_at", c["fraction"]) == c["fraction"])
     steps = "; ".join(f"{_fmt(_one(s.get('steps') for s in runs if s.get('fraction') == f))} at {_size_label(p, f)}"
                       for f in sorted({s.get("fraction") for s in runs if s.get("fraction") is not None}))
     hardware = sorted({s.get("hardware") for s in runs if s.get("hardware")})
@@ -297,7 +309,8 @@ def provenance(p: Profile) -> list[str]:
            f"{_one(s.get('val_size') for s in runs) or '?'} validation images; seeds {ax.get('seeds')}",
            f"- steps per run: {steps or 'none finished'}",
            f"- learning rates chosen on validation (grid {ax.get('lrs')}, seed {(ax.get('seeds') or ['?'])[0]}): "
-           f"{lrs or 'none yet'}; every ViT ablation uses ViT's lr of its fraction",
+           f"{lrs or 'none yet'}; every ViT ablation uses ViT's lr of the nearest tuned fraction"
+           + ("; a choice at an end of the grid may not be the family's best lr" if "of the grid" in lrs else ""),
            f"- probes: the first {ax.get('probe_images')} test images, {ax.get('probe_patch')}-pixel cells for "
            f"every family; CKA against the ResNet of seed {(ax.get('seeds') or ['?'])[0]}",
            f"- hardware: {'; '.join(hardware) or 'not recorded'}",
@@ -309,7 +322,8 @@ def provenance(p: Profile) -> list[str]:
     for run in {e["run"] for t in ("families", "ablations") for e in p.entries(t)}:
         statuses[(p.runs.get(run) or {}).get("status") or "not run"] += 1
     out.append(f"- runs in the tables: {planned} (" + ", ".join(f"{n} {k}" for k, n in sorted(statuses.items()) if n)
-               + ")" + (f"; the last `make exp-inductive-bias` of this profile: {last.get('runs')} runs launched, "
+               + ")" + (f"; the last `make exp-inductive-bias` of this profile that trained: {last.get('runs')} runs "
+                        "launched, "
                         f"{(last.get('wall_time_s') or 0) / 60:.1f} min wall time with probes, {last.get('jobs')} "
                         "at a time" if last else ""))
     return out
@@ -323,7 +337,8 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
     by = {(r["name"], r["fraction"]): r for r in rows}
     table = []
     for v in p.variants():
-        opts = ", ".join(f"{k.split('.', 1)[-1]} {_fmt(x)}" for k, x in (args.get(v) or {}).items()) or "registry default"
+        opts = ", ".join(f"{k.split('.', 1)[-1]} {_fmt(x)}" for k, x in (args.get(v) or {}).items()) \
+            or "registry default"
         cells = [(_pm(by[v, f]["acc"]) + (f" {STILL_IMPROVING}" if by[v, f]["still_improving"] else "")
                   if (v, f) in by else "not run") for f in fractions]
         deltas = [("—" if v == BASELINE else _pm(by[v, f]["delta"], signed=True)) if (v, f) in by else "not run"
@@ -340,25 +355,33 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
 
 def family_section(p: Profile, rows: list[dict]) -> list[str]:
     head = ["family", "fraction", "test acc", f"PatchDrop {DROP_AT:g}", "shuffle 4x4", "shift 1 patch",
-            "shift consistency", "attn dist layer 1 (px)", "attn dist last (px)", "last − first (px)",
+            "shift consistency", "attn dist layer 1 (px; uniform)", "attn dist last (px; uniform)",
+            "last − first (px)",
             "pos table grid corr", "CKA last vs ResNet last"]
     table = []
     for r in rows:
         table.append([r["name"], f"{r['fraction']:g}",
                       _pm(r["acc"]) + (f" {STILL_IMPROVING}" if r["still_improving"] else ""),
                       _pm(r["patchdrop"]), _pm(r["shuffle4"]), _pm(r["shift_patch"]), _pm(r["consistency"]),
-                      _pm(r["dist_first"], 1), _pm(r["dist_last"], 1), _pm(r["dist_growth"], 1, signed=True),
+                      _with_uniform(r["dist_first"], r["uniform_first"]), _with_uniform(r["dist_last"], r["uniform_last"]),
+                      _pm(r["dist_growth"], 1, signed=True),
                       _pm(r["grid"], 2), "—" if r["cka"] is None else f"{r['cka']:.2f}"])
     patch = p.axes.get("probe_patch")
     return ["### Probes per family", "",
             f"On the first {p.axes.get('probe_images')} test images, mean ± 95% t-interval over seeds. PatchDrop: "
             f"accuracy with {DROP_AT:.0%} of the {patch}x{patch}-pixel cells zeroed (mean of draws); shuffle 4x4: "
-            f"accuracy when the image cut into a 4x4 grid has its cells permuted; shift 1 patch: accuracy after a diagonal "
+            f"accuracy when the image cut into a 4x4 grid has its cells permuted; shift 1 patch: accuracy after a "
+            f"diagonal "
             f"shift of {patch} pixels (zero-filled); shift consistency: how often two random shifts of up to "
             f"{patch} pixels get the same class. Attention distance in input pixels (Swin: within its windows, so "
-            "its stages are not comparable with a global ViT's layers); grid corr: Pearson correlation of the "
+            "its stages are not comparable with a global ViT's layers), in brackets what uniform attention over "
+            "the same keys gives (a head that has learned nothing); grid corr: Pearson correlation of the "
             "position table's patch-to-patch cosine similarity with minus their grid distance.", "",
             *_table(head, table, 2), ""]
+
+
+def _with_uniform(est: Estimate | None, uniform: Estimate | None) -> str:
+    return _pm(est, 1) + (f" ({uniform.value:.1f})" if est is not None and uniform is not None else "")
 
 
 def pos_table_section(p: Profile, ablations: list[dict]) -> list[str]:
@@ -392,11 +415,16 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
         for r in att:
             heads = r["first_heads"]
             spread = f"; layer-1 heads {min(heads):.1f}-{max(heads):.1f} px" if heads else ""
+            rel = (f"; layer 1 at {r['rel_first'].value:.2f} and the last layer at {r['rel_last'].value:.2f} of "
+                   "the uniform-attention distance" if r["rel_first"] is not None else "")
             parts.append(f"{r['name']} {_pm(r['dist_growth'], 1, signed=True)} px "
-                         f"({_verdict(r['dist_growth'], 'grows', 'shrinks', 'no clear change')}{spread})")
+                         f"({_verdict(r['dist_growth'], 'grows', 'shrinks', 'no clear change')}{spread}{rel})")
         out.append("- **Attention distance with depth** (last layer − first, mean over heads): " + "; ".join(parts)
-                   + ". The ViT paper (Fig. 7 right) finds distance growing with depth, with some heads global "
-                   "already in layer 1 and local heads rarer in hybrids.")
+                   + ". Near 1.00 of the uniform distance a layer's heads have not learned where to look; below "
+                   "1 they attend locally. Swin's windows span 7, 14 and 28 pixels in its three stages, so its "
+                   "distance grows with depth by construction. The ViT paper (Fig. 7 right) finds distance "
+                   "growing with depth, with some heads global already in layer 1 and local heads rarer in "
+                   "hybrids.")
     # 2. occlusion and shuffling: transformers against CNNs
     for key, what, published in (("patchdrop", f"PatchDrop {DROP_AT:g}", "at 50% dropped ResNet50 keeps ~0.1% "
                                   "ImageNet top-1 and DeiT-S ~70% (Naseer et al. 2021)"),
@@ -497,6 +525,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
     if name == "attention_distance":
         return "; ".join(f"{r['name']}: last − first layer {_pm(r['dist_growth'], 1, signed=True)} px, layer-1 heads "
                          f"{min(r['first_heads']):.1f}-{max(r['first_heads']):.1f} px"
+                         + (f" ({r['rel_first'].value:.2f} of uniform attention's distance)" if r["rel_first"] else "")
                          for r in families if r["dist_growth"] is not None and r["first_heads"]) + "."
     if name == "pos_embed_similarity":
         return "; ".join(f"{r['name']} at {r['fraction']:g}: grid correlation {_pm(r['grid'], 2)}, 2D structure in "
@@ -520,7 +549,8 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                 off = statistics.fmean(a for r in probes for s, a, m in
                                        zip(r["shifts"], r["shift_accuracy"], r["shift_is_patch_multiple"]) if not m)
                 cons = statistics.fmean(r["shift_consistency"] for r in probes)
-                parts.append(f"{fam} consistency {cons:.2f}, accuracy {on:.2f} at patch multiples vs {off:.2f} off them")
+                parts.append(f"{fam} consistency {cons:.2f}, accuracy {on:.2f} at patch multiples vs {off:.2f} "
+                             "off them")
         return "; ".join(parts) + "."
     if name == "cka":
         return "; ".join(f"{c['family']}: last block vs the ResNet's last {c['matrix'][-1][-1]:.2f}, first vs first "
@@ -604,6 +634,12 @@ def plot_attention_distance(p: Profile, fig) -> None:
                 heads = [v for v in row if v is not None]
                 ax.scatter([layer + 1 + 0.12 * seed] * len(heads), heads, s=12, color=_colour(fam),
                            marker="os^v"[seed % 4], alpha=0.8)
+        uniform = next((x["attention_distance_uniform"] for x in p.probe_cell(fam, f).values()
+                        if x.get("attention_distance_uniform")), None)
+        if uniform:
+            means = _layer_means(uniform)
+            ax.plot(range(1, len(means) + 1), means, "k--", lw=1, label="uniform attention")
+            ax.legend(fontsize=7)
         ax.set(title=fam, xlabel="layer (block)", ylim=(0, 28 if p.axes.get("dataset") == "fashion_mnist" else None))
     axes[0].set_ylabel("mean attention distance (input pixels)")
     fig.suptitle(f"attention distance at fraction {f:g}: one dot per head (marker: seed)", fontsize=9)

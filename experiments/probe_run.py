@@ -93,6 +93,8 @@ def probe_model(model: torch.nn.Module, h, images: torch.Tensor, labels: torch.T
     if "attention" in parts and not skip["attention"]:
         dist = torch.cat([probes.mean_attention_distance(model, b)[None] * len(b) for b in batches]).sum(0) / len(images)
         result["attention_distance"] = _rounded(dist)
+        # what the same layers give attending uniformly over their keys: distance of a head that learned nothing
+        result["attention_distance_uniform"] = _rounded(probes.mean_attention_distance(model, batches[0], uniform=True))
         figures["attention_distance"] = _distance_figure(dist, h.family, images.shape[-1])
     if "maps" in parts and not skip["maps"]:
         sample = images[:MAP_IMAGES]

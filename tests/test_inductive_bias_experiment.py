@@ -143,6 +143,19 @@ def test_bad_spec_is_one_line_and_writes_nothing(tiny_spec, capsys, change, mess
     assert not runs.exists() and launched == []
 
 
+def test_an_ablation_the_registry_refuses_is_one_line_before_any_run(tiny_spec, capsys):
+    spec, runs, launched = tiny_spec
+    bad = json.loads(json.dumps(TINY))
+    bad["ablations"]["patch7"] = {"model.patch_size": 5}
+    spec.write_text(yaml.safe_dump(bad))
+    assert main(["inductive_bias", "--spec", str(spec), "--runs_dir", str(runs)]) == 2
+    # the check needs the data's image size: the first load of the test data may print the
+    # datasets library's cache progress before it; the error itself is one line
+    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.strip() and "Saving the dataset" not in ln]
+    assert len(err) == 1 and "ablation 'patch7': vit: patch size 5 does not divide image size 28" in err[0], err
+    assert not runs.exists() and launched == []
+
+
 def test_bad_variant_on_the_command_line_is_one_line(tiny_spec, capsys):
     spec, runs, launched = tiny_spec
     assert main(["inductive_bias", "--spec", str(spec), "--runs_dir", str(runs), "--ablations", "nope"]) == 2

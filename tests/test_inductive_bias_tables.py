@@ -50,6 +50,7 @@ def _probes(family: str, seed: int, parts) -> dict:
         out["robustness"] = _robustness(family, seed)
     if "attention" in parts and family in DIST:
         out["attention_distance"] = [[None if v != v else v + seed for v in row] for row in DIST[family]]
+        out["attention_distance_uniform"] = [[16.0, 16.0], [16.0, 16.0]]
     if "pos_embed" in parts and family == "vit":
         sim = [[[[1.0 if (r, c) == (r2, c2) else 0.5 for c2 in range(2)] for r2 in range(2)] for c in range(2)]
                for r in range(2)]
@@ -148,6 +149,9 @@ def test_tables_from_hand_written_records(experiment, tmp_path):
     # PatchDrop retention: resnet 0.21/0.80 = 0.26, swin 0.41/0.65 = 0.63, vit 0.51/0.70 = 0.73
     assert "resnet 0.26" in text and "vit 0.73" in text and "every transformer keeps more than every CNN" in text
     assert "vit +4.0 ± 0.0 px (grows" in text
+    # layer means over uniform attention's 16 px: (8, 9, 10) / 16 and (12, 13, 14) / 16
+    assert "layer 1 at 0.56 and the last layer at 0.81 of the uniform-attention distance" in text
+    assert "9.0 ± 2.5 (16.0)" in text
     assert "[CLS] attention" in text and "top-10% patches hold 0.70" in text   # one patch of four holds 0.7
     assert "1 of the 18 runs behind these rows were still improving" in text
     assert "1500" not in text and "25.0 min" in text

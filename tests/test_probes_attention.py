@@ -230,3 +230,16 @@ def test_cls_probes_reject_swin_and_avg_pool():
             probe(_model("vit", pool="avg"), _images())
     with pytest.raises(ValueError, match="^family 'swin' has no single global patch grid"):
         patch_centres(_model("swin"), 28)
+
+
+@pytest.mark.parametrize("family", ["vit", "deit", "hybrid", "swin"])
+def test_uniform_reference_equals_a_model_with_uniform_attention(family):
+    """uniform=True on a trained-looking (random) model gives what a model whose softmax is uniform
+    over the same keys gives, Swin's shifted-window masks included; for vit, the brute-force value."""
+    model, x = _model(family), _images()
+    reference = mean_attention_distance(model, x, uniform=True)
+    measured = mean_attention_distance(model, x)
+    assert not torch.allclose(measured, reference, equal_nan=True)    # a random model is not uniform
+    assert torch.allclose(reference, mean_attention_distance(_uniform_qk(model), x), rtol=1e-5, equal_nan=True)
+    if family != "swin":
+        assert torch.allclose(reference, torch.full_like(reference, _mean_pairwise(CENTRES)), rtol=1e-5)

@@ -167,7 +167,16 @@ def _swin_window_centres(block: nn.Module, image_size: tuple[int, int]) -> Tenso
     return _grid_centres(tuple(block.window_size), (image_size[0] / grid[0], image_size[1] / grid[1]))
 
 
-def mean_attention_distance(model: nn.Module, images: Tensor) -> Tensor:
+SUPPORT = 1e-20  # a key whose softmax weight is below this is masked (Swin's shifted windows add -100)
+
+
+def _uniform_over_keys(probs: Tensor) -> Tensor:
+    """The same attention's keys, equally weighted: each query row uniform over the keys it may see."""
+    seen = (probs > SUPPORT).to(probs.dtype)
+    return seen / seen.sum(-1, keepdim=True)
+
+
+def mean_attention_distance(model: nn.Module, images: Tensor, uniform: bool = False) -> Tensor:
     """(layers, heads) mean attention distance in INPUT PIXELS, averaged over query patches and
     `images` (B, C, H, W): per query, sum over keys of attention weight x Euclidean distance
     between the query's and key's patch centres (ViT paper Fig. 7 right, App. D.7).
@@ -177,10 +186,15 @@ def mean_attention_distance(model: nn.Module, images: Tensor) -> Tensor:
     swin: layers = every block of every stage in forward order; distances are measured within each
     window (window-local centres x the stage's pixel stride). Heads differ per stage: rows are
     padded with NaN up to the largest head count.
+
+    uniform=True gives the reference a head that has learned nothing would reach: every query
+    attending equally to the keys it may see (the same keys, masks and windows as the model's).
     """
     family = _check_attention(model)
     size = tuple(images.shape[-2:])
     captured = _capture(model, images)
+    if uniform:
+        captured = [(m, _uniform_over_keys(p)) for m, p in captured]
     if family == "swin":
         block = _swin_block_of(model)
         rows = [attention_distance_from(p, _swin_window_centres(block[m], size)) for m, p in captured]
