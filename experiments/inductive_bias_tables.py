@@ -397,6 +397,25 @@ def pos_table_section(p: Profile, ablations: list[dict]) -> list[str]:
             *_table(["table", "fraction", "grid correlation", "2D structure (seeds)"], table, 2), ""]
 
 
+UNIFORM_TOLERANCE = 0.05  # every layer within 5% of its uniform-attention distance: attention not yet learned
+
+
+def still_uniform(families: list[dict]) -> list[str]:
+    """The attention families whose first and last layers attend as far as uniform attention would."""
+    return [r["name"] for r in families if r.get("rel_first") is not None
+            and abs(r["rel_first"].value - 1) < UNIFORM_TOLERANCE and abs(r["rel_last"].value - 1) < UNIFORM_TOLERANCE]
+
+
+def _uniform_caveat(families: list[dict]) -> str:
+    names = still_uniform(families)
+    if not names:
+        return ""
+    return (f"every attention layer of {', '.join(names)} attends on average as far as uniform attention over "
+            f"the same keys would (first and last layer within {UNIFORM_TOLERANCE:.0%}): no local heads have formed "
+            "at this budget, so their tolerance of shuffling and the small effect of their position embedding say "
+            "little about a learned inductive bias (the [CLS] maps show where attention is not flat: it is not local).")
+
+
 def _verdict(est: Estimate | None, positive: str, negative: str, neither: str) -> str:
     if est is None:
         return "not measured"
@@ -451,6 +470,8 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             f"({_verdict(r['delta'], 'better without', 'worse without', 'not distinguishable')})" for r in none)
             + f". The ViT paper: {TABLE8['rows']['none'] - TABLE8['rows']['learn']:+.4f} (none − learned 1D, "
             "ImageNet 5-shot); the gap is small because patches carry much of the spatial information themselves.")
+    if _uniform_caveat(families):
+        out.append(f"- **Caveat**: {_uniform_caveat(families)[0].upper()}{_uniform_caveat(families)[1:]}")
     behind = {e["run"] for t in ("families", "ablations") for e in p.entries(t) if _test_acc(p.runs.get(e["run"]))}
     improving, runs = sum(_improving(p.runs[r]) for r in behind), len(behind)
     if improving:
@@ -484,8 +505,8 @@ FIGURE_TEXT = {  # name -> (caption, what it measures, what the literature found
                 "transformers lose far less than CNNs to shuffling, and a ViT without position embedding is "
                 "invariant to shuffling its own patches (Naseer et al. 2021)"),
     "shift": ("accuracy under diagonal shifts (grey: multiples of the cell size)",
-              "accuracy after a diagonal shift of 0..8 pixels (zero-filled); shifts that are multiples of the patch "
-              "size keep the patch grid aligned",
+              "accuracy after a diagonal shift of 0 to twice the patch size (zero-filled); a shift by the patch size keeps the "
+              "patch grid aligned, its neighbours do not",
               "CNNs are not shift-invariant either: ResNet50 gives the same class to two shifts of an image 89.2% "
               "of the time (Zhang 2019)"),
     "cka": ("minibatch CKA of each family's blocks against the ResNet's",
@@ -536,21 +557,21 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
         rel = {r["name"]: r[key].value / r["clean"].value for r in families
                if r[key] is not None and r["clean"] is not None and r["clean"].value > 0}
         what = f"{DROP_AT:.0%} of the cells dropped" if name == "occlusion" else "the 4x4 grid shuffled"
+        caveat = f" Note: {_uniform_caveat(families)}" if name == "shuffle" and _uniform_caveat(families) else ""
         return (f"with {what}, each family keeps this share of its clean accuracy: "
-                + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f"; {_groups(rel)}.")
+                + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f"; {_groups(rel)}.{caveat}")
     if name == "shift":
         parts = []
         for fam in p.families():
             probes = [x["robustness"] for x in p.probe_cell(fam, p.fractions("families")[-1]).values()
                       if x.get("robustness")]
-            if probes:
-                on = statistics.fmean(a for r in probes for s, a, m in
-                                      zip(r["shifts"], r["shift_accuracy"], r["shift_is_patch_multiple"]) if m and s)
-                off = statistics.fmean(a for r in probes for s, a, m in
-                                       zip(r["shifts"], r["shift_accuracy"], r["shift_is_patch_multiple"]) if not m)
+            patch = p.axes.get("probe_patch")
+            if probes and all({patch - 1, patch, patch + 1} <= set(r["shifts"]) for r in probes):
+                at = {d: statistics.fmean(_at(r["shifts"], r["shift_accuracy"], patch + d) for r in probes)
+                      for d in (-1, 0, 1)}
                 cons = statistics.fmean(r["shift_consistency"] for r in probes)
-                parts.append(f"{fam} consistency {cons:.2f}, accuracy {on:.2f} at patch multiples vs {off:.2f} "
-                             "off them")
+                parts.append(f"{fam} consistency {cons:.2f}, accuracy {at[0]:.2f} at a {patch}-pixel shift vs "
+                             f"{at[-1]:.2f} / {at[1]:.2f} at {patch - 1} / {patch + 1} pixels")
         return "; ".join(parts) + "."
     if name == "cka":
         return "; ".join(f"{c['family']}: last block vs the ResNet's last {c['matrix'][-1][-1]:.2f}, first vs first "
@@ -565,6 +586,49 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                 parts.append(f"{fam}: top-10% patches hold {_concentration(m['cls']):.2f} of the [CLS] attention and "
                              f"{_concentration(m['rollout']):.2f} of the rollout")
         return "; ".join(parts) + " (0.10 would be uniform)."
+    return ""
+
+
+def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> str:
+    """Whether figure `name` agrees with the published finding, from the numbers ('' where the
+    finding has no test here)."""
+    if name == "ablation":
+        rows = [r for r in ablations if r["name"] == "none" and r["delta"] is not None]
+        if not rows:
+            return ""
+        sides = {_verdict(r["delta"], "up", "down", "neither") for r in rows}
+        if sides == {"down"}:
+            return "agrees: ViT is worse without a position embedding at every training-set size."
+        if "up" in sides:
+            return "disagrees: ViT is better without a position embedding at some training-set size."
+        return ("cannot tell: every none − learn interval includes 0 (the paper's 2.8-point gap would be inside "
+                "them).")
+    if name == "attention_distance":
+        flat = still_uniform([r for r in families if r["name"] != "swin"])
+        if flat:
+            return (f"disagrees: {', '.join(flat)} show no local heads and no growth with depth; their attention "
+                    "has not yet learned the pattern the paper describes.")
+        grows = [r["name"] for r in families if r["dist_growth"] is not None and r["name"] != "swin"
+                 and _verdict(r["dist_growth"], "grows", "shrinks", "no") == "grows"]
+        return (f"agrees for {', '.join(grows)}: distance grows with depth." if grows else "")
+    if name == "pos_embed_similarity":
+        learned = [r for r in ablations if r["name"] == BASELINE and r["two_d"]]
+        if not learned:
+            return ""
+        hits = sum(sum(r["two_d"]) for r in learned)
+        total = sum(len(r["two_d"]) for r in learned)
+        return ("agrees: the learned 1D table has 2D structure in every run." if hits == total else
+                "disagrees: the learned 1D table shows no 2D structure in any run." if hits == 0 else
+                f"partly: the learned 1D table has 2D structure in {hits} of {total} runs.")
+    if name in ("occlusion", "shuffle"):
+        key = "patchdrop" if name == "occlusion" else "shuffle4"
+        rel = {r["name"]: r[key].value / r["clean"].value for r in families
+               if r[key] is not None and r["clean"] is not None and r["clean"].value > 0}
+        t, c = [v for f, v in rel.items() if f in TRANSFORMERS], [v for f, v in rel.items() if f in CNNS]
+        if not t or not c:
+            return ""
+        return ("agrees: every transformer keeps more of its accuracy than every CNN." if min(t) > max(c) else
+                "disagrees: the transformers are not more robust than the CNNs here.")
     return ""
 
 
@@ -584,7 +648,9 @@ def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], fam
     for k, png in pngs.items():
         caption, measures, published = FIGURE_TEXT[k]
         out += [f"#### {caption}", "", f"![{caption}]({png})", "",
-                f"*Measures*: {measures}. *Published*: {published}. *Here*: {here(p, k, ablations, families)}", ""]
+                f"*Measures*: {measures}. *Published*: {published}. *Here*: {here(p, k, ablations, families)}"
+                + (f" *Verdict*: {verdict(p, k, ablations, families)}" if verdict(p, k, ablations, families) else ""),
+                ""]
     return out
 
 

@@ -151,9 +151,13 @@ def test_tables_from_hand_written_records(experiment, tmp_path):
     assert "vit +4.0 ± 0.0 px (grows" in text
     # layer means over uniform attention's 16 px: (8, 9, 10) / 16 and (12, 13, 14) / 16
     assert "layer 1 at 0.56 and the last layer at 0.81 of the uniform-attention distance" in text
-    assert "9.0 ± 2.5 (16.0)" in text
+    assert "9.0 ± 2.5 (16.0)" in text and "**Caveat**" not in text   # 0.56 of uniform: attention learned
     assert "[CLS] attention" in text and "top-10% patches hold 0.70" in text   # one patch of four holds 0.7
     assert "1 of the 18 runs behind these rows were still improving" in text
+    assert "*Verdict*: cannot tell: every none − learn interval includes 0" in text
+    assert "*Verdict*: partly: the learned 1D table has 2D structure in 4 of 6 runs." in text
+    assert text.count("*Verdict*: agrees: every transformer keeps more of its accuracy than every CNN.") == 2
+    assert "*Verdict*: agrees for vit: distance grows with depth." in text
     assert "1500" not in text and "25.0 min" in text
     for name in FIGURES:
         assert (out / f"{name}.png").stat().st_size > 1000, name
@@ -176,3 +180,18 @@ def test_corrupt_records_are_one_line_and_write_nothing(experiment, tmp_path, ca
     (experiment / RECORD).write_text("[1")
     assert main(args) == 2
     assert "inductive_bias.json is not valid JSON" in capsys.readouterr().err and not out.exists()
+
+
+def test_uniform_attention_is_named_as_a_caveat(experiment, tmp_path):
+    """Where every layer attends as far as uniform attention would, the reading says the attention
+    is untrained rather than reading the shuffle results as a learned bias."""
+    for path in experiment.glob("*/probes.json"):
+        probes = json.loads(path.read_text())
+        if probes.get("attention_distance"):
+            probes["attention_distance_uniform"] = probes["attention_distance"]
+            path.write_text(json.dumps(probes))
+    make_tables(experiment, tmp_path / "results")
+    text = (tmp_path / "results" / f"{NAME}.md").read_text()
+    assert "**Caveat**: Every attention layer of vit, swin attends on average as far as uniform attention" in text
+    assert text.count("no local heads have formed") == 2      # the reading and the shuffle figure
+    assert "*Verdict*: disagrees: vit show no local heads" in text
