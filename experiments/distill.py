@@ -16,7 +16,6 @@ run folders form the table; `make tables` (experiments/distill_tables.py) reads 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from dataclasses import replace
@@ -31,7 +30,7 @@ from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from .provenance import git_commit, hardware, versions
 from .run_record import read_json, write_json, write_profile_record
-from .spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, tuned_fractions
+from .spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
 from .sweep import TUNED, choose_lrs, print_plan, run_sweep, run_status
 from .trained_runs import load_classifier, load_config, test_images
 
@@ -256,19 +255,8 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments distill", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default=NAME, help="spec name in experiments/specs or a .yaml path (default distill)")
-    p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
+    p = runner_parser(NAME, __doc__)
     p.add_argument("--fractions", nargs="+", type=float, help="override the training fractions, each in (0, 1]")
-    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
-    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
-    p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
-    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
-
-    def one_line(message: str):
-        raise ValueError(f"{message} (python -m experiments distill --help lists the options)")
-    p.error = one_line
     a = p.parse_args(argv)
     spec = load_distill_spec(a.spec)
     axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),

@@ -21,7 +21,6 @@ these files and the runs' summary.json and probes.json.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import time
@@ -39,7 +38,7 @@ from .provenance import git_commit, hardware, versions
 from .run_identity import config_hash
 from .run_record import (read_identity, read_json, read_summary, write_json, write_profile_record,
                          write_summary)
-from .spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned
+from .spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
 from .sweep import TUNED, choose_lrs, finished, print_plan, run_status, run_sweep, tuning_stage
 
 NAME = "inductive_bias"
@@ -363,20 +362,9 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m experiments {NAME}", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default=NAME, help=f"spec name in experiments/specs or a .yaml path (default {NAME})")
-    p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
-    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
+    p = runner_parser(NAME, __doc__)
     p.add_argument("--families", nargs="+", help="override the probed families (deit needs resnet)")
     p.add_argument("--ablations", nargs="+", help="override the ablation variants (learn, none, sincos, ...)")
-    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
-    p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
-    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
-
-    def one_line(message: str):
-        raise ValueError(f"{message} (python -m experiments {NAME} --help lists the options)")
-    p.error = one_line
     a = p.parse_args(argv)
     spec = load_ib_spec(a.spec)
     axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),

@@ -8,6 +8,7 @@ else links runs except DeiT's teacher (the ResNet run of the same subset, seed a
 """
 from __future__ import annotations
 
+import argparse
 import math
 import shlex
 import sys
@@ -87,6 +88,24 @@ def load_spec(name_or_path: str) -> dict:
         raise ValueError(f"recipe_args in {path.name}: allowed a mapping of recipe names to their fit options, "
                          "e.g. {default: {}, strong: {data.randaugment: true}}")
     return spec
+
+
+def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
+    """The options every spec runner shares (--spec, --profile, --seeds, --runs_dir, --jobs,
+    --dry_run); argparse errors become one ValueError line. Each runner adds its own axes."""
+    p = argparse.ArgumentParser(prog=f"python -m experiments {runner}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default=runner, help=f"spec name in experiments/specs or a .yaml path (default {runner})")
+    p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
+    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
+    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
+    p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
+    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
+
+    def one_line(message: str):
+        raise ValueError(f"{message} (python -m experiments {runner} --help lists the options)")
+    p.error = one_line
+    return p
 
 
 def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], required: tuple[str, ...],
