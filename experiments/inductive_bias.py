@@ -68,8 +68,9 @@ def load_ib_spec(name_or_path: str = NAME) -> dict:
     return spec
 
 
-def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variants=None) -> dict:
-    """The profile's axes with command-line overrides, every value checked."""
+def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variants=None, budgets=None) -> dict:
+    """The profile's axes with command-line overrides, every value checked. `budget` may be one
+    budget or a list of them (every family and ablation is run at each); axes["budget"] is the first."""
     if profile not in spec["profiles"]:
         raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
     p = spec["profiles"][profile]
@@ -88,7 +89,9 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
     for part in [*probes["families"], *probes["ablations"]]:
         if part not in PARTS:
             raise ValueError(f"probe part {part!r} in {where}: allowed {', '.join(PARTS)}")
-    axes = {"profile": profile, "dataset": spec["dataset"], "ablated": spec["ablated"], "budget": p["budget"],
+    budgets = list(budgets or (p["budget"] if isinstance(p["budget"], list) else [p["budget"]]))
+    axes = {"profile": profile, "dataset": spec["dataset"], "ablated": spec["ablated"], "budgets": budgets,
+            "budget": budgets[0],
             "families": list(families or p["families"]),
             "family_fractions": sorted(float(f) for f in p["family_fractions"]),
             "ablations": {v: sorted(float(f) for f in p["ablations"][v]) for v in chosen},
@@ -111,8 +114,9 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
         raise ValueError(f"families {axes['families']}: deit distils from {REFERENCE}, which must be among them")
     if axes["probe_images"] < 4:
         raise ValueError(f"probe_images={axes['probe_images']} in {where}: allowed integers >= 4")
-    # check_axes reads "fractions": every fraction of the profile is checked
-    check_axes({**axes, "fractions": sorted({*axes["family_fractions"], *_ablation_fractions(axes)})})
+    # check_axes reads "fractions": every fraction of the profile is checked, at every budget
+    for b in budgets:
+        check_axes({**axes, "budget": b, "fractions": sorted({*axes["family_fractions"], *_ablation_fractions(axes)})})
     return axes
 
 
@@ -125,11 +129,12 @@ def check_ablations(spec: dict, axes: dict, image_size: int, in_chans: int, num_
     for v in axes["ablations"]:
         options = {k.split(".", 1)[1]: x for k, x in spec["ablations"][v].items()
                    if k.startswith("model.") and k.split(".", 1)[1] in knobs}
-        try:
-            build_model(axes["ablated"], axes["budget"], image_size=image_size, in_chans=in_chans,
-                        num_classes=num_classes, **options)
-        except ValueError as e:
-            raise ValueError(f"ablation {v!r}: {e}") from None
+        for budget in axes["budgets"]:
+            try:
+                build_model(axes["ablated"], budget, image_size=image_size, in_chans=in_chans,
+                            num_classes=num_classes, **options)
+            except ValueError as e:
+                raise ValueError(f"ablation {v!r}: {e}") from None
 
 
 def _ablation_fractions(axes: dict) -> list[float]:
@@ -338,26 +343,31 @@ def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list
 
 
 # ---------------- the command ----------------
-def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[Run],
-                 choices: dict, families: list[Run], ablations: list[Run], invocation: dict | None) -> Path:
-    _, records = choose_lrs(trials)
-    uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, axes, fam, f),
-             "tuned_at": nearest_tuned(f, {"tuned_fractions": tuned_at(axes, fam)})}
-            for fam in dict.fromkeys([*axes["families"], axes["ablated"]])
-            for f in (sorted({*axes["family_fractions"], *_ablation_fractions(axes)})
-                      if fam == axes["ablated"] else axes["family_fractions"])
-            if lr_of(choices, axes, fam, f) is not None]
-    entry = {
-        "axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs")}, "pool_size": pool,
-                 "ablation_args": {v: spec["ablations"][v] for v in axes["ablations"]}},
-        "tuning": {"trials": records, "choices": uses},
-        "families": [{"family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name,
-                      "teacher_run": r.teacher} for r in families],
-        "ablations": [{"variant": variant_of(r), "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name}
-                      for r in ablations],
-        "cka": sorted(p.relative_to(exp_dir).as_posix() for p in (exp_dir / CKA_DIR).glob("*.json")
-                      if p.name.split("__")[0] in {r.run_dir.name for r in families}),
-    }
+def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, plans: list[tuple],
+                 invocation: dict | None) -> Path:
+    """The profile's entry of inductive_bias.json; plans: (axes of one budget, choices, trials,
+    family runs, ablation runs) per budget."""
+    trials, uses, families, ablations, cka = [], [], [], [], []
+    for ax, choices, tried, fam, abl in plans:
+        b = ax["budget"]
+        trials += [{**t, "budget": b} for t in choose_lrs(tried)[1]]
+        uses += [{"budget": b, "family": f, "fraction": x, "lr": lr_of(choices, ax, f, x),
+                  "tuned_at": nearest_tuned(x, {"tuned_fractions": tuned_at(ax, f)})}
+                 for f in dict.fromkeys([*ax["families"], ax["ablated"]])
+                 for x in (sorted({*ax["family_fractions"], *_ablation_fractions(ax)})
+                           if f == ax["ablated"] else ax["family_fractions"])
+                 if lr_of(choices, ax, f, x) is not None]
+        families += [{"budget": b, "family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name,
+                      "teacher_run": r.teacher} for r in fam]
+        ablations += [{"budget": b, "variant": variant_of(r), "fraction": r.fraction, "seed": r.seed,
+                       "run": r.run_dir.name} for r in abl]
+        names = {r.run_dir.name for r in fam}
+        cka += [q.relative_to(exp_dir).as_posix() for q in (exp_dir / CKA_DIR).glob("*.json")
+                if q.name.split("__")[0] in names]
+    entry = {"axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs", "budget")}, "pool_size": pool,
+                      "ablation_args": {v: spec["ablations"][v] for v in axes["ablations"]}},
+             "tuning": {"trials": trials, "choices": uses}, "families": families, "ablations": ablations,
+             "cka": sorted(cka)}
     return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation, hint=HINT)
 
 
@@ -365,10 +375,11 @@ def main(argv: list[str]) -> int:
     p = runner_parser(NAME, __doc__)
     p.add_argument("--families", nargs="+", help="override the probed families (deit needs resnet)")
     p.add_argument("--ablations", nargs="+", help="override the ablation variants (learn, none, sincos, ...)")
+    p.add_argument("--budgets", nargs="+", help="override the budgets (tiny, small, base)")
     a = p.parse_args(argv)
     spec = load_ib_spec(a.spec)
     axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),
-                        seeds=a.seeds, families=a.families, variants=a.ablations)
+                        seeds=a.seeds, families=a.families, variants=a.ablations, budgets=a.budgets)
     jobs = a.jobs or axes["jobs"]
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
@@ -390,34 +401,41 @@ def main(argv: list[str]) -> int:
         if runs and not a.dry_run:
             results.update(run_sweep(runs, jobs=jobs, launcher=counted))
 
-    choices, trials = plan_tuning(spec, axes, runs_dir, pool, run=None if a.dry_run else run)
-    families = family_runs(spec, axes, runs_dir, pool, choices)
-    ablations = ablation_runs(spec, axes, runs_dir, pool, choices)
-    every = _unique(families + ablations)
+    plans = []  # per budget: its axes, lr choices, tuning trials, family runs, ablation runs
+    for budget in axes["budgets"]:
+        ax = {**axes, "budget": budget}
+        choices, trials = plan_tuning(spec, ax, runs_dir, pool, run=None if a.dry_run else run)
+        plans.append((ax, choices, trials, family_runs(spec, ax, runs_dir, pool, choices),
+                      ablation_runs(spec, ax, runs_dir, pool, choices)))
+    every = _unique([r for *_, fam, abl in plans for r in fam + abl])
     if a.dry_run:
-        for title, runs in (("tune", trials), ("families and ablations", every)):
-            print_plan(title, runs, pool, {**axes, "fractions": []})
-        waiting = [f for f in axes["families"] if f not in {r.family for r in families}]
-        if waiting or not ablations:
-            print(f"## {', '.join(waiting or [axes['ablated'] + ' ablations'])}: main runs listed once their "
-                  "tuning trials are done")
+        for ax, _, trials, fam, abl in plans:
+            at = f" (budget {ax['budget']})" if len(plans) > 1 else ""
+            for title, runs in ((f"tune{at}", trials), (f"families and ablations{at}", _unique(fam + abl))):
+                print_plan(title, runs, pool, {**ax, "fractions": []})
+            waiting = [f for f in ax["families"] if f not in {r.family for r in fam}]
+            if waiting or not abl:
+                print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "
+                      "tuning trials are done")
         return 0
     run(every)
-    probed = probes_stage(axes, exp_dir, families, ablations)
+    probed = {}
+    for ax, _, _, fam, abl in plans:
+        probed.update(probes_stage(ax, exp_dir, fam, abl))
     results.update({f"probes {k}": v for k, v in probed.items()})
     wall = time.perf_counter() - start
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     print(f"{NAME} ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
     # the wall time of a whole profile that trained something; an invocation that only probes keeps it
-    whole = a.seeds is None and a.families is None and a.ablations is None and bool(launched)
-    write_record(exp_dir, spec, axes, pool, trials, choices, families, ablations,
+    whole = a.seeds is None and a.families is None and a.ablations is None and a.budgets is None and bool(launched)
+    write_record(exp_dir, spec, axes, pool, plans,
                  {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs}
                  if whole else None)
     ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
-    planned = len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
-                                    + sum(len(f) for f in axes["ablations"].values()))
-    return 0 if ok and len(families) + len(ablations) == planned else 1
+    planned = len(axes["budgets"]) * len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
+                                                          + sum(len(f) for f in axes["ablations"].values()))
+    return 0 if ok and sum(len(fam) + len(abl) for *_, fam, abl in plans) == planned else 1
 
 
 def _launcher(jobs: int, runs_dir: Path):

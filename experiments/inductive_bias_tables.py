@@ -44,7 +44,7 @@ FIGURES = ("ablation", "attention_distance", "pos_embed_similarity", "occlusion"
 TABLE8 = {"source": "ViT paper Table 8 (ViT-B/16, ImageNet 5-shot linear)",
           "rows": {"none": 0.6138, "learn": 0.6421, "2D (learn2d)": 0.6400, "relative": 0.6403},
           "deit_t_cifar100": (0.676, 0.587)}
-COLUMNS = ("profile", "table", "name", "fraction", "train_size", "val_size", "seeds", "lr", "steps",
+COLUMNS = ("profile", "budget", "table", "name", "fraction", "train_size", "val_size", "seeds", "lr", "steps",
            "test_acc_mean", "test_acc_ci95", "delta_vs_learn", "delta_vs_learn_ci95", "still_improving",
            "pos_grid_correlation_mean", "pos_grid_correlation_ci95", "pos_two_d_seeds", "clean_acc_mean",
            f"patchdrop_{DROP_AT:g}_mean", f"patchdrop_{DROP_AT:g}_ci95", "shuffle_grid4_mean", "shuffle_grid4_ci95",
@@ -81,9 +81,12 @@ def _est(values) -> Estimate | None:
 
 @dataclass
 class Profile:
+    """One profile's records at one budget (a profile with several budgets gives one Profile each)."""
     name: str
-    rec: dict
+    rec: dict                                     # the profile's entry, its runs and choices of this budget only
     exp_dir: Path
+    budget: str | None = None
+    several: bool = False                         # whether the profile has other budgets too
     runs: dict = field(default_factory=dict)      # folder -> summary.json
     probes: dict = field(default_factory=dict)    # folder -> probes.json
     cka: list = field(default_factory=list)
@@ -91,6 +94,14 @@ class Profile:
     @property
     def axes(self) -> dict:
         return self.rec.get("axes") or {}
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}, budget {self.budget}" if self.several else self.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}_{self.budget}" if self.several else self.name
 
     def entries(self, table: str) -> list[dict]:
         return self.rec.get(table) or []
@@ -125,21 +136,37 @@ class Profile:
         return sorted({e["fraction"] for e in self.entries(table)})
 
 
-def load_profile(name: str, rec: dict, exp_dir: Path) -> Profile:
-    p = Profile(name, rec, exp_dir)
+def _budget_of(entry: dict, axes: dict):
+    return entry.get("budget", axes.get("budget") or (axes.get("budgets") or [None])[0])
+
+
+def load_profiles(name: str, rec: dict, exp_dir: Path) -> list[Profile]:
+    """The profile's record split by budget, each with its runs' summaries, probes and CKA records."""
+    axes = rec.get("axes") or {}
     for table in ("families", "ablations"):
         for e in rec.get(table) or []:
             if not isinstance(e, dict) or not {"run", "fraction", "seed"} <= set(e):
                 raise ValueError(f"{exp_dir / RECORD}: profile {name!r} has a malformed {table} entry {e!r}{HINT}")
+    budgets = list(dict.fromkeys(_budget_of(e, axes) for t in ("families", "ablations") for e in rec.get(t) or []))
+    out = []
+    for budget in budgets:
+        mine = {t: [e for e in rec.get(t) or [] if _budget_of(e, axes) == budget] for t in ("families", "ablations")}
+        tuning = {k: [c for c in v if _budget_of(c, axes) == budget]
+                  for k, v in (rec.get("tuning") or {}).items() if isinstance(v, list)}
+        sub = {**rec, **mine, "tuning": tuning, "axes": {**axes, "budget": budget}}
+        p = Profile(name, sub, exp_dir, budget, len(budgets) > 1)
+        for e in mine["families"] + mine["ablations"]:
             s = read_summary(exp_dir / e["run"])
             if s is not None:
                 p.runs[e["run"]] = {**s, "identity": read_identity(exp_dir / e["run"]) or s.get("identity") or {}}
             probes = read_json(exp_dir / e["run"] / PROBES, HINT)
             if probes:
                 p.probes[e["run"]] = probes
-    p.cka = [read_json(exp_dir / path, HINT) for path in rec.get("cka") or []]
-    p.cka = [c for c in p.cka if c]
-    return p
+        family_runs = {e["run"] for e in mine["families"]}
+        p.cka = [c for c in (read_json(exp_dir / path, HINT) for path in rec.get("cka") or [])
+                 if c and c.get("run") in family_runs]
+        out.append(p)
+    return out
 
 
 # ---------------- numbers ----------------
@@ -251,7 +278,7 @@ def _v(est: Estimate | None, part: str = "value"):
 def csv_rows(p: Profile) -> list[dict]:
     out = []
     for r in ablation_rows(p) + family_rows(p):
-        row = {"profile": r["profile"], "table": r["table"], "name": r["name"], "fraction": r["fraction"],
+        row = {"profile": r["profile"], "budget": p.budget, "table": r["table"], "name": r["name"], "fraction": r["fraction"],
                "train_size": r["train_size"], "val_size": r["val_size"], "seeds": r["seeds"], "lr": r["lr"],
                "steps": r["steps"], "test_acc_mean": _v(r["acc"]), "test_acc_ci95": _v(r["acc"], "ci"),
                "delta_vs_learn": _v(r.get("delta")), "delta_vs_learn_ci95": _v(r.get("delta"), "ci"),
@@ -305,7 +332,7 @@ def provenance(p: Profile) -> list[str]:
                        for s in runs} - {""})
     commits = sorted({s.get("commit") for s in runs if s.get("commit")}
                      | {x.get("commit") for x in p.probes.values() if x.get("commit")})
-    out = [f"- data: {ax.get('dataset')}, budget {ax.get('budget')}, batch {ax.get('batch_size')}, "
+    out = [f"- data: {ax.get('dataset')}, budget {p.budget}, batch {ax.get('batch_size')}, "
            f"{_one(s.get('val_size') for s in runs) or '?'} validation images; seeds {ax.get('seeds')}",
            f"- steps per run: {steps or 'none finished'}",
            f"- learning rates chosen on validation (grid {ax.get('lrs')}, seed {(ax.get('seeds') or ['?'])[0]}): "
@@ -656,7 +683,7 @@ def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], fam
 
 def render_profile(p: Profile, pngs: dict[str, str]) -> list[str]:
     ablations, families = ablation_rows(p), family_rows(p)
-    return [f"## Profile {p.name}", "", *provenance(p), "", *ablation_section(p, ablations),
+    return [f"## Profile {p.label}", "", *provenance(p), "", *ablation_section(p, ablations),
             *family_section(p, families), *pos_table_section(p, ablations), *reading(p, ablations, families),
             *figures_section(p, pngs, ablations, families)]
 
@@ -848,18 +875,19 @@ def log_to_tensorboard(figs: dict, log_dir: Path) -> None:
 # ---------------- the command ----------------
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
     """results/inductive_bias.csv, .md and the figures (a further profile's figures get a _<profile>
-    suffix), and the README's block when it has one. Everything is read and drawn before the first
-    write, so a missing or corrupt record leaves out_dir as it was."""
+    suffix, _<profile>_<budget> where a profile has several budgets), and the README's block when it
+    has one. Everything is read and drawn before the first write, so a missing or corrupt record
+    leaves out_dir as it was."""
     exp_dir, out_dir = Path(exp_dir), Path(out_dir)
     record = read_json(exp_dir / RECORD, HINT)
     if not isinstance(record.get("profiles"), dict):
         raise ValueError(f"{exp_dir / RECORD} has no profiles{HINT}")
-    profiles = [load_profile(n, rec, exp_dir) for n, rec in record["profiles"].items()]
+    profiles = [p for n, rec in record["profiles"].items() for p in load_profiles(n, rec, exp_dir)]
     profiles = [p for p in profiles if any(s.get("status") == "done" for s in p.runs.values())]
     if not profiles:
         raise ValueError(f"no finished inductive-bias runs in {exp_dir}: run make exp-inductive-bias first")
     drawn = [draw_figures(p) for p in profiles]
-    pngs = [{k: f"{k}.png" if i == 0 else f"{k}_{p.name}.png" for k in FIGURES if k in figs}
+    pngs = [{k: f"{k}.png" if i == 0 else f"{k}_{p.key}.png" for k in FIGURES if k in figs}
             for i, (p, figs) in enumerate(zip(profiles, drawn))]
     text = "\n".join([f"# {NAME}", "", "Generated by `make tables` from the run records of "
                       "`make exp-inductive-bias` (experiments/inductive_bias_tables.py); do not edit.", "",
@@ -873,7 +901,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         for name, fig in figs.items():
             fig.savefig(out_dir / png[name], dpi=90, metadata={"Software": None})
             paths.append(out_dir / png[name])
-        log_to_tensorboard(figs, exp_dir / "tensorboard" / p.name)
+        log_to_tensorboard(figs, exp_dir / "tensorboard" / p.key)
     if readme is not None and update_readme_block(readme, NAME, text, out_dir):
         paths.append(readme)
     return paths

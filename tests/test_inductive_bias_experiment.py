@@ -195,7 +195,10 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         fractions = set(profile["family_fractions"]) & tuned
         extra = {f for fs in profile["ablations"].values() for f in fs} & tuned - fractions
         tuning = len(profile["lrs"]) * (len(fractions) * len(profile["families"]) + len(extra))
-        assert f"## tune: {tuning} runs" in out
+        budgets = profile["budget"] if isinstance(profile["budget"], list) else [profile["budget"]]
+        for b in budgets:
+            assert (f"## tune (budget {b}): {tuning} runs" if len(budgets) > 1 else f"## tune: {tuning} runs") in out
+        assert len(budgets) == (3 if name == "gpu" else 1)   # the gpu profile covers every budget
     assert not (tmp_path / "inductive_bias").exists()  # a dry run writes nothing
 
 

@@ -96,7 +96,8 @@ def experiment(tmp_path) -> Path:
     (exp / "cka").mkdir()
     for fam in ("vit", "swin"):
         (exp / "cka" / f"{fam}.json").write_text(json.dumps(
-            {"family": fam, "reference": "resnet", "fraction": 1.0, "seed": 0, "layers": ["a", "b"],
+            {"family": fam, "run": f"{fam}_f1_s0_{0:08x}", "reference_run": f"resnet_f1_s0_{0:08x}",
+             "reference": "resnet", "fraction": 1.0, "seed": 0, "layers": ["a", "b"],
              "reference_layers": ["x", "y", "z"], "matrix": [[0.9, 0.5, 0.2], [0.3, 0.4, 0.6]]}))
     record = {"spec": NAME, "profiles": {"cpu": {
         "axes": {"dataset": "fashion_mnist", "budget": "tiny", "batch_size": 64, "seeds": list(SEEDS),
@@ -195,3 +196,19 @@ def test_uniform_attention_is_named_as_a_caveat(experiment, tmp_path):
     assert "**Caveat**: Every attention layer of vit, swin attends on average as far as uniform attention" in text
     assert text.count("no local heads have formed") == 2      # the reading and the shuffle figure
     assert "*Verdict*: disagrees: vit show no local heads" in text
+
+
+def test_a_profile_with_several_budgets_gets_a_section_and_figures_each(experiment, tmp_path):
+    record = json.loads((experiment / RECORD).read_text())
+    cpu = record["profiles"]["cpu"]
+    for table in ("families", "ablations"):
+        cpu[table] = [{**e, "budget": b} for b in ("tiny", "small") for e in cpu[table]]
+    cpu["axes"]["budgets"] = ["tiny", "small"]
+    (experiment / RECORD).write_text(json.dumps(record))
+    out = tmp_path / "results"
+    make_tables(experiment, out)
+    text = (out / f"{NAME}.md").read_text()
+    assert "## Profile cpu, budget tiny" in text and "## Profile cpu, budget small" in text
+    assert (out / "ablation.png").exists() and (out / "ablation_cpu_small.png").exists()
+    budgets = [r["budget"] for r in csv.DictReader(open(out / f"{NAME}.csv"))]
+    assert budgets.count("tiny") == budgets.count("small") > 0
