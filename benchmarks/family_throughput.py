@@ -1,10 +1,13 @@
 """Training throughput per family, one run against K runs packed in one process (PackedClassifier),
 with model FLOPs utilisation (MFU) against this device's measured matmul peak.
 
-Each family at its budget (default tiny), batch 128 of 28x28x1 images (synthetic, already on the
-device: the model is timed, not the loader), in the precision the suite trains in
+Each family at its budget (default tiny), batch 128 (GPU) or 32 (CPU: the cpu profiles') of
+28x28x1 images (synthetic, already on the device: the model is timed, not the loader), in the
+precision the suite trains in
 (experiments.cli.default_precision: bf16 autocast where the hardware has native bf16, else fp32).
-  single : a plain loop over ImageClassifier.training_loss + AdamW/warmup-cosine + clipping
+  single : a plain loop over ImageClassifier.training_loss + AdamW/warmup-cosine + clipping, with the
+           attention kernel the suite trains with on this device (fused SDPA on a GPU, explicit
+           matmuls on the CPU: ImageClassifier.setup); "other kernel": the same with the other one
   packed : PackedClassifier, K members (vmap over stacked weights), per-member clipping
   FLOPs  : ImageClassifier.complexity["flops"] (forward, 2 x MACs) x 3 for forward + backward
   MFU    : achieved FLOP/s / peak FLOP/s of a large square matmul in the same precision
@@ -26,6 +29,7 @@ from experiments.provenance import hardware, versions
 from modules import FAMILIES, ImageClassifier
 from modules.optim import adamw_warmup_cosine
 from modules.packed import PackedClassifier, clip_grad_norm_per_member
+from modules.registry import use_fused_attention
 
 warnings.filterwarnings("ignore", "There is a performance drop")  # vmap falls back to a loop for some ops
 
@@ -82,9 +86,10 @@ def timed(step, steps: int, warmup: int, device: torch.device) -> tuple[float, s
     return time.perf_counter() - t, util
 
 
-def single_step(family: str, budget: str, batch: int, device, precision: str, total: int):
+def single_step(family: str, budget: str, batch: int, device, precision: str, total: int, fused: bool):
     torch.manual_seed(0)
     clf = ImageClassifier(family, budget).to(device).train()
+    use_fused_attention(clf.model, fused)
     h = clf.hparams
     opt, sched = adamw_warmup_cosine(clf.model, lr=h.lr, weight_decay=h.weight_decay, betas=tuple(h.betas),
                                      total_steps=total, warmup_fraction=h.warmup_fraction, min_lr_ratio=h.min_lr_ratio)
@@ -127,13 +132,16 @@ def main() -> None:
     p.add_argument("--family", nargs="+", default=list(FAMILIES), choices=FAMILIES, help="families (default all)")
     p.add_argument("--budget", default="tiny")
     p.add_argument("--k", type=int, default=4, help="members of the packed run (default 4)")
-    p.add_argument("--batch", type=int, default=128, help="images per member per step (default 128)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="images per member per step (default: the datascale profile's, 128 on a GPU, 32 on a CPU)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 30 on a GPU, 3 on a CPU)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5 on a GPU, 1 on a CPU)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
     device = torch.device(a.device)
-    steps = a.steps or (30 if device.type == "cuda" else 3)
+    steps = a.steps or (30 if device.type == "cuda" else 5)
+    a.batch = a.batch or (128 if device.type == "cuda" else 32)
+    fused = device.type == "cuda"  # the kernel ImageClassifier.setup picks
     warmup = a.warmup if a.warmup is not None else (5 if device.type == "cuda" else 1)
     precision = default_precision()
     peak, how = matmul_peak(device, precision)
@@ -142,19 +150,25 @@ def main() -> None:
     print(f"{a.budget} budget, batch {a.batch} x 28x28x1 (synthetic, on {device.type}), {precision}, "
           f"{steps} timed steps after {warmup}; packed K={a.k}")
     print(f"peak: {peak / 1e12:.3f} TFLOP/s ({how}, measured); training FLOPs = 3 x forward")
-    print(f"{'family':9} {'MFLOP/img':>9} {'single img/s':>12} {'MFU':>6} {'GPU':>5} | "
+    print(f"single: {'fused SDPA' if fused else 'explicit'} attention; other kernel: "
+          f"{'explicit' if fused else 'fused SDPA'} (transformer families)")
+    print(f"{'family':9} {'MFLOP/img':>9} {'single img/s':>12} {'MFU':>6} {'GPU':>5} {'other kernel':>12} | "
           f"{'packed img/s':>12} {'MFU':>6} {'GPU':>5} {'speed-up':>8}")
     for family in a.family:
         total = warmup + steps
-        clf, step = single_step(family, a.budget, a.batch, device, precision, total)
+        clf, step = single_step(family, a.budget, a.batch, device, precision, total, fused)
         flops = 3 * clf.complexity["flops"]
         seconds, util1 = timed(step, steps, warmup, device)
         single = a.batch * steps / seconds
+        other = "n/a"
+        if any(hasattr(m, "fused_attn") for m in clf.model.modules()):
+            _, step = single_step(family, a.budget, a.batch, device, precision, total, not fused)
+            other = f"{a.batch * steps / timed(step, steps, warmup, device)[0]:,.0f}"
         del clf, step  # free the single run before the packed one
         step = packed_step(family, a.budget, a.k, a.batch, device, precision, total)
         seconds, utilk = timed(step, steps, warmup, device)
         packed = a.k * a.batch * steps / seconds
-        print(f"{family:9} {flops / 3e6:9.1f} {single:12,.0f} {single * flops / peak:6.1%} {util1:>5} | "
+        print(f"{family:9} {flops / 3e6:9.1f} {single:12,.0f} {single * flops / peak:6.1%} {util1:>5} {other:>12} | "
               f"{packed:12,.0f} {packed * flops / peak:6.1%} {utilk:>5} {packed / single:7.2f}x", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()

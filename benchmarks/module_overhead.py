@@ -22,6 +22,7 @@ from experiments.cli import default_precision
 from experiments.provenance import hardware, versions
 from modules import ImageClassifier, build_model
 from modules.optim import adamw_warmup_cosine
+from modules.registry import use_fused_attention
 
 WARMUP = 5  # steps excluded from the timing (allocator, autocast caches)
 
@@ -60,6 +61,7 @@ def plain_run(family: str, dm, steps: int, precision: str) -> float:
     torch.manual_seed(0)
     h = ImageClassifier(family, num_classes=dm.num_classes, image_size=dm.image_size, in_chans=dm.num_channels).hparams
     model = build_model(family, image_size=dm.image_size, in_chans=dm.num_channels, num_classes=dm.num_classes)
+    use_fused_attention(model, torch.cuda.is_available())  # the kernel ImageClassifier.setup picks
     optimizer, schedule = adamw_warmup_cosine(model, lr=h.lr, weight_decay=h.weight_decay, betas=h.betas,
                                               total_steps=steps, warmup_fraction=h.warmup_fraction,
                                               min_lr_ratio=h.min_lr_ratio)
