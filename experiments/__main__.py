@@ -5,6 +5,7 @@
   run_dir    print the folder `fit` would use for the same options (readable name + config hash)
   validate   evaluate a checkpoint on the validation split
   test       evaluate a checkpoint on the test split (--ckpt_path)
+  fit_packed train K runs that differ only in their seed at once, each into its own run folder
   sweep      run an experiment spec (experiments/specs/*.yaml), resumably
   distill    DeiT students against CNN and transformer teachers (specs/distill.yaml), resumably
   inductive_bias  ViT's position-embedding, pooling and patch ablations and every family's probes
@@ -34,6 +35,9 @@ def main(argv: list[str]) -> int:
         elif command == "run_dir":
             from .cli import resolve_run_dirs
             print(resolve_run_dirs([rest])[0])
+        elif command == "fit_packed":
+            from .packed_fit import main as fit_packed
+            return fit_packed(rest)
         elif command == "sweep":
             from .sweep import main as sweep
             return sweep(rest)
@@ -58,7 +62,7 @@ def main(argv: list[str]) -> int:
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
         else:
-            print(f"error: unknown command {command!r}: allowed families, fit, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables",
+            print(f"error: unknown command {command!r}: allowed families, fit, fit_packed, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables",
                   file=sys.stderr)
             return 2
     except (ConfigError, DatasetError, ValueError) as e:

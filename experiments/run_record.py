@@ -133,36 +133,56 @@ class RunRecord(Callback):
     def _write(self, trainer, pl_module, status: str, test: dict | None = None, error: str | None = None) -> None:
         if not trainer.is_global_zero:
             return
-        previous = read_summary(self.run_dir) or {}
-        dm, h = trainer.datamodule, pl_module.hparams
-        dh = dict(dm.hparams) if dm is not None else {}
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
-        summary = {
-            **previous,
-            "experiment": self.experiment, "run": self.run_dir.name,
-            "config_hash": config_hash(self.identity) if self.identity is not None else previous.get("config_hash"),
-            "test_settings": previous.get("test_settings") or config_hash(self.evaluation),
-            "family": h.family, "budget": h.budget,
-            "dataset": dh.get("dataset"), "fraction": dh.get("fraction"),
-            "train_size": dm.train_size if dm is not None else None, "seed": dh.get("seed"),
-            "val_size": len(dm.val_indices) if dm is not None else None,
-            "status": status,
-            "params": pl_module.complexity["params"], "flops_per_image": pl_module.complexity["flops"],
-            "precision": str(trainer.precision), "devices": trainer.world_size,
-            "commit": self.commit, "versions": versions(), "hardware": hardware(),
-        }
-        summary.pop("error", None)
-        if error is not None:
-            summary.update(error=error[:500], steps=trainer.global_step, wall_time_s=round(self.wall_time_s, 1))
+        fit = None
+        if status == "fitted" or error is not None:
+            fit = {"steps": trainer.global_step, "wall_time_s": self.wall_time_s}
         if status == "fitted":
-            summary.update(epochs=trainer.current_epoch, steps=trainer.global_step,
-                           wall_time_s=round(self.wall_time_s, 1), images_per_sec=self.images_per_sec,
-                           val_acc_best=float(best) if best is not None else None,
-                           max_steps=trainer.max_steps, val_history=self.val_history,
-                           plateau=plateau(self.val_history, trainer.global_step))
-            summary.pop("test", None)  # a new fit makes any older test result stale
-        if test is not None:
-            summary["test"] = test
-            summary["test_acc"] = test.get("acc")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_summary(self.run_dir, summary)
+            fit.update(epochs=trainer.current_epoch, images_per_sec=self.images_per_sec,
+                       val_acc_best=float(best) if best is not None else None, max_steps=trainer.max_steps,
+                       val_history=self.val_history)
+        record_summary(self.run_dir, status, experiment=self.experiment, identity=self.identity,
+                       evaluation=self.evaluation, hparams=pl_module.hparams, complexity=pl_module.complexity,
+                       datamodule=trainer.datamodule, precision=str(trainer.precision), devices=trainer.world_size,
+                       commit=self.commit, fit=fit, test=test, error=error)
+
+
+def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dict | None, evaluation: dict,
+                   hparams, complexity: dict, datamodule, precision: str, devices: int, commit: str,
+                   fit: dict | None = None, test: dict | None = None, error: str | None = None,
+                   extra: dict | None = None) -> None:
+    """summary.json of a run (RunRecord, and each member of a packed fit): what ran, on what, with
+    which code, and its `fit` (steps, wall_time_s; when fitted also epochs, images_per_sec,
+    val_acc_best, max_steps, val_history: the plateau is derived here) and `test` results."""
+    run_dir = Path(run_dir)
+    previous = read_summary(run_dir) or {}
+    dm, h = datamodule, hparams
+    dh = dict(dm.hparams) if dm is not None else {}
+    summary = {
+        **previous,
+        "experiment": experiment, "run": run_dir.name,
+        "config_hash": config_hash(identity) if identity is not None else previous.get("config_hash"),
+        "test_settings": previous.get("test_settings") or config_hash(evaluation),
+        "family": h["family"], "budget": h["budget"],
+        "dataset": dh.get("dataset"), "fraction": dh.get("fraction"),
+        "train_size": dm.train_size if dm is not None else None, "seed": dh.get("seed"),
+        "val_size": len(dm.val_indices) if dm is not None else None,
+        "status": status,
+        "params": complexity["params"], "flops_per_image": complexity["flops"],
+        "precision": precision, "devices": devices,
+        "commit": commit, "versions": versions(), "hardware": hardware(),
+        **(extra or {}),
+    }
+    summary.pop("error", None)
+    if fit is not None:
+        summary.update(fit, wall_time_s=round(fit["wall_time_s"], 1))
+    if error is not None:
+        summary["error"] = error[:500]
+    if status == "fitted":
+        summary["plateau"] = plateau(fit["val_history"], fit["steps"])
+        summary.pop("test", None)  # a new fit makes any older test result stale
+    if test is not None:
+        summary["test"] = test
+        summary["test_acc"] = test.get("acc")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(run_dir, summary)

@@ -23,7 +23,7 @@ from modules import BUDGET_TARGETS, FAMILIES
 SPECS = Path(__file__).parent / "specs"
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
-                "families", "recipes"}
+                "families", "recipes", "pack"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
 
@@ -158,7 +158,10 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
         "epochs": p["epochs"], "min_steps": int(p["min_steps"]), "val_checks": int(p["val_checks"]),
         "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
+        "pack": p.get("pack", 1),  # runs differing only in their seed trained together (sweep --pack)
     }
+    if isinstance(axes["pack"], bool) or not isinstance(axes["pack"], int) or axes["pack"] < 1:
+        raise ValueError(f"pack={axes['pack']!r} in profile {profile!r}: allowed an integer >= 1 (1 = every run alone)")
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -61,6 +62,50 @@ def launch(run: Run, threads: int | None = None) -> int:
                               cwd=Path(__file__).resolve().parents[1]).returncode
 
 
+PER_MEMBER_FLAGS = ("--run_name", "--seed_everything", "--data.seed", "--model.teacher_checkpoint")
+
+
+def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
+    """Runs that differ only in their seed (and DeiT's teacher, which follows the seed), in groups of
+    at most `size`, in the order of their first run; everything else alone."""
+    groups: dict[tuple, list[list[Run]]] = {}
+    order: list[list[Run]] = []
+    for r in runs:
+        a = list(r.args)
+        key = (r.stage, tuple(x for i, x in enumerate(a) if x not in PER_MEMBER_FLAGS
+                              and (i == 0 or a[i - 1] not in PER_MEMBER_FLAGS)))
+        open_groups = groups.setdefault(key, [])
+        if size > 1 and open_groups and len(open_groups[-1]) < size:
+            open_groups[-1].append(r)
+        else:
+            open_groups.append([r])
+            order.append(open_groups[-1])
+    return order
+
+
+def launch_packed(group: list[Run], threads: int | None = None) -> int:
+    """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
+    member's log.txt says where."""
+    from .packed_fit import group_dir
+    gdir = group_dir([r.run_dir for r in group])
+    gdir.mkdir(parents=True, exist_ok=True)
+    members = gdir / "members.json"
+    members.write_text(json.dumps({"members": [list(r.args) for r in group]}, indent=1) + "\n")
+    for r in group:
+        r.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(r.run_dir / "log.txt", "a") as log:
+            log.write(f"\ntrained packed with {len(group) - 1} other run(s): see {gdir / 'log.txt'}\n")
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    command = [sys.executable, "-m", "experiments", "fit_packed", str(members)]
+    with open(gdir / "log.txt", "a") as log:
+        log.write(f"\n$ python -m experiments fit_packed {members}\n")
+        log.flush()
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              cwd=Path(__file__).resolve().parents[1]).returncode
+
+
 def execute(run: Run, launcher: Callable[[Run], int]) -> str:
     """Runs one run unless it is final; returns its status and makes sure summary.json says it."""
     status = run_status(run)
@@ -91,11 +136,33 @@ def _record_failure(run: Run, reason: str) -> None:
     write_summary(run.run_dir, s)
 
 
+def execute_group(group: list[Run], launcher: Callable[[list[Run]], int]) -> dict[str, str]:
+    """Runs a packed group (its unfinished members); returns each member's status, as execute does."""
+    todo = [r for r in group if not finished(r, run_status(r))]
+    teachers = [r for r in todo if r.teacher is not None and run_status(replace_dir(r, r.teacher)) not in TUNED]
+    for r in teachers:
+        _record_failure(r, f"teacher run {r.teacher} is not trained")
+    todo = [r for r in todo if r not in teachers]
+    code = launcher(todo) if todo else 0
+    out = {}
+    for r in group:
+        status = run_status(r)
+        if r in todo and not finished(r, status) and status != "diverged":
+            _record_failure(r, f"packed group exit status {code}; see log.txt")
+            status = "failed"
+        out[r.name] = status if r not in teachers else "failed"
+    return out
+
+
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
-              console: Console | None = None) -> dict[str, str]:
-    """Executes every run (teachers before their DeiT students); returns name -> status."""
+              console: Console | None = None, pack: int = 1,
+              packed_launcher: Callable[[list[Run]], int] | None = None) -> dict[str, str]:
+    """Executes every run (teachers before their DeiT students); returns name -> status. With
+    pack > 1, runs that differ only in their seed train up to `pack` at a time in one process."""
     console = console or Console()
-    launcher = launcher or (lambda r: launch(r, threads=max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None))
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    launcher = launcher or (lambda r: launch(r, threads=threads))
+    packed_launcher = packed_launcher or (lambda g: launch_packed(g, threads=threads))
     results: dict[str, str] = {}
     todo = [r for r in runs if not finished(r, run_status(r))]
     for r in runs:
@@ -107,27 +174,36 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(runs[0].stage if runs else "sweep", total=len(todo))
 
-        def one(run: Run) -> None:
-            start = time.perf_counter()
-            status = execute(run, launcher)
+        def report(run: Run, status: str, seconds: float) -> None:
             results[run.name] = status
             s = read_summary(run.run_dir) or {}
             acc = f", test acc {s['test_acc']:.4f}" if s.get("test_acc") is not None else ""
             val = f", val acc {s['val_acc_best']:.4f}" if run.stage == "tune" and s.get("val_acc_best") else ""
             progress.console.print(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
-                                   f"{time.perf_counter() - start:.0f} s{val}{acc}")
+                                   f"{seconds:.0f} s{val}{acc}")
             progress.advance(task)
+
+        def one(unit: list[Run]) -> None:
+            start = time.perf_counter()
+            if len(unit) == 1:
+                statuses = {unit[0].name: execute(unit[0], launcher)}
+            else:
+                statuses = execute_group(unit, packed_launcher)
+            for r in unit:
+                report(r, statuses[r.name], time.perf_counter() - start)
 
         # students wait for every teacher: two phases when running in parallel
         for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
+            units = pack_groups(phase, pack)
             if jobs <= 1:
-                for r in phase:
-                    progress.update(task, description=f"{r.stage} {r.index + 1}/{len(runs)} {r.name}")
-                    one(r)
+                for u in units:
+                    what = u[0].name if len(u) == 1 else f"{u[0].name} and {len(u) - 1} more, packed"
+                    progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {what}")
+                    one(u)
             else:
                 progress.update(task, description=f"{jobs} runs at a time")
                 with ThreadPoolExecutor(jobs) as pool:
-                    list(pool.map(one, phase))
+                    list(pool.map(one, units))
     return results
 
 
@@ -237,7 +313,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--stage", choices=("all", "tune", "main"), default="all",
                    help="all (default): tune, then the main runs; tune or main: that stage only")
     p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    p.add_argument("--jobs", type=int, default=1, help="runs (or packed groups) at a time (default 1)")
+    p.add_argument("--pack", type=int, default=None,
+                   help="train up to this many runs that differ only in their seed in one process, packed "
+                        "(modules/packed.py; default: the profile's pack, else 1 = each run alone)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
     p.add_argument("--only", type=int, nargs="+",
                    help="with --stage main: run only these run indices (e.g. a SLURM array task id)")
@@ -248,6 +327,8 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.jobs < 1:
         raise ValueError(f"--jobs {a.jobs}: allowed integers >= 1")
+    if a.pack is not None and a.pack < 1:
+        raise ValueError(f"--pack {a.pack}: allowed integers >= 1 (1 = every run alone)")
     if a.only and a.stage != "main":
         raise ValueError(f"--only with --stage {a.stage}: allowed with --stage main only (run --stage tune first)")
     existing = next(d for d in (Path(a.runs_dir).absolute(), *Path(a.runs_dir).absolute().parents) if d.exists())
@@ -285,8 +366,10 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     results: dict[str, str] = {}
 
+    pack = a.pack or axes["pack"]
+
     def run(runs: list[Run]) -> None:
-        results.update(run_sweep(runs, jobs=a.jobs))
+        results.update(run_sweep(runs, jobs=a.jobs, pack=pack))
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
         write_tuning_record(exp_dir, spec, axes, trials, choices)

@@ -26,6 +26,7 @@ from torch.func import functional_call, stack_module_state
 
 from .classifier import ImageClassifier, load_teacher
 from .optim import param_groups, warmup_cosine
+from .registry import use_fused_attention
 
 
 class _Member(nn.Module):
@@ -79,6 +80,7 @@ class PackedClassifier(L.LightningModule):
         K = len(self.seeds)
         members = [_member(s, config) for s in self.seeds]
         template = members[0]
+        use_fused_attention(template.model, False)  # the explicit path batches under vmap; SDPA loops over members
         self.is_deit, self.complexity = template.is_deit, template.complexity
         params, buffers = stack_module_state([m.model for m in members])  # name -> (K, ...)
         skeleton = copy.deepcopy(template.model).to("meta")              # structure only, no storage
@@ -122,6 +124,8 @@ class PackedClassifier(L.LightningModule):
             return None
         if self.teachers is None:
             nets = [load_teacher(p, h) for p in self.teacher_checkpoints]
+            for net in nets:
+                use_fused_attention(net, False)
             tp, tb = stack_module_state(nets)
             self.teachers = (copy.deepcopy(nets[0]).to("meta").eval(), tp, tb)
         skel, tp, tb = self.teachers
@@ -230,11 +234,12 @@ class PackedClassifier(L.LightningModule):
         """Member k's network weights (build_model's names and shapes; copies on the CPU)."""
         return {n: t[k].detach().cpu().clone() for n, t in self.members.state_dict().items()}
 
-    def save_member_checkpoint(self, k: int, path, hparams: dict | None = None) -> None:
+    def save_member_checkpoint(self, k: int, path, hparams: dict | None = None, extra: dict | None = None) -> None:
         """A checkpoint of member k as ImageClassifier writes one (state_dict "model.*" and
         hyper_parameters): ImageClassifier.load_from_checkpoint, load_teacher and
         `python -m experiments test --ckpt_path` accept it. hparams: overrides of the member's
-        hyper-parameters (default: the configuration; a DeiT member records its teacher)."""
+        hyper-parameters (default: the configuration; a DeiT member records its teacher). extra: more
+        top-level entries (e.g. val_acc_best)."""
         self.check_finite()
         if k in self.diverged:
             raise FloatingPointError(f"member {k} (seed {self.seeds[k]}) {self.diverged[k]}: no checkpoint")
@@ -245,8 +250,8 @@ class PackedClassifier(L.LightningModule):
         torch.save({"state_dict": {f"model.{n}": t for n, t in self.member_state_dict(k).items()},
                     "hyper_parameters": hp, "hparams_name": "kwargs", "complexity": self.complexity,
                     "val_acc_best": None, "epoch": self.current_epoch, "global_step": self.global_step,
-                    "pytorch-lightning_version": L.__version__, "packed": {"member": k, "seed": self.seeds[k]}},
-                   path)
+                    "pytorch-lightning_version": L.__version__, "packed": {"member": k, "seed": self.seeds[k]},
+                    **(extra or {})}, path)
 
 
 def _member(seed: int, config: dict) -> ImageClassifier:
