@@ -23,7 +23,7 @@ from modules import BUDGET_TARGETS, FAMILIES
 SPECS = Path(__file__).parent / "specs"
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
-                "families", "recipes", "pack"}
+                "families", "recipes", "pack", "tuned_fractions"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
 
@@ -160,6 +160,12 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
         "pack": p.get("pack", 1),  # runs differing only in their seed trained together (sweep --pack)
     }
+    if p.get("tuned_fractions") and not fractions:  # default (and with --fractions): the smallest and the largest
+        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+        outside = [f for f in axes["tuned_fractions"] if f not in axes["fractions"]]
+        if outside:
+            raise ValueError(f"tuned fraction {outside[0]:g} of profile {profile!r} is not one of its fractions "
+                             f"{', '.join(f'{f:g}' for f in axes['fractions'])}: allowed a subset of them")
     if isinstance(axes["pack"], bool) or not isinstance(axes["pack"], int) or axes["pack"] < 1:
         raise ValueError(f"pack={axes['pack']!r} in profile {profile!r}: allowed an integer >= 1 (1 = every run alone)")
     for f in axes["families"]:
