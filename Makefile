@@ -18,10 +18,12 @@ STAGE ?=
 PARTS ?=
 ABLATIONS ?=
 JOBS ?=
+PACK ?=
 SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
 	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(DATASET),--dataset $(DATASET)) \
-	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) --jobs $(or $(JOBS),1)
+	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) $(if $(PACK),--pack $(PACK)) \
+	--jobs $(or $(JOBS),1)
 # fit-families
 EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
@@ -51,7 +53,7 @@ data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub
 test: install ## run the test suite (offline, a few minutes on 2 cores)
 	$(PY) -m pytest
 
-exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS=)
+exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK=)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
 

@@ -1,9 +1,10 @@
-"""`python -m experiments fit_packed MEMBERS.json`: K runs that differ only in their seed, trained at
-once in one process (modules/packed.py), each leaving the folder and records its own `fit` would.
+"""`python -m experiments fit_packed MEMBERS.json`: K runs that differ only in their seed and learning
+rate, trained at once in one process (modules/packed.py), each leaving the folder and records its
+own `fit` would.
 
 MEMBERS.json holds {"members": [[fit arguments], ...]} (what `sweep --pack` writes). Every member
 resolves to the folder, identity.json and hash its `fit` would use; their configurations must be
-equal except for seed_everything, data.seed and DeiT's model.teacher_checkpoint. Member k trains on
+equal except for their seed, lr, augmentation and DeiT's teacher (MEMBER_KEYS). Member k trains on
 its own subset, batch order and augmentation (its own DataModule; batches stacked to (K, B, ...))
 and all validate on the one shared validation split. Each member gets, in its own folder:
 train_indices.json, TensorBoard curves (train/loss_step, train/lr, val/acc, val/acc_best),
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.tensorboard import SummaryWriter
 
@@ -33,7 +35,10 @@ from .run_identity import config_hash, evaluation_identity
 from .run_record import RunRecord, read_summary, record_summary
 from .provenance import git_commit
 
-MEMBER_KEYS = ("seed_everything", "data.seed", "model.teacher_checkpoint")  # what may differ between members
+# what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
+# augmentation (each member has its own DataModule: the default and strong recipes pack together)
+MEMBER_KEYS = ("seed_everything", "data.seed", "model.teacher_checkpoint", "model.lr", "data.crop_padding",
+               "data.hflip", "data.randaugment", "data.random_erasing", "data.mixup_alpha", "data.cutmix_alpha")
 PACKED_DIR = "packed"
 
 
@@ -49,7 +54,7 @@ class Member:
 def resolve_members(arg_lists: list[list[str]]) -> list[Member]:
     """Each member's configuration, identity and folder, as `fit` resolves them; one error line when
     two members differ in more than their seed (and teacher)."""
-    from .cli import _ParseOnly, check_folder_identity, default_precision  # noqa: F401 (Lightning's parser)
+    from .cli import _ParseOnly  # builds Lightning's parser: only when members are resolved
     if not arg_lists:
         raise ValueError("fit_packed: no members given: allowed a list of one or more fit argument lists")
     cli = _ParseOnly(args=["fit", *arg_lists[0]])
@@ -66,9 +71,6 @@ def resolve_members(arg_lists: list[list[str]]) -> list[Member]:
             k = diff[0]
             raise ValueError(f"fit_packed: members differ in {k} ({first.get(k)!r} and {m.identity.get(k)!r}): "
                              f"allowed to differ only in {', '.join(MEMBER_KEYS)}")
-    seeds = [m.config["seed_everything"] for m in members]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"fit_packed: seeds {seeds}: allowed distinct seeds, one per member")
     dirs = [m.run_dir for m in members]
     if len(set(dirs)) != len(dirs):
         raise ValueError(f"fit_packed: two members share the folder {next(d for d in dirs if dirs.count(d) > 1)}")
@@ -83,6 +85,8 @@ def group_dir(run_dirs: list[Path]) -> Path:
 
 class StackedLoader:
     """K members' TensorBatchLoaders read in step: batch i is (x (K, B, C, H, W), y (K, B[, classes])).
+    When some members mix images (MixUp/CutMix: soft targets) and others do not, the others' labels
+    become one-hot targets: the recipe's loss on them is the same cross-entropy with label smoothing.
     Resumable as each member's loader is (its state_dict holds theirs)."""
 
     def __init__(self, loaders: list):
@@ -93,7 +97,11 @@ class StackedLoader:
 
     def __iter__(self):
         for batches in zip(*self.loaders):
-            yield torch.stack([x for x, _ in batches]), torch.stack([y for _, y in batches])
+            ys = [y for _, y in batches]
+            soft = next((y.shape[1] for y in ys if y.ndim == 2), None)  # classes, if any member is soft
+            if soft is not None:
+                ys = [F.one_hot(y, soft).float() if y.ndim == 1 else y for y in ys]
+            yield torch.stack([x for x, _ in batches]), torch.stack(ys)
 
     def state_dict(self) -> dict:
         return {"members": [l.state_dict() for l in self.loaders]}
@@ -169,11 +177,12 @@ class MemberRecords(Callback):
         self._last = now
         if not trainer._logger_connector.should_update_logs:
             return  # the losses stay on the device between log steps
-        losses, lr = outputs["losses"].float().cpu().tolist(), trainer.optimizers[0].param_groups[0]["lr"]
+        losses = outputs["losses"].float().cpu().tolist()
+        factor = trainer.optimizers[0].param_groups[0]["lr"]  # the schedule's multiplier (lr 1 packed)
         step = trainer.global_step - 1  # Lightning's step of this batch's logs (the count before it)
         for k, w in enumerate(self.writers()):
             w.add_scalar("train/loss_step", losses[k], step)
-            w.add_scalar("train/lr", lr, step)
+            w.add_scalar("train/lr", factor * pl_module.member_lr(k), step)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._last = None  # validation time is not training time
@@ -196,20 +205,32 @@ class MemberRecords(Callback):
             w.add_scalar("val/acc_best", self.best[k], step)
             w.flush()
 
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """Every member diverged (PackedClassifier raises then): each is recorded as diverged, as a
+        single run would be, and is not run again."""
+        if isinstance(exception, FloatingPointError):
+            self._write_summaries(trainer, pl_module)
+
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.interrupted:
             return
+        try:
+            pl_module.check_finite()  # members whose loss went non-finite since the last check
+        except FloatingPointError:
+            pass  # every member diverged: each is recorded so below
+        self._write_summaries(trainer, pl_module)
+
+    def _write_summaries(self, trainer, pl_module) -> None:
         self.wall_time_s, self._start = self._elapsed(), None
-        pl_module.check_finite()
         ips = self._images / self._seconds if self._seconds else None  # each member's own images
         group = group_dir([m.run_dir for m in self.members]).name
         for k, (m, dm) in enumerate(zip(self.members, self.dms)):
             engine = {"engine": {"packed": len(self.members), "member": k, "group": group,
                                  "group_images_per_sec": ips * len(self.members) if ips else None}}
             common = dict(experiment=m.config["experiment"], identity=m.identity, evaluation=_evaluation(m, trainer),
-                          hparams=pl_module.template.hparams, complexity=pl_module.complexity, datamodule=dm,
-                          precision=str(trainer.precision), devices=trainer.world_size, commit=self.commit,
-                          extra=engine)
+                          hparams={**pl_module.template.hparams, "lr": pl_module.member_lr(k)},
+                          complexity=pl_module.complexity, datamodule=dm, precision=str(trainer.precision),
+                          devices=trainer.world_size, commit=self.commit, extra=engine)
             fit = {"steps": trainer.global_step, "wall_time_s": self.wall_time_s}
             if k in pl_module.diverged:
                 record_summary(m.run_dir, "diverged", fit=fit, error=f"FloatingPointError: {pl_module.diverged[k]}",
@@ -268,7 +289,9 @@ def _train(members: list[Member], callbacks: tuple = ()) -> None:
     model_cfg.update(image_size=dms[0].image_size, in_chans=dms[0].num_channels, num_classes=dms[0].num_classes)
     teachers = [m.config["model"].get("teacher_checkpoint") for m in members]
     use_teachers = model_cfg["family"] == "deit" and model_cfg.get("distillation") != "none" and all(teachers)
+    model_cfg.pop("lr")
     packed = PackedClassifier(seeds=[m.config["seed_everything"] for m in members],
+                              lrs=[m.config["model"]["lr"] for m in members],
                               teacher_checkpoints=teachers if use_teachers else None, **model_cfg)
     gdir = group_dir([m.run_dir for m in members])
     gdir.mkdir(parents=True, exist_ok=True)
@@ -285,10 +308,9 @@ def _train(members: list[Member], callbacks: tuple = ()) -> None:
 
 def _test(m: Member) -> None:
     """The member's best checkpoint on the test split, recorded as its own fit's test would be."""
-    c = m.config
-    precision = c["trainer"].get("precision")
     from .cli import default_precision
-    precision = precision or default_precision()
+    c = m.config
+    precision = c["trainer"].get("precision") or default_precision()
     model = ImageClassifier.load_from_checkpoint(m.run_dir / "checkpoints" / "best.ckpt", map_location="cpu")
     record = RunRecord(m.run_dir, c["experiment"], identity=m.identity,
                        evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt"))

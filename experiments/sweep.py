@@ -62,18 +62,18 @@ def launch(run: Run, threads: int | None = None) -> int:
                               cwd=Path(__file__).resolve().parents[1]).returncode
 
 
-PER_MEMBER_FLAGS = ("--run_name", "--seed_everything", "--data.seed", "--model.teacher_checkpoint")
-
-
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
-    """Runs that differ only in their seed (and DeiT's teacher, which follows the seed), in groups of
-    at most `size`, in the order of their first run; everything else alone."""
+    """Runs that differ only in what packed members may differ in (their seed, lr, augmentation and
+    DeiT's teacher: packed_fit.MEMBER_KEYS), in groups of at most `size`, in the order of their first
+    run; everything else alone."""
+    from .packed_fit import MEMBER_KEYS
+    per_member = {"--run_name", *(f"--{k}" for k in MEMBER_KEYS)}
     groups: dict[tuple, list[list[Run]]] = {}
     order: list[list[Run]] = []
     for r in runs:
         a = list(r.args)
-        key = (r.stage, tuple(x for i, x in enumerate(a) if x not in PER_MEMBER_FLAGS
-                              and (i == 0 or a[i - 1] not in PER_MEMBER_FLAGS)))
+        key = (r.stage, tuple(x for i, x in enumerate(a) if x not in per_member
+                              and (i == 0 or a[i - 1] not in per_member)))
         open_groups = groups.setdefault(key, [])
         if size > 1 and open_groups and len(open_groups[-1]) < size:
             open_groups[-1].append(r)
@@ -194,7 +194,9 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
 
         # students wait for every teacher: two phases when running in parallel
         for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
-            units = pack_groups(phase, pack)
+            # a run whose training is done (a tuning trial; only its test is left) is not packed
+            trained = [r for r in phase if run_status(r) == "fitted"]
+            units = [[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack)
             if jobs <= 1:
                 for u in units:
                     what = u[0].name if len(u) == 1 else f"{u[0].name} and {len(u) - 1} more, packed"
@@ -290,9 +292,19 @@ def _runnable_families(axes: dict, choices: dict) -> list[str]:
             if all((f, r, t) in choices for r in axes["recipes"] for t in tuned_fractions(axes))]
 
 
-def print_plan(title: str, runs: list[Run], pool: int, axes: dict) -> None:
+def packed_cost(runs: list[Run], pool: int, axes: dict, pack: int) -> str:
+    """', in G packed groups: S group steps' (the steps a packed sweep takes), or '' without packing."""
+    if pack <= 1:
+        return ""
+    groups = pack_groups(runs, pack)
+    steps = sum(steps_for(resolve_train_size(g[0].fraction, None, pool), axes) for g in groups)
+    return f", in {len(groups)} packed groups (up to {pack} runs each): {steps:,} group steps"
+
+
+def print_plan(title: str, runs: list[Run], pool: int, axes: dict, pack: int = 1) -> None:
     steps = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in runs)
-    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images")
+    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images"
+          + packed_cost(runs, pool, axes, pack))
     for r in runs:
         print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
         print(r.shell())
@@ -315,8 +327,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=1, help="runs (or packed groups) at a time (default 1)")
     p.add_argument("--pack", type=int, default=None,
-                   help="train up to this many runs that differ only in their seed in one process, packed "
-                        "(modules/packed.py; default: the profile's pack, else 1 = each run alone)")
+                   help="train up to this many runs that differ only in their seed, lr or augmentation in one "
+                        "process, packed (modules/packed.py; default: the profile's pack, else 1 = each run alone)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
     p.add_argument("--only", type=int, nargs="+",
                    help="with --stage main: run only these run indices (e.g. a SLURM array task id)")
@@ -342,16 +354,17 @@ def main(argv: list[str]) -> int:
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
 
+    pack = a.pack or axes["pack"]
     if a.dry_run:
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
         if a.stage != "main":
-            print_plan("tuning stage", trials, pool, axes)
+            print_plan("tuning stage", trials, pool, axes, pack)
         if a.stage != "tune":
             families = _runnable_families(axes, choices)
             if families:
                 print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
                             main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)),
-                            pool, axes)
+                            pool, axes, pack)
             waiting = [f for f in axes["families"] if f not in families]
             if waiting:
                 # the steps do not depend on the learning rate: the stage's cost is known before tuning
@@ -359,14 +372,13 @@ def main(argv: list[str]) -> int:
                 tuned = [r for r in pending if r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes)]
                 new = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in pending if r not in tuned)
                 print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
-                      f"trials, then only tested), {new:,} more optimisation steps; their commands are known once "
-                      "their tuning is done")
+                      f"trials, then only tested), {new:,} more optimisation steps"
+                      + packed_cost([r for r in pending if r not in tuned], pool, axes, pack)
+                      + "; their commands are known once their tuning is done")
         return 0
 
     start = time.perf_counter()
     results: dict[str, str] = {}
-
-    pack = a.pack or axes["pack"]
 
     def run(runs: list[Run]) -> None:
         results.update(run_sweep(runs, jobs=a.jobs, pack=pack))
@@ -408,7 +420,7 @@ def main(argv: list[str]) -> int:
         record["profiles"][profile]["main_runs"] = dict(sorted(plan.items()))
     if a.stage == "all" and not a.only:
         record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(results),
-                                                         "statuses": counts, "jobs": a.jobs}
+                                                         "statuses": counts, "jobs": a.jobs, "pack": pack}
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
     exp_dir.mkdir(parents=True, exist_ok=True)

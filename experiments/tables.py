@@ -563,6 +563,11 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, 
     out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
                f"wall time summed over runs (fit only): {wall / 60:.1f} min"
                + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
+    packed = [s for s in summaries if s.get("engine")]
+    if packed:
+        groups = {s["engine"]["group"] for s in packed}
+        out.append(f"- engine: {len(packed)} of the runs trained packed, in {len(groups)} groups (sweep --pack; "
+                   "each member's record is the one its own fit would write)")
     if left_out:
         out.append(f"- not in the table: {len(left_out)} finished runs outside the sweep's current plan (trained at a "
                    f"learning rate an earlier tuning chose): {', '.join(sorted(s['run'] for s in left_out))}")
@@ -570,7 +575,8 @@ def render_markdown(name: str, rows, summaries, sweep: dict, plot: Path | None, 
         last = rec.get("last_invocation")
         if last:
             out.append(f"- the last `sweep --profile {profile}` invocation ran {last['runs']} runs in "
-                       f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time")
+                       f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time"
+                       + (f", up to {last['pack']} packed per process" if last.get("pack", 1) > 1 else ""))
     out += [*_provenance(summaries), ""]
     out += ["Test accuracy: mean over seeds ± the half-width of its 95% Student-t interval (n/a with one seed). "
             f"Δ vs {REFERENCE}: the mean paired difference to the {REFERENCE} of the same seed and training subset, "

@@ -1,6 +1,7 @@
 """K runs of ONE configuration trained at once in one LightningModule (torch.func).
 
-Members differ only in their seed (initialisation, stochastic depth) and their batches. Their
+Members differ only in their seed (initialisation, stochastic depth), their batches (each its own
+subset, order and augmentation) and, when `lrs` is given, their peak learning rate. Their
 parameters and buffers are stacked along a leading member dimension K (stack_module_state) and one
 forward runs them all: torch.vmap(functional_call) over inputs (K, B, C, H, W). Each member gets
 exactly what ImageClassifier gives one run: its loss (ImageClassifier.loss_from_outputs: label
@@ -69,15 +70,18 @@ class PackedClassifier(L.LightningModule):
     """
 
     def __init__(self, seeds: Sequence[int] = (0, 1, 2, 3), teacher_checkpoints: Sequence[str] | str | None = None,
-                 **config):
+                 lrs: Sequence[float] | None = None, **config):
         super().__init__()
         if config.get("teacher_checkpoint") is not None:
             raise ValueError("PackedClassifier: give teacher_checkpoints (one per member), not teacher_checkpoint")
         self.save_hyperparameters()
         self.seeds = [int(s) for s in seeds]
-        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
-            raise ValueError(f"seeds={self.seeds}: allowed distinct integers, at least one")
+        if not self.seeds:
+            raise ValueError("seeds=[]: allowed one integer per member, at least one")
         K = len(self.seeds)
+        if lrs is not None and (len(lrs) != K or not all(lr > 0 for lr in lrs)):
+            raise ValueError(f"lrs={list(lrs)}: allowed one learning rate > 0 per member ({K})")
+        self.lrs = [float(lr) for lr in lrs] if lrs is not None else None
         members = [_member(s, config) for s in self.seeds]
         template = members[0]
         use_fused_attention(template.model, False)  # the explicit path batches under vmap; SDPA loops over members
@@ -110,6 +114,10 @@ class PackedClassifier(L.LightningModule):
     @property
     def num_members(self) -> int:
         return len(self.seeds)
+
+    def member_lr(self, k: int) -> float:
+        """Member k's peak learning rate."""
+        return self.lrs[k] if self.lrs is not None else float(self.template.hparams.lr)
 
     # ---------------- forward ----------------
     def _weights(self) -> tuple[dict, dict]:
@@ -156,7 +164,8 @@ class PackedClassifier(L.LightningModule):
         losses, _ = self(x, y)             # (K,)
         self._watch_divergence(losses.detach())
         if self._trainer is not None and self.trainer._logger_connector.should_update_logs:
-            self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+            lr = self.optimizers().param_groups[0]["lr"] * (self.lrs[0] if self.lrs is not None else 1.0)
+            self.log("train/lr", lr, on_step=True, on_epoch=False)  # member 0's
             for k in range(self.num_members):
                 self.log(f"train/loss_m{k}", losses[k].detach(), on_step=True, on_epoch=False, batch_size=x.shape[1])
         # members share no weights: the gradient of the sum is each member's own gradient
@@ -176,11 +185,26 @@ class PackedClassifier(L.LightningModule):
         name = {id(p): n for n, p in skeleton.named_parameters()}
         groups = [{**g, "params": [stacked[name[id(p)]] for p in g["params"]]}  # the member's groups, stacked
                   for g in param_groups(skeleton, h.weight_decay)]
-        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas))  # element-wise: per member
+        # element-wise, so one AdamW over stacked tensors is K AdamWs; with per-member lrs it runs at
+        # lr 1 and optimizer_step scales each member's update by its own lr
+        optimizer = torch.optim.AdamW(groups, lr=1.0 if self.lrs is not None else h.lr, betas=tuple(h.betas))
         warmup = max(1, round(h.warmup_fraction * total))
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: warmup_cosine(s, total, warmup, h.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None) -> None:
+        """With per-member lrs: AdamW's update is linear in lr (p <- p - lr (wd p + m/(sqrt(v) + eps))),
+        so the step taken at lr = schedule(t) and scaled by lr_k is member k's step at lr_k schedule(t)."""
+        if self.lrs is None:
+            return super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        params = list(self.members.parameters())
+        before = [p.detach().clone() for p in params]
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        with torch.no_grad():
+            scale = torch.tensor(self.lrs, device=params[0].device)           # (K,)
+            for p, b in zip(params, before):
+                p.copy_(torch.lerp(b, p, scale.view(-1, *[1] * (p.ndim - 1)).to(p.dtype)))  # b + lr_k (p - b)
 
     # ---------------- divergence (device flag, host check at log steps / validation / saves) ----------------
     def _watch_divergence(self, losses: torch.Tensor) -> None:
@@ -244,6 +268,7 @@ class PackedClassifier(L.LightningModule):
         if k in self.diverged:
             raise FloatingPointError(f"member {k} (seed {self.seeds[k]}) {self.diverged[k]}: no checkpoint")
         hp = dict(self.template.hparams)
+        hp["lr"] = self.member_lr(k)
         if self.teacher_checkpoints is not None:
             hp["teacher_checkpoint"] = str(self.teacher_checkpoints[k])
         hp.update(hparams or {})

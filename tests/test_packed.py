@@ -93,6 +93,20 @@ def test_packed_members_equal_single_runs(family, tmp_path):
     _assert_packed_equals_singles(packed, _fit(packed, _packed_batches()), singles)
 
 
+def test_members_with_their_own_learning_rates_equal_single_runs():
+    """A tuning grid packed: member k at lr_k is the single run at lr_k (AdamW at lr 1, scaled)."""
+    lrs = (1e-3, 1e-2)
+    singles = []
+    for k, (s, lr) in enumerate(zip(SEEDS, lrs)):
+        torch.manual_seed(s)
+        m = ImageClassifier("vit", lr=lr, **CONFIG)
+        singles.append((m, _fit(m, _batches(k))))
+    packed = PackedClassifier(seeds=SEEDS, lrs=lrs, family="vit", **CONFIG)
+    _assert_packed_equals_singles(packed, _fit(packed, _packed_batches()), singles)
+    with pytest.raises(ValueError, match="one learning rate > 0 per member"):
+        PackedClassifier(seeds=SEEDS, lrs=(1e-3,), family="vit")
+
+
 @pytest.fixture(scope="module")
 def trained_resnets(tmp_path_factory):
     """A packed ResNet pair after a few steps and its members' exported checkpoints."""

@@ -14,8 +14,8 @@ from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.__main__ import main
-from experiments.packed_fit import fit_packed, group_dir
-from experiments.sweep import pack_groups, run_sweep
+from experiments.packed_fit import fit_packed
+from experiments.sweep import pack_groups
 from modules import ImageClassifier
 
 from .conftest import SMOKE
@@ -93,6 +93,25 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
     assert before == {n: (d / "summary.json").read_text() for n, d in packed.items()}
 
 
+def test_recipes_pack_together(fmnist_dir, tmp_path):
+    """A default and a strong-augmentation member (MixUp/CutMix: soft targets) packed train as their
+    own fits do: the default member's labels become one-hot targets, the same loss."""
+    strong = ("--data.mixup_alpha", "0.8", "--data.cutmix_alpha", "1.0", "--data.random_erasing", "0.25",
+              "--test_after_fit", "false")
+    recipes = [("--test_after_fit", "false"), strong]
+    for extra in recipes:
+        assert main(["fit", *_args(fmnist_dir, tmp_path / "single", 0, *extra)]) == 0
+    assert set(fit_packed([_args(fmnist_dir, tmp_path / "packed", 0, *e) for e in recipes]).values()) == {"fitted"}
+    single, packed = _folders(tmp_path / "single"), _folders(tmp_path / "packed")
+    assert sorted(single) == sorted(packed) and len(single) == 2
+    for name in single:
+        la, lb = _scalars(single[name], "train/loss_step"), _scalars(packed[name], "train/loss_step")
+        torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
+                                   rtol=1e-4, atol=1e-5)
+    losses = [[v for _, v in _scalars(d, "train/loss_step")] for d in packed.values()]
+    assert losses[0] != losses[1]  # the recipes did differ
+
+
 class _CrashAt(Callback):
     def __init__(self, step: int):
         self.step = step
@@ -125,60 +144,102 @@ def test_interrupted_group_resumes_to_the_same_end(fmnist_dir, tmp_path):
             torch.testing.assert_close(wb[n], wa[n], msg=n)
 
 
+class _Poison(Callback):
+    """Member `k`'s weights (all members' when k is None) become NaN before step 2."""
+
+    def __init__(self, k: int | None):
+        self.k = k
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == 2:
+            with torch.no_grad():
+                for p in pl_module.members.parameters():
+                    p[slice(None) if self.k is None else self.k].fill_(float("nan"))
+
+
+def test_diverged_members_are_recorded_and_the_others_go_on(fmnist_dir, tmp_path):
+    members = [_args(fmnist_dir, tmp_path / "one", s, "--test_after_fit", "false") for s in SEEDS]
+    status = fit_packed(members, callbacks=(_Poison(1),))
+    assert list(status.values()) == ["fitted", "diverged"]
+    bad = json.loads((_folders(tmp_path / "one")[list(status)[1]] / "summary.json").read_text())
+    assert "diverged: loss is nan at step 2" in bad["error"] and bad["engine"]["packed"] == 2
+    assert not (_folders(tmp_path / "one")[list(status)[1]] / "checkpoints" / "last.ckpt").exists()
+    members = [_args(fmnist_dir, tmp_path / "all", s) for s in SEEDS]
+    with pytest.raises(FloatingPointError):
+        fit_packed(members, callbacks=(_Poison(None),))
+    assert all(json.loads((d / "summary.json").read_text())["status"] == "diverged"
+               for d in _folders(tmp_path / "all").values())
+    assert set(fit_packed(members).values()) == {"diverged"}  # final: not run again
+
+
 def test_members_that_differ_in_more_than_their_seed_are_refused(fmnist_dir, tmp_path, capsys):
     runs = tmp_path / "runs"
-    members = [_args(fmnist_dir, runs, 0), _args(fmnist_dir, runs, 1, "--model.lr", "0.01")]
+    members = [_args(fmnist_dir, runs, 0), _args(fmnist_dir, runs, 1, "--model.weight_decay", "0.1")]
     path = tmp_path / "members.json"
     path.write_text(json.dumps({"members": members}))
     assert main(["fit_packed", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "model.lr" in err[0] and "seed_everything" in err[0]
+    assert len(err) == 1 and "model.weight_decay" in err[0] and "seed_everything" in err[0]
     assert not (runs / "p").exists()  # nothing written
     path.write_text("{not json")
     assert main(["fit_packed", str(path)]) == 2
     assert "is not a members file" in capsys.readouterr().err
 
 
-def test_sweep_packs_seeds_of_one_configuration(fmnist_dir, tmp_path, monkeypatch):
-    """sweep --pack 2: the main stage's two seeds of each (family, fraction) train as one group; the
-    tuning trials (one seed) train alone; the records are those of single runs."""
+def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch):
+    """pack 2: the tuning grid's two lrs of each family train as one group, then the main stage's
+    two seeds; the records are those of single runs."""
     from .test_sweep import ROOT
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     spec = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "deit"], "recipes": ["default"],
             "recipe_args": {"default": {}},
-            "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0, 1], "epochs": 0.25,
-                                 "min_steps": 4, "val_checks": 2, "batch_size": 32, "lrs": [0.003], "pack": 2}}}
+            "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0, 1, 2], "epochs": 0.25,
+                                 "min_steps": 4, "val_checks": 2, "batch_size": 32, "lrs": [0.003, 0.01],
+                                 "pack": 2}}}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
     runs = tmp_path / "runs"
     assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs), "--stage", "tune"]) == 0
     assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs)]) == 0
     summaries = {p.parent.name: json.loads(p.read_text()) for p in (runs / "tiny").glob("*/summary.json")}
-    assert len(summaries) == 4 and {s["status"] for s in summaries.values()} == {"done"}
-    packed = {n for n, s in summaries.items() if "engine" in s}
-    assert len(packed) == 2 and all("_s1_" in n for n in packed)  # seed 0's run was the tuning trial
+    assert len(summaries) == 8 and all(s["engine"]["packed"] == 2 for s in summaries.values())
+    trials = {n: s for n, s in summaries.items() if "_s0_" in n}
+    assert len(trials) == 4 and {s["engine"]["group"] for s in trials.values()} == {  # lrs packed per family
+        s["engine"]["group"] for n, s in trials.items() if "lr0.003" in n}
+    seeds = {n: s for n, s in summaries.items() if "_s0_" not in n}  # seeds 1 and 2 packed per family
+    assert len({s["engine"]["group"] for s in seeds.values()}) == 2
+    tuning = json.loads((runs / "tiny" / "tuning.json").read_text())["profiles"]["cpu"]["trials"]
+    assert {t["lr"] for t in tuning} == {0.003, 0.01} and all(t["val_acc_best"] is not None for t in tuning)
+    for n, s in summaries.items():  # each member's checkpoint records its own lr
+        lr = float(n.split("_lr")[1].split("_")[0])
+        ckpt = torch.load(runs / "tiny" / n / "checkpoints" / "best.ckpt", weights_only=False)
+        assert ckpt["hyper_parameters"]["lr"] == lr
+    assert sum(s["status"] == "done" for s in summaries.values()) == 6  # 2 trials chosen (then tested), 4 main runs
     deit = next(s for n, s in summaries.items() if n.startswith("deit") and "_s1_" in n)
     teacher = next(n for n in summaries if n.startswith("resnet") and "_s1_" in n)
     cfg = yaml.safe_load((runs / "tiny" / deit["run"] / "config.yaml").read_text())  # as `fit` writes it
     assert cfg["model"]["teacher_checkpoint"] == str(runs / "tiny" / teacher / "checkpoints" / "best.ckpt")
     assert cfg["seed_everything"] == 1 and cfg["data"]["seed"] == 1
-    # the group: seed 0 (only its test was left) and seed 1, each with its own teacher
-    groups = [g for g in (runs / "tiny" / "packed").iterdir() if g.name.startswith("deit")]
-    members = [json.loads((g / "members.json").read_text())["members"] for g in groups]
-    assert sorted(len(m) for m in members) == [1, 2]
-    teachers = {a[a.index("--model.teacher_checkpoint") + 1] for m in members for a in m}
-    assert len(teachers) == 2
+    (group,) = [g for g in (runs / "tiny" / "packed").iterdir() if g.name.startswith("deit") and "_s1_" in g.name]
+    members = json.loads((group / "members.json").read_text())["members"]
+    teachers = {a[a.index("--model.teacher_checkpoint") + 1] for a in members}
+    assert len(members) == 2 and len(teachers) == 2  # seeds 1 and 2, each with the ResNet of its own seed
+    out = tmp_path / "results"
+    assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
+    md = (out / "tiny.md").read_text()
+    assert "- engine: 8 of the runs trained packed, in 4 groups" in md and ", up to 2 packed per process" in md
+    assert "| resnet | 1 | 540 |" in md and "| deit | 1 | 540 |" in md  # 3 seeds each
 
 
-def test_pack_groups_by_everything_but_the_seed():
+def test_pack_groups_by_everything_but_the_seed_and_lr():
     from experiments.spec import Run
     def run(seed, lr="0.003", fraction="1"):
         args = ("--run_name", f"x_s{seed}", "--seed_everything", str(seed), "--data.seed", str(seed),
                 "--model.lr", lr, "--data.fraction", fraction)
         return Run(0, f"x_s{seed}_{lr}_{fraction}", "vit", float(fraction), seed, "default", args)
-    runs = [run(0), run(1), run(2), run(0, lr="0.01"), run(1, fraction="0.5"), run(1, lr="0.01")]
-    groups = pack_groups(runs, 2)
+    runs = [run(0), run(1), run(2), run(0, lr="0.01"), run(1, fraction="0.5"), run(2, fraction="0.5")]
+    groups = pack_groups(runs, 3)
     assert [[r.name for r in g] for g in groups] == [
-        ["x_s0_0.003_1", "x_s1_0.003_1"], ["x_s2_0.003_1"], ["x_s0_0.01_1", "x_s1_0.01_1"], ["x_s1_0.003_0.5"]]
+        ["x_s0_0.003_1", "x_s1_0.003_1", "x_s2_0.003_1"], ["x_s0_0.01_1"], ["x_s1_0.003_0.5", "x_s2_0.003_0.5"]]
     assert [len(g) for g in pack_groups(runs, 1)] == [1] * 6

@@ -18,7 +18,7 @@ import yaml
 
 from experiments.__main__ import main
 from experiments.cli import resolve_run_dirs
-from experiments.spec import load_spec, main_runs, resolve_axes, tuning_runs
+from experiments.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
 from experiments.sweep import launch, run_status, run_sweep
 from experiments.tables import aggregate, collect, make_tables, sample_efficiency
 
@@ -203,12 +203,22 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "min_steps": 0}}}, "min_steps=0 in profile 'cpu'"),
     ({"profiles": {"cpu": {k: v for k, v in TINY_SPEC["profiles"]["cpu"].items() if k != "lrs"}}},
      "lacks the key 'lrs'"),
+    ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "tuned_fractions": [0.25]}}},
+     "tuned fraction 0.25 of profile 'cpu' is not one of its fractions 0.5, 1"),
+    ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "pack": 0}}}, "pack=0 in profile 'cpu'"),
 ])
 def test_spec_keys_are_checked(tmp_path, bad, match):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({**TINY_SPEC, **bad}))
     with pytest.raises(ValueError, match=match):
-        load_spec(str(path))
+        resolve_axes(load_spec(str(path)), "cpu")
+
+
+def test_tuned_fractions_of_a_profile():
+    spec = {**TINY_SPEC, "profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "tuned_fractions": [0.5]}}}
+    assert tuned_fractions(resolve_axes(spec, "cpu")) == [0.5]
+    # other fractions on the command line: the default again (their smallest and largest)
+    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
 
 
 def test_sweep_overrides_are_checked():
@@ -238,7 +248,7 @@ def test_every_spec_runs_one_batch(name, profile, fmnist_dir, tmp_path, capsys):
     plan = main_runs(spec, axes, tmp_path / "runs", 55_000, lambda *key: axes["lrs"][0])
     assert len(plan) == len(axes["families"]) * len(axes["fractions"]) * len(axes["seeds"]) * len(axes["recipes"])
     trials = tuning_runs(spec, axes, tmp_path / "runs", 55_000, axes["families"])
-    assert len(trials) == len(axes["families"]) * 2 * len(axes["lrs"]) * len(axes["recipes"])
+    assert len(trials) == len(axes["families"]) * len(tuned_fractions(axes)) * len(axes["lrs"]) * len(axes["recipes"])
     assert all("--test_after_fit" in t.args for t in trials) and not any("--test_after_fit" in r.args for r in plan)
     order = [r.family for r in plan]
     assert "deit" not in order or order.index("resnet") < order.index("deit")
