@@ -24,7 +24,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch.utils.tensorboard import SummaryWriter
 
@@ -100,7 +99,9 @@ class StackedLoader:
             ys = [y for _, y in batches]
             soft = next((y.shape[1] for y in ys if y.ndim == 2), None)  # classes, if any member is soft
             if soft is not None:
-                ys = [F.one_hot(y, soft).float() if y.ndim == 1 else y for y in ys]
+                # one-hot by scatter: F.one_hot checks the labels' range on the host (a GPU sync)
+                ys = [y if y.ndim == 2 else torch.zeros(len(y), soft, device=y.device).scatter_(1, y[:, None], 1.0)
+                      for y in ys]
             yield torch.stack([x for x, _ in batches]), torch.stack(ys)
 
     def state_dict(self) -> dict:

@@ -110,7 +110,8 @@ class ImageClassifier(L.LightningModule):
     def setup(self, stage: str) -> None:
         # the attention kernel follows the device: fused SDPA on a GPU, explicit matmuls on the CPU
         # (registry.use_fused_attention: same arithmetic, 2x faster there)
-        fused = self.trainer.strategy.root_device.type == "cuda"
+        device = self.trainer.strategy.root_device if self._trainer is not None else self.device
+        fused = device.type == "cuda"
         use_fused_attention(self.model, fused)
         if stage == "fit" and self.is_deit and self.teacher is None:
             path = self.hparams.teacher_checkpoint

@@ -201,8 +201,10 @@ class PackedClassifier(L.LightningModule):
         params = list(self.members.parameters())
         before = [p.detach().clone() for p in params]
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        scale = self.__dict__.get("_lr_scale")
+        if scale is None or scale.device != params[0].device:  # made once: a copy per step would wait for the GPU
+            scale = self.__dict__["_lr_scale"] = torch.tensor(self.lrs, device=params[0].device)  # (K,)
         with torch.no_grad():
-            scale = torch.tensor(self.lrs, device=params[0].device)           # (K,)
             for p, b in zip(params, before):
                 p.copy_(torch.lerp(b, p, scale.view(-1, *[1] * (p.ndim - 1)).to(p.dtype)))  # b + lr_k (p - b)
 
