@@ -1,6 +1,6 @@
-"""`python -m experiments fit_packed MEMBERS.json`: K runs that differ only in their seed and learning
-rate, trained at once in one process (modules/packed.py), each leaving the folder and records its
-own `fit` would.
+"""`python -m experiments fit_packed MEMBERS.json`: K runs that differ only in their seed, learning
+rate and augmentation, trained at once in one process (modules/packed.py), each leaving the folder
+and records its own `fit` would.
 
 MEMBERS.json holds {"members": [[fit arguments], ...]} (what `sweep --pack` writes). Every member
 resolves to the folder, identity.json and hash its `fit` would use; their configurations must be
@@ -52,7 +52,7 @@ class Member:
 
 def resolve_members(arg_lists: list[list[str]]) -> list[Member]:
     """Each member's configuration, identity and folder, as `fit` resolves them; one error line when
-    two members differ in more than their seed (and teacher)."""
+    two members differ in anything outside MEMBER_KEYS."""
     from .cli import _ParseOnly  # builds Lightning's parser: only when members are resolved
     if not arg_lists:
         raise ValueError("fit_packed: no members given: allowed a list of one or more fit argument lists")
@@ -296,7 +296,9 @@ def _train(members: list[Member], callbacks: tuple = ()) -> None:
                               teacher_checkpoints=teachers if use_teachers else None, **model_cfg)
     gdir = group_dir([m.run_dir for m in members])
     gdir.mkdir(parents=True, exist_ok=True)
-    (gdir / "members.json").write_text(json.dumps({"members": [m.args for m in members]}, indent=1) + "\n")
+    listed = gdir / "members.json"  # the sweep writes it as this command's input; a direct call gets it here
+    if not listed.exists():
+        listed.write_text(json.dumps({"members": [m.args for m in members]}, indent=1) + "\n")
     records = MemberRecords(members, dms, git_commit())
     group_ckpt = ModelCheckpoint(dirpath=gdir / "checkpoints", filename="last", monitor=None, save_top_k=1,
                                  enable_version_counter=False)

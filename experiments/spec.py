@@ -158,7 +158,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
         "epochs": p["epochs"], "min_steps": int(p["min_steps"]), "val_checks": int(p["val_checks"]),
         "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
-        "pack": p.get("pack", 1),  # runs differing only in their seed trained together (sweep --pack)
+        "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
     }
     if p.get("tuned_fractions") and not fractions:  # default (and with --fractions): the smallest and the largest
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])

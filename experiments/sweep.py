@@ -49,17 +49,22 @@ def run_status(run: Run) -> str | None:
     return s.get("status") if s else None
 
 
-def launch(run: Run, threads: int | None = None) -> int:
-    """One run as its own process (what a cluster job would run); output appended to log.txt."""
-    run.run_dir.mkdir(parents=True, exist_ok=True)
+def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int:
+    """`command` as a process from the project root, its output appended to folder/log.txt."""
+    folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    with open(run.run_dir / "log.txt", "a") as log:
-        log.write(f"\n$ {run.shell()}\n")
+    with open(folder / "log.txt", "a") as log:
+        log.write(f"\n$ {shown}\n")
         log.flush()
-        return subprocess.run(run.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                               cwd=Path(__file__).resolve().parents[1]).returncode
+
+
+def launch(run: Run, threads: int | None = None) -> int:
+    """One run as its own process (what a cluster job would run); output appended to log.txt."""
+    return _run_logged(run.command(), run.shell(), run.run_dir, threads)
 
 
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
@@ -95,15 +100,8 @@ def launch_packed(group: list[Run], threads: int | None = None) -> int:
         r.run_dir.mkdir(parents=True, exist_ok=True)
         with open(r.run_dir / "log.txt", "a") as log:
             log.write(f"\ntrained packed with {len(group) - 1} other run(s): see {gdir / 'log.txt'}\n")
-    env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    command = [sys.executable, "-m", "experiments", "fit_packed", str(members)]
-    with open(gdir / "log.txt", "a") as log:
-        log.write(f"\n$ python -m experiments fit_packed {members}\n")
-        log.flush()
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              cwd=Path(__file__).resolve().parents[1]).returncode
+    return _run_logged([sys.executable, "-m", "experiments", "fit_packed", str(members)],
+                       f"python -m experiments fit_packed {members}", gdir, threads)
 
 
 def execute(run: Run, launcher: Callable[[Run], int]) -> str:
@@ -158,7 +156,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
               console: Console | None = None, pack: int = 1,
               packed_launcher: Callable[[list[Run]], int] | None = None) -> dict[str, str]:
     """Executes every run (teachers before their DeiT students); returns name -> status. With
-    pack > 1, runs that differ only in their seed train up to `pack` at a time in one process."""
+    pack > 1, runs that differ only in their seed, lr or augmentation (pack_groups) train up to
+    `pack` at a time in one process."""
     console = console or Console()
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     launcher = launcher or (lambda r: launch(r, threads=threads))
