@@ -23,7 +23,7 @@ SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $
 	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(DATASET),--dataset $(DATASET)) \
 	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) $(if $(PACK),--pack $(PACK)) \
-	--jobs $(or $(JOBS),1)
+	$(if $(JOBS),--jobs $(JOBS))
 # fit-families
 EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit

@@ -36,7 +36,9 @@ class ImageClassificationDataModule(L.LightningDataModule):
         seed: draws the training subset and the batch order.
         split_seed: draws the validation split; fixed so every run validates on the same images.
         batch_size: training batch size (per device).
-        eval_batch_size: validation and test batch size.
+        eval_batch_size: validation and test batch size. 256, not more: on the CPU a tiny model
+            evaluates 1.5x faster in batches of 250 than of 1,000 (ViT-tiny, 3,152 vs 2,141 img/s);
+            not part of a run's identity.
         crop_padding: random crop with this zero padding (default max(2, image_size // 16); 0 = off).
         hflip: random horizontal flip (default: on, except for digit datasets).
         randaugment: torchvision RandAugment(2, 9) on uint8 batches.
@@ -50,7 +52,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
                  image_column: str | None = None, label_column: str | None = None,
                  resize_to: int | None = None, fraction: float = 1.0, train_size: int | None = None,
                  val_size: int | None = None, seed: int = 0, split_seed: int = 0,
-                 batch_size: int = 128, eval_batch_size: int = 1000,
+                 batch_size: int = 128, eval_batch_size: int = 256,
                  crop_padding: int | None = None, hflip: bool | None = None,
                  randaugment: bool = False, random_erasing: float = 0.0,
                  mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,

@@ -23,7 +23,7 @@ from modules import BUDGET_TARGETS, FAMILIES
 SPECS = Path(__file__).parent / "specs"
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
-                "families", "recipes", "pack", "tuned_fractions"}
+                "families", "recipes", "pack", "tuned_fractions", "jobs"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
 
@@ -159,6 +159,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "epochs": p["epochs"], "min_steps": int(p["min_steps"]), "val_checks": int(p["val_checks"]),
         "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
+        "jobs": p.get("jobs", 1),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
     if p.get("tuned_fractions") and not fractions:  # default (and with --fractions): the smallest and the largest
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
@@ -168,6 +169,8 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
                              f"{', '.join(f'{f:g}' for f in axes['fractions'])}: allowed a subset of them")
     if isinstance(axes["pack"], bool) or not isinstance(axes["pack"], int) or axes["pack"] < 1:
         raise ValueError(f"pack={axes['pack']!r} in profile {profile!r}: allowed an integer >= 1 (1 = every run alone)")
+    if isinstance(axes["jobs"], bool) or not isinstance(axes["jobs"], int) or axes["jobs"] < 1:
+        raise ValueError(f"jobs={axes['jobs']!r} in profile {profile!r}: allowed an integer >= 1 (1 = one run at a time)")
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")

@@ -67,6 +67,12 @@ def launch(run: Run, threads: int | None = None) -> int:
     return _run_logged(run.command(), run.shell(), run.run_dir, threads)
 
 
+def max_steps(run: Run) -> int:
+    """The optimisation steps the run's command asks for (0 if it does not say)."""
+    a = list(run.args)
+    return int(a[a.index("--trainer.max_steps") + 1]) if "--trainer.max_steps" in a else 0
+
+
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
     """Runs that differ only in what packed members may differ in (their seed, lr, augmentation and
     DeiT's teacher: packed_fit.MEMBER_KEYS), in groups of at most `size`, in the order of their first
@@ -202,6 +208,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                     progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {what}")
                     one(u)
             else:
+                # longest first, so that no long run starts last while the other workers idle
+                units.sort(key=lambda u: -(0 if u[0] in trained else max_steps(u[0])))
                 progress.update(task, description=f"{jobs} runs at a time")
                 with ThreadPoolExecutor(jobs) as pool:
                     list(pool.map(one, units))
@@ -324,7 +332,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--stage", choices=("all", "tune", "main"), default="all",
                    help="all (default): tune, then the main runs; tune or main: that stage only")
     p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
-    p.add_argument("--jobs", type=int, default=1, help="runs (or packed groups) at a time (default 1)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs (or packed groups) at a time, each with cpu_count / jobs threads (default: the "
+                        "profile's jobs, else 1)")
     p.add_argument("--pack", type=int, default=None,
                    help="train up to this many runs that differ only in their seed, lr or augmentation in one "
                         "process, packed (modules/packed.py; default: the profile's pack, else 1 = each run alone)")
@@ -336,7 +346,7 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"{message} (python -m experiments sweep --help lists the options)")
     p.error = one_line
     a = p.parse_args(argv)
-    if a.jobs < 1:
+    if a.jobs is not None and a.jobs < 1:
         raise ValueError(f"--jobs {a.jobs}: allowed integers >= 1")
     if a.pack is not None and a.pack < 1:
         raise ValueError(f"--pack {a.pack}: allowed integers >= 1 (1 = every run alone)")
@@ -354,6 +364,7 @@ def main(argv: list[str]) -> int:
     pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
 
     pack = a.pack or axes["pack"]
+    jobs = a.jobs or axes["jobs"]
     if a.dry_run:
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
         if a.stage != "main":
@@ -380,7 +391,7 @@ def main(argv: list[str]) -> int:
     results: dict[str, str] = {}
 
     def run(runs: list[Run]) -> None:
-        results.update(run_sweep(runs, jobs=a.jobs, pack=pack))
+        results.update(run_sweep(runs, jobs=jobs, pack=pack))
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
         write_tuning_record(exp_dir, spec, axes, trials, choices)
@@ -419,7 +430,7 @@ def main(argv: list[str]) -> int:
         record["profiles"][profile]["main_runs"] = dict(sorted(plan.items()))
     if a.stage == "all" and not a.only:
         record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(results),
-                                                         "statuses": counts, "jobs": a.jobs, "pack": pack}
+                                                         "statuses": counts, "jobs": jobs, "pack": pack}
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
     exp_dir.mkdir(parents=True, exist_ok=True)

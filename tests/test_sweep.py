@@ -158,6 +158,26 @@ def test_failed_runs_are_retried(sweep_env):
     assert run_sweep(plan, launcher=launch) == {plan[0].name: "done"}
 
 
+def test_parallel_sweep_starts_the_longest_runs_first(sweep_env):
+    """With jobs > 1 the runs start longest first (by their max_steps), so that the sweep does not
+    end on one long run while the other workers idle; every run still gets its own status."""
+    spec_path, runs = sweep_env
+    spec = load_spec(str(spec_path))
+    axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[0.5, 1.0])
+    assert axes["jobs"] == 1  # the profile's default
+    plan = main_runs(spec, {**axes, "epochs": 8}, runs, 540, lambda *key: 0.003)
+    steps = {r.name: int(r.args[r.args.index("--trainer.max_steps") + 1]) for r in plan}
+    assert len(set(steps.values())) == 2 and [steps[r.name] for r in plan] != sorted(steps.values(), reverse=True)
+    started = []
+
+    def launcher(run):
+        started.append(run.name)
+        time.sleep(0.2)  # both workers busy: starts follow the queue's order
+        return 1
+    assert run_sweep(plan, jobs=2, launcher=launcher) == {r.name: "failed" for r in plan}
+    assert [steps[n] for n in started] == sorted(steps.values(), reverse=True)
+
+
 def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"):
     d = exp / f"{family}_f{fraction}_s{seed}"
     d.mkdir(parents=True)
@@ -206,6 +226,7 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "tuned_fractions": [0.25]}}},
      "tuned fraction 0.25 of profile 'cpu' is not one of its fractions 0.5, 1"),
     ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "pack": 0}}}, "pack=0 in profile 'cpu'"),
+    ({"profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "jobs": 0}}}, "jobs=0 in profile 'cpu'"),
 ])
 def test_spec_keys_are_checked(tmp_path, bad, match):
     path = tmp_path / "bad.yaml"
