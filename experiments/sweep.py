@@ -14,6 +14,7 @@ goes to its folder's log.txt; the terminal shows which run of how many is going 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -67,10 +68,21 @@ def launch(run: Run, threads: int | None = None) -> int:
     return _run_logged(run.command(), run.shell(), run.run_dir, threads)
 
 
-def max_steps(run: Run) -> int:
-    """The optimisation steps the run's command asks for (0 if it does not say)."""
+def _arg(run: Run, key: str) -> str | None:
     a = list(run.args)
-    return int(a[a.index("--trainer.max_steps") + 1]) if "--trainer.max_steps" in a else 0
+    return a[a.index(key) + 1] if key in a else None
+
+
+@functools.lru_cache
+def _flops_per_image(family: str, budget: str) -> int:
+    from modules import ImageClassifier  # builds the model once per family and budget
+    return ImageClassifier(family, budget).complexity["flops"]
+
+
+def run_cost(run: Run) -> float:
+    """What ordering runs needs of a run's cost: its steps x its model's forward FLOPs per image
+    (at the default 28x28x1 input). A proxy, not a time: Swin and ConvNeXt are slower per FLOP."""
+    return int(_arg(run, "--trainer.max_steps") or 0) * _flops_per_image(run.family, _arg(run, "--model.budget") or "tiny")
 
 
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
@@ -208,8 +220,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                     progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {what}")
                     one(u)
             else:
-                # longest first, so that no long run starts last while the other workers idle
-                units.sort(key=lambda u: -(0 if u[0] in trained else max_steps(u[0])))
+                # the costliest first, so that no long run starts last while the other workers idle
+                units.sort(key=lambda u: -(0 if u[0] in trained else sum(run_cost(r) for r in u)))
                 progress.update(task, description=f"{jobs} runs at a time")
                 with ThreadPoolExecutor(jobs) as pool:
                     list(pool.map(one, units))
