@@ -399,6 +399,7 @@ def _reading(rows: list[dict]) -> str:
     else:
         text += (f"the transformer lead narrows from {d1:.4f} to {d2:.4f}: CNNs catch up, {opposite}" if d2 > 0 else
                  f"the transformer lead of {d1:.4f} turns into a CNN lead of {-d2:.4f}: {opposite}")
+    text += _each_transformer(rows, both[0], both[-1], _name)
     used = [r for n in (both[0], both[-1]) for r in gap(n)[1:]]
     if any(r.get("test_acc_ci95") is None for r in used):
         text += " Some of these means rest on one seed (no interval): a single draw, not a measured trend."
@@ -407,6 +408,27 @@ def _reading(rows: list[dict]) -> str:
     if any(r.get("still_improving") for r in used):
         text += (" Runs behind these means were still improving at their last validation (†): this is a gap between "
                  "unconverged models, not yet a finding.")
+    return text
+
+
+def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
+    """With several transformers: each one's difference to the best CNN at the smallest and the
+    largest size, so that the best transformer's trend is not read as every transformer's."""
+    cnn = {n: _best([r for r in rows if r["train_size"] == n and _kind(r["family"]) == "CNN"]) for n in (small, large)}
+    pairs = []
+    for key in dict.fromkeys((r["family"], r.get("settings")) for r in rows):  # first-seen order
+        ends = [next((r for r in rows if (r["family"], r.get("settings")) == key and r["train_size"] == n), None)
+                for n in (small, large)]
+        if _kind(key[0]) == "transformer" and None not in ends:
+            d = [round(r["test_acc_mean"] - cnn[n]["test_acc_mean"], 4) for r, n in zip(ends, (small, large))]
+            pairs.append((name(ends[0]), *d))
+    if len(pairs) < 2:
+        return ""
+    trend = {1: "gains on it", -1: "loses ground", 0: "no change"}
+    text = (f" Each transformer minus the best CNN, {small:,} to {large:,} images: "
+            + ", ".join(f"{f} {a:+.4f} to {b:+.4f} ({trend[(b > a) - (b < a)]})" for f, a, b in pairs) + ".")
+    if len({(b > a) - (b < a) for _, a, b in pairs}) > 1:
+        text += " They disagree: the best transformer's trend is not every transformer's."
     return text
 
 

@@ -122,6 +122,20 @@ def test_reading_names_the_winner_at_each_size():
     assert "up to ±0.0100" in text
 
 
+def test_reading_gives_each_transformer_when_they_disagree():
+    """The best transformer (hybrid) catches up while ViT falls further behind: the reading says both."""
+    rows = _rows({("resnet", 100): 0.73, ("resnet", 1000): 0.83, ("hybrid", 100): 0.68, ("hybrid", 1000): 0.80,
+                  ("vit", 100): 0.65, ("vit", 1000): 0.74})
+    (text,) = scaling_reading(rows)
+    assert "narrows from 0.0500 to 0.0300" in text
+    assert ("Each transformer minus the best CNN, 100 to 1,000 images: hybrid -0.0500 to -0.0300 (gains on it), "
+            "vit -0.0800 to -0.0900 (loses ground).") in text
+    assert "They disagree" in text
+    # one transformer only: its line would repeat the best-transformer sentence
+    (text,) = scaling_reading([r for r in rows if r["family"] != "vit"])
+    assert "Each transformer" not in text
+
+
 def test_reading_with_one_kind_of_family():
     (text,) = scaling_reading(_rows({("resnet", 100): 0.80, ("convnext", 100): 0.82}))
     assert "convnext at 100 images (0.8200)" in text and "can't be compared" in text and "no transformer" in text
