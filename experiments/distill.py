@@ -290,7 +290,7 @@ def main(argv: list[str]) -> int:
     run(students)
     if a.dry_run:
         for title, runs in (("tune", trials), ("teachers", teachers), ("students", students)):
-            print_plan(title, runs, pool, axes)
+            print_plan(title, runs, axes)
         waiting = [f for f in [*axes["teachers"], axes["student"]]
                    if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
         if waiting:

@@ -412,7 +412,7 @@ def main(argv: list[str]) -> int:
         for ax, _, trials, fam, abl in plans:
             at = f" (budget {ax['budget']})" if len(plans) > 1 else ""
             for title, runs in ((f"tune{at}", trials), (f"families and ablations{at}", _unique(fam + abl))):
-                print_plan(title, runs, pool, {**ax, "fractions": []})
+                print_plan(title, runs, ax)
             waiting = [f for f in ax["families"] if f not in {r.family for r in fam}]
             if waiting or not abl:
                 print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "

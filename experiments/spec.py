@@ -41,6 +41,8 @@ class Run:
     run_dir: Path = field(default=Path("."))
     stage: str = "main"                  # tune: trained and validated only; main: also tested
     lr: float | None = None
+    budget: str = "tiny"
+    steps: int = 0                       # S(n), the --trainer.max_steps of its command
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "experiments", "fit", *self.args]
@@ -167,10 +169,9 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         if outside:
             raise ValueError(f"tuned fraction {outside[0]:g} of profile {profile!r} is not one of its fractions "
                              f"{', '.join(f'{f:g}' for f in axes['fractions'])}: allowed a subset of them")
-    if isinstance(axes["pack"], bool) or not isinstance(axes["pack"], int) or axes["pack"] < 1:
-        raise ValueError(f"pack={axes['pack']!r} in profile {profile!r}: allowed an integer >= 1 (1 = every run alone)")
-    if isinstance(axes["jobs"], bool) or not isinstance(axes["jobs"], int) or axes["jobs"] < 1:
-        raise ValueError(f"jobs={axes['jobs']!r} in profile {profile!r}: allowed an integer >= 1 (1 = one run at a time)")
+    for key, one in (("pack", "every run alone"), ("jobs", "one run at a time")):
+        if isinstance(axes[key], bool) or not isinstance(axes[key], int) or axes[key] < 1:
+            raise ValueError(f"{key}={axes[key]!r} in profile {profile!r}: allowed an integer >= 1 (1 = {one})")
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
@@ -209,8 +210,7 @@ def steps_for(n: int, axes: dict) -> int:
     return math.ceil(steps / checks) * checks
 
 
-def schedule_args(axes: dict, n: int) -> list[str]:
-    steps = steps_for(n, axes)
+def schedule_args(axes: dict, steps: int) -> list[str]:
     return ["--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1",
             "--trainer.val_check_interval", str(steps // axes["val_checks"]), "--trainer.check_val_every_n_epoch", "null"]
 
@@ -232,10 +232,11 @@ def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fr
          recipe: str, lr: float, stage: str) -> Run:
     name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
     n = resolve_train_size(fraction, None, pool_size)
+    steps = steps_for(n, axes)
     args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
             "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
             "--model.lr", f"{lr:g}", "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
-            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *schedule_args(axes, n),
+            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *schedule_args(axes, steps),
             "--trainer.enable_progress_bar", "false"]
     if axes.get("val_size") is not None:
         args += ["--data.val_size", str(axes["val_size"])]
@@ -243,7 +244,8 @@ def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fr
         args += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
     if stage == "tune":
         args += ["--test_after_fit", "false"]  # a tuning trial never reads the test split
-    return Run(0, name, family, fraction, seed, recipe, tuple(args), stage=stage, lr=lr)
+    return Run(0, name, family, fraction, seed, recipe, tuple(args), stage=stage, lr=lr, budget=axes["budget"],
+               steps=steps)
 
 
 def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:

@@ -31,10 +31,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from datamodules import ImageClassificationDataModule
-from datamodules.splits import resolve_train_size
 
 from .run_record import read_summary, write_json, write_summary
-from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, steps_for, tuned_fractions,
+from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
@@ -68,11 +67,6 @@ def launch(run: Run, threads: int | None = None) -> int:
     return _run_logged(run.command(), run.shell(), run.run_dir, threads)
 
 
-def _arg(run: Run, key: str) -> str | None:
-    a = list(run.args)
-    return a[a.index(key) + 1] if key in a else None
-
-
 @functools.lru_cache
 def _flops_per_image(family: str, budget: str) -> int:
     from modules import ImageClassifier  # builds the model once per family and budget
@@ -82,7 +76,7 @@ def _flops_per_image(family: str, budget: str) -> int:
 def run_cost(run: Run) -> float:
     """What ordering runs needs of a run's cost: its steps x its model's forward FLOPs per image
     (at the default 28x28x1 input). A proxy, not a time: Swin and ConvNeXt are slower per FLOP."""
-    return int(_arg(run, "--trainer.max_steps") or 0) * _flops_per_image(run.family, _arg(run, "--model.budget") or "tiny")
+    return run.steps * _flops_per_image(run.family, run.budget)
 
 
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
@@ -311,19 +305,19 @@ def _runnable_families(axes: dict, choices: dict) -> list[str]:
             if all((f, r, t) in choices for r in axes["recipes"] for t in tuned_fractions(axes))]
 
 
-def packed_cost(runs: list[Run], pool: int, axes: dict, pack: int) -> str:
+def packed_cost(runs: list[Run], pack: int) -> str:
     """', in G packed groups: S group steps' (the steps a packed sweep takes), or '' without packing."""
     if pack <= 1:
         return ""
     groups = pack_groups(runs, pack)
-    steps = sum(steps_for(resolve_train_size(g[0].fraction, None, pool), axes) for g in groups)
+    steps = sum(g[0].steps for g in groups)
     return f", in {len(groups)} packed groups (up to {pack} runs each): {steps:,} group steps"
 
 
-def print_plan(title: str, runs: list[Run], pool: int, axes: dict, pack: int = 1) -> None:
-    steps = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in runs)
+def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1) -> None:
+    steps = sum(r.steps for r in runs)
     print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images"
-          + packed_cost(runs, pool, axes, pack))
+          + packed_cost(runs, pack))
     for r in runs:
         print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
         print(r.shell())
@@ -380,22 +374,22 @@ def main(argv: list[str]) -> int:
     if a.dry_run:
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
         if a.stage != "main":
-            print_plan("tuning stage", trials, pool, axes, pack)
+            print_plan("tuning stage", trials, axes, pack)
         if a.stage != "tune":
             families = _runnable_families(axes, choices)
             if families:
                 print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
                             main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)),
-                            pool, axes, pack)
+                            axes, pack)
             waiting = [f for f in axes["families"] if f not in families]
             if waiting:
                 # the steps do not depend on the learning rate: the stage's cost is known before tuning
                 pending = main_runs(spec, {**axes, "families": waiting}, runs_dir, pool, lambda *key: axes["lrs"][0])
                 tuned = [r for r in pending if r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes)]
-                new = sum(steps_for(resolve_train_size(r.fraction, None, pool), axes) for r in pending if r not in tuned)
+                new = sum(r.steps for r in pending if r not in tuned)
                 print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
                       f"trials, then only tested), {new:,} more optimisation steps"
-                      + packed_cost([r for r in pending if r not in tuned], pool, axes, pack)
+                      + packed_cost([r for r in pending if r not in tuned], pack)
                       + "; their commands are known once their tuning is done")
         return 0
 
