@@ -30,7 +30,7 @@ FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
 .PHONY: help install data test exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
-	fit-families bench clean-venv
+	fit-families bench safety clean-venv
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -99,6 +99,9 @@ bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; Lightn
 	  && $(PY) benchmarks/family_throughput.py && $(PY) benchmarks/process_parallelism.py; } | tee results/benchmarks.txt
 	$(PY) -c 'from pathlib import Path; from experiments.readme_blocks import update_readme_block as u; \
 	  u(Path("README.md"), "benchmarks", "\n\n```\n" + Path("results/benchmarks.txt").read_text() + "```", Path("results"))'
+
+safety: install ## the bad-input battery against the real CLI, one process per case: exit code, stderr lines, traceback, files left, planted code run
+	$(PY) tests/safety_battery.py
 
 clean-venv: ## remove .venv
 	rm -rf $(VENV)

@@ -1,0 +1,165 @@
+"""The bad-input battery: every case a hostile but fair user might type, with the words its one
+error line must hold. tests/test_messages.py runs each case in-process; tests/safety_battery.py
+(`make safety`) runs each against the real CLI as its own process and prints a row per case.
+
+A case is (command, arguments, expected substrings). `{name}` in an argument or an expected text is
+a path the battery makes beforehand (see `Scene`): fmnist (small IDX data), runs (the private
+runs_dir, empty), file (a plain file), images (a class folder without images), badimg (a class
+folder with a truncated PNG), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a
+pickle whose loading would create the file `pwned`), pwned (that file), out (a folder outside runs).
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from PIL import Image
+
+from tests.conftest import SMOKE, make_images, write_idx
+
+TINY_SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "recipe_args": {"default": {}},
+             "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1,
+                                  "min_steps": 4, "val_checks": 2, "lrs": [0.003]}}}
+
+
+@dataclass(frozen=True)
+class Case:
+    command: str
+    args: tuple[str, ...]
+    expected: tuple[str, ...]
+    plant: str | None = None  # the planted pickle goes here, inside the folder `fit` would use
+
+    def argv(self, scene: "Scene") -> list[str]:
+        base = {"fit": ["--config", SMOKE, "--data.data_dir", "{fmnist}", "--runs_dir", "{runs}",
+                        "--trainer.enable_progress_bar", "false"],
+                "test": ["--config", SMOKE, "--data.data_dir", "{fmnist}", "--runs_dir", "{runs}",
+                         "--trainer.enable_progress_bar", "false"],
+                "sweep": ["--spec", "{spec}", "--runs_dir", "{runs}"]}.get(self.command, [])
+        return [self.command, *(scene.fill(a) for a in (*base, *self.args))]
+
+    def words(self, scene: "Scene") -> list[str]:
+        return [scene.fill(e) for e in self.expected]
+
+    @property
+    def label(self) -> str:
+        return " ".join((self.command, *self.args))
+
+
+def fit(*args: str, expect: tuple[str, ...] | str) -> Case:
+    return Case("fit", args, (expect,) if isinstance(expect, str) else expect)
+
+
+FIT = [
+    fit("--data.fraction", "abc", expect=("data.fraction='abc'", "allowed a float")),
+    fit("--model.foo", "1", expect=("unknown key 'model.foo'", "allowed model.family, model.budget")),
+    fit("--model.familly", "vit", expect=("unknown key 'model.familly' (did you mean 'model.family'?)",
+                                          "allowed model.family")),
+    fit("--data.seed", "-1", expect=("seed=-1", "allowed integers >= 0")),
+    fit("--data.split_seed", "-1", expect=("split_seed=-1", "allowed integers >= 0")),
+    fit("--seed_everything", "-1", expect=("seed_everything=-1", "allowed true, false or integers 0..4294967295")),
+    fit("--trainer.max_steps", "0", expect=("trainer.max_steps=0", "allowed -1 (no limit) or integers >= 1")),
+    fit("--trainer.max_epochs", "0", expect=("trainer.max_epochs=0", "allowed -1 (no limit) or integers >= 1")),
+    fit("--data.dataset", "{images}", expect=("class folder '{images}/dog' holds no images", "allowed image files",
+                                              ".png")),
+    fit("--runs_dir", "{file}/runs", expect=("cannot write to runs_dir '{file}/runs'", "is not a folder")),
+    fit("--model.family", "deit", "--model.teacher_checkpoint", "{file}",
+        expect="teacher_checkpoint '{file}' is not a readable checkpoint of this suite"),
+    fit("--model.family", "deit", "--model.teacher_checkpoint", "{file}.missing",
+        expect="teacher_checkpoint '{file}.missing' does not exist"),
+    fit("--model.lr", "-1", expect="lr=-1.0: allowed a learning rate > 0"),
+    # names: one path component of safe characters, never a way out of runs_dir
+    fit("--run_name", "../../x", expect=("run_name='../../x'", "allowed")),
+    fit("--run_name", "a/b", expect=("run_name='a/b'", "allowed")),
+    fit("--run_name", "x" * 300, expect=("run_name='xxx", "allowed")),
+    fit("--experiment", "../../x", expect=("experiment='../../x'", "allowed")),
+    fit("--experiment", "{out}", expect=("experiment='{out}'", "allowed")),
+    # values outside their range
+    fit("--data.batch_size", "0", expect=("batch_size=0", "allowed")),
+    fit("--trainer.val_check_interval", "0", expect=("val_check_interval=0", "allowed")),
+    fit("--model.label_smoothing", "1", expect=("label_smoothing=1", "allowed")),
+    fit("--model.label_smoothing", "-0.1", expect=("label_smoothing=-0.1", "allowed")),
+    fit("--data.crop_padding", "-1", expect=("crop_padding=-1", "allowed")),
+    fit("--data.mixup_alpha", "-1", expect=("mixup_alpha=-1", "allowed")),
+    fit("--data.cutmix_alpha", "-1", expect=("cutmix_alpha=-1", "allowed")),
+    fit("--model.warmup_fraction", "1.5", expect=("warmup_fraction=1.5", "allowed")),
+    fit("--model.warmup_fraction", "-0.1", expect=("warmup_fraction=-0.1", "allowed")),
+    fit("--data.val_size", "100000", expect=("val_size=100000", "allowed")),
+    fit("--model.family", "swin", "--model.window_size", "7", expect=("window_size=7", "allowed")),
+    fit("--data.dataset", "{badimg}", expect="{badimg}/dog/0.png"),
+    fit("--config", "{yaml}", expect="{yaml}"),
+    # a checkpoint that would run code when unpickled: refused, named, and never run
+    fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil}", expect="{evil}"),
+    Case("fit", ("--model.family", "vit"), ("last.ckpt",), plant="checkpoints/last.ckpt"),
+]
+
+TEST = [
+    Case("test", (), ("ckpt_path", "allowed")),
+    Case("test", ("--ckpt_path", "{evil}"), ("{evil}",)),
+]
+
+SWEEP = [
+    Case("sweep", ("--jobs", "0"), ("--jobs 0: allowed integers >= 1",)),
+    Case("sweep", ("--jobs", "-3"), ("--jobs -3: allowed integers >= 1",)),
+    Case("sweep", ("--jobs", "abc"), ("argument --jobs: invalid int value: 'abc'",)),
+    Case("sweep", ("--seeds", "-1"), ("seed -1 is negative: allowed integers >= 0",)),
+    Case("sweep", ("--runs_dir", "{file}/runs"), ("cannot write to runs_dir '{file}/runs'", "is not a folder")),
+]
+
+CASES = FIT + TEST + SWEEP
+
+
+class Scene:
+    """The files a case may name, made once under `root`; `runs` is emptied per case by the caller."""
+
+    def __init__(self, root: Path, fmnist: Path | None = None):
+        self.root = root
+        self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml",
+                      "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "pwned": root / "pwned",
+                      "out": root / "outside"}
+        self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
+        self.paths["images"] = self._image_folder(root / "images")
+        self.paths["badimg"] = self._image_folder(root / "badimg", truncated=True)
+        self.paths["file"].write_text("a file, not a folder")
+        self.paths["yaml"].write_text("model: [unclosed\n")
+        self.paths["spec"].write_text(yaml.safe_dump(TINY_SPEC))
+        self.paths["evil"].write_bytes(pickle.dumps(_Planted(str(self.paths["pwned"]))))
+
+    def fill(self, text: str) -> str:
+        return text.format(**{k: str(v) for k, v in self.paths.items()})
+
+    @staticmethod
+    def _fmnist(d: Path) -> Path:
+        d.mkdir(parents=True, exist_ok=True)
+        for prefix, n, seed in (("train", 600, 0), ("t10k", 200, 1)):
+            images, labels = make_images(n, 10, seed)
+            write_idx(d / f"{prefix}-images-idx3-ubyte.gz", images[..., 0])
+            write_idx(d / f"{prefix}-labels-idx1-ubyte.gz", labels)
+        return d
+
+    @staticmethod
+    def _image_folder(root: Path, truncated: bool = False) -> Path:
+        """cat/ holds images; dog/ holds only a text file, or (truncated) a PNG cut in half."""
+        for name in ("cat", "dog"):
+            (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(4):
+            Image.fromarray(np.full((8, 8), 40 * i, dtype=np.uint8)).save(root / "cat" / f"{i}.png")
+        if truncated:
+            Image.fromarray(np.full((8, 8), 9, dtype=np.uint8)).save(root / "dog" / "0.png")
+            whole = (root / "dog" / "0.png").read_bytes()
+            (root / "dog" / "0.png").write_bytes(whole[:len(whole) // 2])
+        else:
+            (root / "dog" / "notes.txt").write_text("no images here")
+        return root
+
+
+class _Planted:
+    """Unpickled, this would create the file at `path`: a stand-in for any shell command."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return Path.touch, (Path(self.path),)
