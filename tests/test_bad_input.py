@@ -62,6 +62,15 @@ def test_bad_fit_value_writes_nothing(fit_base, tmp_path, capsys, args, expected
     assert sorted(p.name for p in tmp_path.iterdir()) == [], sorted(tmp_path.rglob("*"))  # not beside runs_dir either
 
 
+@pytest.mark.parametrize("args, expected", [(["--data.val_size", "10000"], "val_size=10000"),
+                                            (["--data.batch_size", "0"], "batch_size=0")])
+def test_fit_packed_checks_the_data_before_any_folder(fit_base, tmp_path, capsys, args, expected):
+    import json
+    members = tmp_path / "members.json"
+    members.write_text(json.dumps({"members": [[*fit_base, "--seed_everything", str(s), *args] for s in (0, 1)]}))
+    assert_rejected(main(["fit_packed", str(members)]), capsys, tmp_path / "runs", expected)
+
+
 def test_run_dir_command_checks_names_too(fit_base, tmp_path, capsys):
     assert_rejected(main(["run_dir", *fit_base, "--run_name", "../x"]), capsys, tmp_path / "runs", "run_name='../x'")
 
