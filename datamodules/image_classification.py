@@ -67,6 +67,16 @@ class ImageClassificationDataModule(L.LightningDataModule):
         for name, value in (("seed", seed), ("split_seed", split_seed)):
             if value < 0:
                 raise ValueError(f"{name}={value} is negative: allowed integers >= 0")
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if value < 1:
+                raise ValueError(f"{name}={value}: allowed integers >= 1")
+        if val_size is not None and val_size < 1:
+            raise ValueError(f"val_size={val_size}: allowed integers >= 1 (images held out for validation)")
+        if crop_padding is not None and crop_padding < 0:
+            raise ValueError(f"crop_padding={crop_padding}: allowed integers >= 0 (0 = no random crop)")
+        for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
+            if not value >= 0:  # a Beta(alpha, alpha) parameter; `not >=` also catches nan
+                raise ValueError(f"{name}={value}: allowed a float >= 0 (0 = off)")
         self.save_hyperparameters()
         self.dataset, self.fraction, self.train_size_arg = dataset, fraction, train_size
         self.seed, self.split_seed = seed, split_seed
@@ -115,6 +125,11 @@ class ImageClassificationDataModule(L.LightningDataModule):
         n = resolve_train_size(self.fraction, self.train_size_arg, len(pool))
         train = training_subset(pool, labels[pool], n, self.seed)
         return {"pool": pool, "val": val, "train": train}
+
+    def check_sizes(self) -> None:
+        """val_size and train_size against the dataset's train split (loads it): called before a run
+        folder is made, so a size the data cannot give writes nothing."""
+        self._splits
 
     @property
     def train_indices(self) -> np.ndarray:

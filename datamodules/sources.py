@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import logging
 import os
 import shutil
@@ -114,9 +115,12 @@ def _image_folder(folder: Path) -> DatasetDict:
         raise DatasetError(f"image folder {str(folder)!r} has {n_classes} class sub-folder(s); "
                            "it needs at least 2 (one sub-folder per class, or train/ and test/ holding them)")
     for d in (d for root in roots for d in _class_dirs(root)):
-        if not any(f.is_file() and f.suffix.lower() in ImageFolder.EXTENSIONS for f in d.iterdir()):
+        images = [f for f in d.iterdir() if f.is_file() and f.suffix.lower() in ImageFolder.EXTENSIONS]
+        if not images:
             raise DatasetError(f"class folder {str(d)!r} holds no images: allowed image files "
                                f"{' '.join(ImageFolder.EXTENSIONS)}")
+        for f in images:  # a cheap structural read before any progress output; _as_image catches the rest
+            _read_image(f, f, Image.Image.verify).close()
     raw = datasets.load_dataset("imagefolder", data_dir=str(folder))
     if "test" not in raw:
         # No official test split: hold out a stratified, fixed 20% as the test set.
@@ -153,11 +157,27 @@ def _pick_column(ds: Dataset, given: str | None, candidates: tuple[str, ...], wh
                        f"columns: {ds.column_names}; name it with {what}_column=")
 
 
+def _read_image(source, name: str, check) -> Image.Image:
+    """Image.open(source) then check(image) (verify: the file's structure; load: its pixels), PIL's
+    errors for an unreadable file turned into one line naming it."""
+    try:
+        img = Image.open(source)
+        check(img)
+        return img
+    except (OSError, SyntaxError, ValueError) as e:
+        raise DatasetError(f"image file {str(name)!r} is not a readable image ({type(e).__name__}: {e}): "
+                           "allowed complete image files; fix or remove it") from None
+
+
 def _as_image(value) -> Image.Image:
-    """A PIL image from an image column's value: an image, or a decoded (H, W, C) uint8 array
-    (Fashion-MNIST's IDX files are stored decoded, and resize_to resizes them through PIL too)."""
+    """A PIL image from an image column's value: an image, an undecoded file ({'path', 'bytes'}), or
+    a decoded (H, W, C) uint8 array (Fashion-MNIST's IDX files are stored decoded, and resize_to
+    resizes them through PIL too)."""
     if isinstance(value, Image.Image):
         return value
+    if isinstance(value, dict):  # decoded here, so a truncated or non-image file is named
+        return _read_image(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"],
+                           value.get("path") or "(embedded bytes)", Image.Image.load)
     array = np.asarray(value, dtype=np.uint8)
     return Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
 
@@ -168,6 +188,9 @@ def _decode(raw: DatasetDict, image_column, label_column, image_size, name) -> D
     train = raw["train"]
     icol = _pick_column(train, image_column, IMAGE_COLUMNS, "image", name)
     lcol = _pick_column(train, label_column, LABEL_COLUMNS, "label", name)
+    if isinstance(train.features[icol], datasets.Image):  # files: _as_image opens them and names a bad one
+        raw = DatasetDict({s: raw[s].cast_column(icol, datasets.Image(decode=False)) for s in ("train", "test")})
+        train = raw["train"]
     label_feature = train.features[lcol]
     if not isinstance(label_feature, ClassLabel):
         raise DatasetError(f"label column {lcol!r} of {name!r} is {label_feature}, not a ClassLabel")

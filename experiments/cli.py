@@ -25,6 +25,7 @@ from modules import ImageClassifier
 from modules.classifier import check_teacher_checkpoint
 
 from .run_identity import config_hash, evaluation_identity, folder_name, identity
+from .run_names import checked_name, inside
 from .run_record import IDENTITY_FILE, RunRecord, read_summary
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -101,7 +102,10 @@ class SuiteCLI(LightningCLI):
                 or re.search(r"accept option '([^']+)'", message)
             typed = re.match(r'Parser key "([^"]+)":\s*(?:Expected a (.*?)\. Got value|.*?Subtypes: \[(.*?)\]\n.*'
                              r'Given value): (.*)', message, re.S)
-            if unknown:
+            bad_yaml = message.startswith("Problems parsing config") and _bad_config_file(argv)
+            if bad_yaml:
+                message = bad_yaml
+            elif unknown:
                 key = unknown[1]
                 group = [k for k in keys if k.rpartition(".")[0] == key.rpartition(".")[0]] \
                     or [k for k in keys if "." not in k]
@@ -120,6 +124,10 @@ class SuiteCLI(LightningCLI):
         seed = c.get("seed_everything")
         if not isinstance(seed, bool) and not 0 <= seed <= 2**32 - 1:
             raise ValueError(f"seed_everything={seed}: allowed true, false or integers 0..{2**32 - 1}")
+        # names become folders under runs_dir: checked here, before anything (a sweep's plan too) uses them
+        checked_name("experiment", c.get("experiment"))
+        if c.get("run_name") is not None:
+            checked_name("run_name", c.get("run_name"))
 
     def before_instantiate_classes(self) -> None:
         """fit: trainer limits that would train nothing, and a run folder that cannot be written,
@@ -130,6 +138,10 @@ class SuiteCLI(LightningCLI):
         for key, value in (("max_steps", trainer.get("max_steps")), ("max_epochs", trainer.get("max_epochs"))):
             if value is not None and (value == 0 or value < -1):
                 raise ValueError(f"trainer.{key}={value}: allowed -1 (no limit) or integers >= 1")
+        interval = trainer.get("val_check_interval")
+        if interval is not None and (interval <= 0 or isinstance(interval, float) and interval > 1):
+            raise ValueError(f"trainer.val_check_interval={interval}: allowed a float in (0, 1] (share of an "
+                             "epoch) or an integer >= 1 (training batches)")
         model = self._cfg()["model"]
         if model.get("teacher_checkpoint") and model.get("distillation") != "none":
             check_teacher_checkpoint(model["teacher_checkpoint"])
@@ -154,7 +166,7 @@ class SuiteCLI(LightningCLI):
         if ckpt is not None:
             return ckpt  # evaluating a run's checkpoint: records go to that run
         readable = c.get("run_name") or run_name(c["model"], c["data"])
-        return Path(c["runs_dir"]) / c["experiment"] / folder_name(readable, self.identity())
+        return inside(c["runs_dir"], Path(c["runs_dir"]) / c["experiment"] / folder_name(readable, self.identity()))
 
     def _parse_ckpt_path(self) -> None:
         """Model hyper-parameters come from the checkpoint; one clear error when it is unreadable."""
@@ -163,6 +175,9 @@ class SuiteCLI(LightningCLI):
         if path and self.config.subcommand == "fit":
             raise ValueError(f"fit --ckpt_path {path!r}: a fit resumes its own run folder by itself; "
                              "allowed only with validate and test")
+        if not path and self.config.get("subcommand") in ("validate", "test"):  # else an untrained model is scored
+            raise ValueError(f"ckpt_path={path!r}: {self.config.subcommand} needs --ckpt_path, a checkpoint "
+                             "of this suite such as <runs_dir>/<experiment>/<run>/checkpoints/best.ckpt")
         if path and path != "last" and not Path(path).is_file():
             raise ValueError(f"ckpt_path {path!r} does not exist")
         try:
@@ -172,6 +187,8 @@ class SuiteCLI(LightningCLI):
                              f"({_first_line(e)})") from None
 
     def instantiate_trainer(self, **kwargs):
+        if self.subcommand != "fit":  # the data is built, nothing else yet (no trainer output, no folder)
+            self._check_checkpoint_matches_data()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
         if trainer_cfg.get("precision") is None:
@@ -202,8 +219,8 @@ class SuiteCLI(LightningCLI):
 
     # ---------------- what runs ----------------
     def _run_subcommand(self, subcommand: str) -> None:
+        self.datamodule.check_sizes()  # before the run folder is made
         if subcommand != "fit":
-            self._check_checkpoint_matches_data()
             return super()._run_subcommand(subcommand)
         run_dir = self.run_dir()
         if rank_zero_only.rank != 0:  # a DDP process started by rank 0, which holds the folder
@@ -245,7 +262,7 @@ class SuiteCLI(LightningCLI):
         path = self._cfg().get("ckpt_path")
         if not path:
             return
-        saved = torch.load(path, map_location="cpu", weights_only=False).get("hyper_parameters", {})
+        saved = checkpoint_hyper_parameters(path)
         dm = self.datamodule
         for key, value in (("num_classes", dm.num_classes), ("image_size", dm.image_size),
                            ("in_chans", dm.num_channels)):
@@ -263,6 +280,11 @@ class FinalCheckpoint(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         if not trainer.interrupted:
             trainer.save_checkpoint(self.path)
+
+
+def checkpoint_hyper_parameters(path) -> dict:
+    """The model hyper-parameters saved in a checkpoint: plain data, so read without unpickling code."""
+    return torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
 
 
 def world_size(trainer_cfg: dict) -> int:
@@ -350,6 +372,21 @@ def resumable_checkpoint(folder: Path) -> Path | None:
     if problems:
         raise ValueError(f"no readable checkpoint in {str(folder)!r} ({'; '.join(problems)}): delete that folder "
                          "to train this run again from the start")
+    return None
+
+
+def _bad_config_file(argv: list[str]) -> str | None:
+    """jsonargparse reports a malformed -c/--config file without its name: find it (first that fails)."""
+    import yaml
+    paths = [b for a, b in zip(argv, argv[1:]) if a in ("-c", "--config")] \
+        + [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for path in paths:
+        try:
+            yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            mark = getattr(e, "problem_mark", None)
+            return (f"--config {path!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
+                    + f": {getattr(e, 'problem', None) or e}; allowed a YAML file of options")
     return None
 
 

@@ -264,6 +264,8 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = ()) -> dict[str, s
     callbacks: more Lightning callbacks for the group's Trainer."""
     from .cli import check_folder_identity, lock_run_folder
     members = resolve_members(arg_lists)
+    for m in members:  # the data's checks (its values, val_size against the pool) before any folder is made
+        ImageClassificationDataModule(**m.config["data"]).check_sizes()
     locks = [lock_run_folder(m.run_dir) for m in members]
     try:
         for m in members:

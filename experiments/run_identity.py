@@ -24,6 +24,8 @@ NOT_IDENTITY = frozenset({
     "data.eval_batch_size",
     # where the same data is read from
     "data.data_dir", "data.cache_dir",
+    # permits a Swin window that does not shift, changes nothing a permitted run computes
+    "model.allow_unshifted",
 })
 HASH_CHARS = 8
 

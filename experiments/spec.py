@@ -20,6 +20,8 @@ import yaml
 from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
 
+from .run_names import checked_name
+
 SPECS = Path(__file__).parent / "specs"
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
@@ -85,6 +87,7 @@ def load_spec(name_or_path: str) -> dict:
             v = profile[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{key}={v!r} in {where}: allowed an integer >= 1")
+    checked_name(f"name in {path.name}", spec["name"])  # the experiment's folder under runs_dir
     recipes = spec["recipe_args"]
     if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
         raise ValueError(f"recipe_args in {path.name}: allowed a mapping of recipe names to their fit options, "
@@ -130,6 +133,7 @@ def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], require
         raise ValueError(f"spec {path.name} has no profiles")
     for name, profile in spec["profiles"].items():
         _reject_unknown(profile, profile_keys, f"profile {name!r} of {path.name}", required=profile_required)
+    checked_name(f"name in {path.name}", spec["name"])  # every runner requires it: the experiment's folder
     return spec, path
 
 

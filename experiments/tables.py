@@ -37,6 +37,7 @@ from .inductive_bias_tables import NAME as INDUCTIVE_BIAS
 from .inductive_bias_tables import make_tables as inductive_bias_tables
 from .distill_tables import make_tables as distill_tables
 from .readme_blocks import update_readme_block
+from .run_names import checked_name
 from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import loglog_error_slope, mean_ci, paired_difference
 
@@ -750,6 +751,7 @@ def main(argv: list[str]) -> int:
     if not names:
         raise ValueError(f"no runs in {runs_dir}: run an experiment first (make exp-datascale)")
     for name in names:
+        checked_name("experiment", name)  # results/<name>.csv etc. stay inside --out
         if not (runs_dir / name).is_dir():
             raise ValueError(f"experiment {name!r} has no folder in {runs_dir}")
         # exp-complexity's tables come from its measurements; its training run is only an input

@@ -39,6 +39,8 @@ class ImageClassifier(L.LightningModule):
             ViT paper App. D.4); vit/deit/hybrid.
         pool: token ([CLS]) or avg (global average pooling); vit/hybrid.
         window_size: Swin window; None = the largest <= 8 that divides every stage grid.
+        allow_unshifted: Swin: accept a window_size at which no stage shifts its windows (each stage
+            then attends globally, unshifted); without it such a window is refused.
         drop_path_rate: stochastic depth rate.
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay on weight matrices.
@@ -58,6 +60,7 @@ class ImageClassifier(L.LightningModule):
     def __init__(self, family: str = "vit", budget: str = "tiny", num_classes: int = 10, image_size: int = 28,
                  in_chans: int = 1, patch_size: int | None = None, pos_embed: str | None = None,
                  pool: str | None = None, window_size: int | None = None, drop_path_rate: float = 0.0,
+                 allow_unshifted: bool = False,
                  lr: float = 3e-3, weight_decay: float = 0.05, betas: tuple[float, float] = (0.9, 0.999),
                  warmup_fraction: float = 0.05, min_lr_ratio: float = 0.01, label_smoothing: float = 0.1,
                  distillation: str = "hard", distill_alpha: float = 0.5, distill_tau: float = 1.0,
@@ -67,12 +70,17 @@ class ImageClassifier(L.LightningModule):
             raise ValueError(f"distillation={distillation!r}: allowed {', '.join(DISTILLATION_TYPES)}")
         if not lr > 0:
             raise ValueError(f"lr={lr}: allowed a learning rate > 0")
+        if not 0.0 <= label_smoothing < 1.0:  # at 1 the targets are uniform: nothing left to learn
+            raise ValueError(f"label_smoothing={label_smoothing}: allowed [0, 1)")
+        if not 0.0 <= warmup_fraction <= 1.0:
+            raise ValueError(f"warmup_fraction={warmup_fraction}: allowed a share of the steps in [0, 1]")
         if teacher_checkpoint is not None and family != "deit":
             raise ValueError(f"teacher_checkpoint applies to family 'deit' only, not {family!r}")
         self.save_hyperparameters()
         self.model = build_model(family, budget, image_size=image_size, in_chans=in_chans,
                                  num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,
-                                 pool=pool, window_size=window_size, drop_path_rate=drop_path_rate)
+                                 pool=pool, window_size=window_size, drop_path_rate=drop_path_rate,
+                                 allow_unshifted=allow_unshifted)
         self.is_deit = family == "deit"
         # DeiT reports (cls + dist) / 2 when its dist head learns (from the teacher or the labels);
         # with distillation none that head gets no gradient, so cls alone is reported (and selected on).

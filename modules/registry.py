@@ -33,6 +33,7 @@ class Knobs:
     window_size: int | None = None    # swin: default = largest size <= 8 dividing every stage grid
                                       # (7 at 28x28, 8 at 32x32: stage grids 28/14/7, 32/16/8)
     drop_path_rate: float = 0.0
+    allow_unshifted: bool = False     # swin: accept a window at which no stage shifts (see _swin)
 
 
 _BUILDERS: dict[str, Callable] = {}
@@ -49,13 +50,13 @@ def register_family(name: str, knobs: set[str]):
 def build_model(family: str, budget: str = "tiny", *, image_size: int = 28, in_chans: int = 1,
                 num_classes: int = 10, patch_size: int | None = None, pos_embed: str | None = None,
                 pool: str | None = None, window_size: int | None = None,
-                drop_path_rate: float = 0.0) -> nn.Module:
+                drop_path_rate: float = 0.0, allow_unshifted: bool = False) -> nn.Module:
     """A freshly initialised model of `family` at `budget` for (in_chans, image_size, image_size) inputs."""
     if family not in FAMILIES:
         raise ConfigError(f"unknown family {family!r}: allowed {', '.join(FAMILIES)}")
     if budget not in BUDGET_TARGETS:
         raise ConfigError(f"unknown budget {budget!r}: allowed {', '.join(BUDGET_TARGETS)}")
-    knobs = Knobs(patch_size, pos_embed, pool, window_size, drop_path_rate)
+    knobs = Knobs(patch_size, pos_embed, pool, window_size, drop_path_rate, allow_unshifted)
     for k in ("patch_size", "pos_embed", "pool", "window_size"):
         if getattr(knobs, k) is not None and k not in _KNOBS[family]:
             allowed = ", ".join(f for f in FAMILIES if k in _KNOBS[f])
@@ -222,7 +223,8 @@ def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
     two stages, the third attends globally over its grid. (Patch 2 with two stages, 14/7 or 16/8,
     shifted in the first stage only: a window dividing 7 and smaller than it would be 1.)
     The default window is the largest size <= 8 that divides every stage grid; windows that timm
-    would zero-pad (without masking the padding) are rejected.
+    would zero-pad (without masking the padding) are rejected, and so is a window at which no stage
+    shifts (every stage one unshifted window: no longer Swin) unless allow_unshifted is set.
     """
     from timm.models.swin_transformer import SwinTransformer
     patch = k.patch_size or 1
@@ -239,6 +241,14 @@ def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
         raise ConfigError(f"swin: window size {window} does not divide the stage grids {grids} "
                           f"(timm would pad windows without masking); use a window that divides every stage "
                           f"grid larger than it (a grid it covers is attended as one unshifted window)")
+
+    def shifts(w: int) -> bool:  # timm shifts by w // 2 in every second block of a stage whose grid exceeds w
+        return w >= 2 and any(g > w and depth >= 2 for g, depth in zip(grids, arch["depths"]))
+    if not shifts(window) and not k.allow_unshifted:
+        allowed = [w for w in range(2, grids[0]) if shifts(w) and all(g <= w or g % w == 0 for g in grids)]
+        raise ConfigError(f"window_size={window}: no stage of the grids {grids} shifts its windows at this size; "
+                          f"allowed {', '.join(map(str, allowed)) or 'none at this image size'} "
+                          "(or allow_unshifted=true for global, unshifted attention)")
     return SwinTransformer(img_size=image_size, patch_size=patch, in_chans=in_chans, num_classes=num_classes,
                            embed_dim=arch["embed_dim"], depths=arch["depths"], num_heads=arch["num_heads"],
                            window_size=window, drop_path_rate=k.drop_path_rate)
