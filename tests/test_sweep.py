@@ -3,7 +3,6 @@ generator on hand-written run folders, and every committed spec for one batch.""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import signal
@@ -22,6 +21,8 @@ from experiments.cli import resolve_run_dirs
 from experiments.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
 from experiments.sweep import launch, run_status, run_sweep
 from experiments.tables import aggregate, collect, make_tables, sample_efficiency
+
+from .conftest import tree_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,11 +129,6 @@ def _resnet_only(spec: Path) -> None:
     spec.write_text(yaml.safe_dump(one))
 
 
-def _hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_rerun_of_a_finished_sweep_changes_no_record(sweep_env, tmp_path):
     """Nothing to train or test: every file of the experiment, and the README block fed by its
     sweep.json (the last invocation's wall time), stays byte for byte."""
@@ -145,11 +141,11 @@ def test_rerun_of_a_finished_sweep_changes_no_record(sweep_env, tmp_path):
     tables = ["tables", "--experiment", "tiny", "--runs_dir", str(runs), "--out", str(tmp_path / "out"),
               "--readme", str(readme)]
     assert main(tables) == 0
-    before, block = _hashes(runs / "tiny"), readme.read_text()
+    before, block = tree_hashes(runs / "tiny"), readme.read_text()
     assert {"sweep.json", "tuning.json"} <= set(before) and "invocation ran 2 runs" in block
     assert sum(p.endswith(("/summary.json", "/identity.json", "/config.yaml")) for p in before) == 2 * 3
     assert main(sweep) == 0
-    assert _hashes(runs / "tiny") == before
+    assert tree_hashes(runs / "tiny") == before
     assert main(tables) == 0 and readme.read_text() == block
 
 
