@@ -236,7 +236,7 @@ def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[s
 
 # ---------------- the command ----------------
 def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[Run], choices: dict,
-                 teachers: list[Run], students: list[Run], invocation: dict | None) -> Path:
+                 teachers: list[Run], students: list[Run], invocation: dict | None, ran: bool = True) -> Path:
     _, records = choose_lrs(trials)
     uses = [{"family": fam, "fraction": f, "lr": lr_of(choices, axes, fam, f), "tuned_at": nearest_tuned(f, axes)}
             for fam in [*axes["teachers"], axes["student"]] for f in axes["fractions"]
@@ -251,7 +251,7 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
                       "run": r.run_dir.name, "teacher_run": r.teacher} for r in students],
     }
     return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation,
-                                hint=f": delete it and run make exp-{NAME} again")
+                                hint=f": delete it and run make exp-{NAME} again", ran=ran)
 
 
 def main(argv: list[str]) -> int:
@@ -303,9 +303,11 @@ def main(argv: list[str]) -> int:
     print(f"distill ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
     # the wall time of a whole profile that trained something (a rerun that only finds finished runs keeps it)
-    whole = a.fractions is None and a.seeds is None and (launched or any(v == "probed" for v in probed.values()))
+    ran = bool(launched) or any(v == "probed" for v in probed.values())
+    whole = a.fractions is None and a.seeds is None and ran
     write_record(exp_dir, spec, axes, pool, trials, choices, teachers, students,
-                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs} if whole else None)
+                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs} if whole else None,
+                 ran=ran)
     ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
     return 0 if ok and not _missing(axes, teachers, students) else 1
 

@@ -344,7 +344,7 @@ def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list
 
 # ---------------- the command ----------------
 def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, plans: list[tuple],
-                 invocation: dict | None) -> Path:
+                 invocation: dict | None, ran: bool = True) -> Path:
     """The profile's entry of inductive_bias.json; plans: (axes of one budget, choices, trials,
     family runs, ablation runs) per budget."""
     trials, uses, families, ablations, cka = [], [], [], [], []
@@ -368,7 +368,8 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, plans: list[t
                       "ablation_args": {v: spec["ablations"][v] for v in axes["ablations"]}},
              "tuning": {"trials": trials, "choices": uses}, "families": families, "ablations": ablations,
              "cka": sorted(cka)}
-    return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation, hint=HINT)
+    return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation, hint=HINT,
+                                ran=ran)
 
 
 def main(argv: list[str]) -> int:
@@ -431,7 +432,7 @@ def main(argv: list[str]) -> int:
     whole = a.seeds is None and a.families is None and a.ablations is None and a.budgets is None and bool(launched)
     write_record(exp_dir, spec, axes, pool, plans,
                  {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs}
-                 if whole else None)
+                 if whole else None, ran=bool(launched) or "probed" in probed.values())
     ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
     planned = len(axes["budgets"]) * len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
                                                           + sum(len(f) for f in axes["ablations"].values()))

@@ -48,11 +48,15 @@ def write_json(path: Path, record: dict) -> None:
 
 
 def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, invocation: dict | None,
-                         hint: str = "") -> Path:
+                         hint: str = "", ran: bool = True) -> Path:
     """Replaces one profile's entry of an experiment record ({spec, profiles}), keeping the other
-    profiles and, when this invocation timed nothing (None), the profile's last timed invocation."""
+    profiles and, when this invocation timed nothing (None), the profile's last timed invocation.
+    An invocation that ran nothing (ran=False) leaves a recorded profile as it is: its runs' statuses
+    may have moved on since (a tuning winner tested by the main stage), which is no news."""
     record = read_json(path, hint=hint)
     profiles = record.get("profiles", {})
+    if not ran and profile in profiles:
+        return Path(path)
     last = invocation or profiles.get(profile, {}).get("last_invocation")
     profiles[profile] = {**entry, **({"last_invocation": last} if last else {})}
     Path(path).parent.mkdir(parents=True, exist_ok=True)

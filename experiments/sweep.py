@@ -8,12 +8,15 @@
    (same configuration, same folder): only its test is left to do.
 
 Run again, the same command skips finished (and diverged) runs, resumes interrupted ones from their
-last checkpoint and retries failed ones; one failing run never stops the sweep. Each run's output
-goes to its folder's log.txt; the terminal shows which run of how many is going and the time left.
+last checkpoint and retries failed ones; one failing run never stops the sweep. A rerun that finds
+nothing to train or test changes no record. A second sweep of the same experiment started meanwhile
+waits for the first, then finds its runs finished. Each run's output goes to its folder's log.txt;
+the terminal shows which run of how many is going and the time left.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import json
 import os
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -274,8 +278,11 @@ def tuning_stage(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) ->
     return choices, trials
 
 
-def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run], choices: dict) -> None:
-    """<experiment>/tuning.json: every trial's validation accuracy and the lr each main run uses."""
+def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run], choices: dict,
+                        ran: bool = True) -> None:
+    """<experiment>/tuning.json: every trial's validation accuracy and the lr each main run uses.
+    Not rewritten when the stage ran nothing (ran=False) and the profile is recorded: a trial's status
+    moves on from fitted to done when the main stage tests it, which is no news about the tuning."""
     _, records = choose_lrs(trials)
     lr_of = lr_lookup(choices, axes)
     uses = []
@@ -292,6 +299,8 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         record = {}
+    if not ran and axes["profile"] in record.get("profiles", {}):
+        return
     record = {"spec": spec["name"], "profiles": record.get("profiles", {})}
     record["profiles"][axes["profile"]] = {"metric": "val_acc_best", "seed": axes["seeds"][0],
                                            "fractions": tuned_fractions(axes), "grid": {"model.lr": axes["lrs"]},
@@ -392,15 +401,44 @@ def main(argv: list[str]) -> int:
                       + packed_cost([r for r in pending if r not in tuned], pack)
                       + "; their commands are known once their tuning is done")
         return 0
+    with hold_experiment(exp_dir):
+        return run_stages(a, spec, axes, runs_dir, pool, jobs, pack)
 
+
+@contextmanager
+def hold_experiment(exp_dir: Path):
+    """An exclusive lock on <experiment>/.lock while a sweep plans, runs and records: a second sweep
+    of the experiment (any profile: both rewrite sweep.json) waits, then finds the first one's runs
+    finished instead of entering the same run folders. The OS drops the lock if the holder dies."""
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    with open(exp_dir / ".lock", "a+") as handle:  # a file, not a folder: never read as a run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            print(f"another sweep of {exp_dir.name} (pid {handle.read().strip() or 'unknown'}) is running; "
+                  "waiting", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield  # closing the file releases the lock
+
+
+def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, pool: int, jobs: int, pack: int) -> int:
+    """Runs the stages of `a.stage`; records tuning.json and sweep.json when it trained or tested something."""
+    exp_dir, profile = runs_dir / spec["name"], axes["profile"]
     start = time.perf_counter()
     results: dict[str, str] = {}
+    ran: list[Run] = []  # what this invocation trains or tests: only that is news for the records
 
     def run(runs: list[Run]) -> None:
+        ran.extend(r for r in runs if not finished(r, run_status(r)))
         results.update(run_sweep(runs, jobs=jobs, pack=pack))
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
-        write_tuning_record(exp_dir, spec, axes, trials, choices)
+        write_tuning_record(exp_dir, spec, axes, trials, choices, ran=bool(ran))
     else:
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
     if a.stage != "tune":
@@ -424,9 +462,12 @@ def main(argv: list[str]) -> int:
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     print(f"sweep {spec['name']} ({profile}, stage {a.stage}): {len(results)} runs in {wall:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    code = 0 if all(s in FINAL + TUNED for s in results.values()) else 1
     # per profile: the axes asked for and, for a whole sweep, its wall time (read by the tables)
     sweep_file = exp_dir / "sweep.json"
     record = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
+    if not ran and profile in record.get("profiles", {}):
+        return code  # found everything finished: the record (the last wall time that trained) stays
     record = {"spec": spec["name"], "profiles": record.get("profiles", {})}
     previous = record["profiles"].get(profile, {})
     record["profiles"][profile] = {**axes, "pool_size": pool,
@@ -434,11 +475,11 @@ def main(argv: list[str]) -> int:
     plan = {**previous.get("main_runs", {}), **(plan if a.stage != "tune" else {})}  # overrides plan a subset
     if plan:
         record["profiles"][profile]["main_runs"] = dict(sorted(plan.items()))
-    if a.stage == "all" and not a.only:
+    if a.stage == "all" and not a.only and ran:
         record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(results),
                                                          "statuses": counts, "jobs": jobs, "pack": pack}
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
     exp_dir.mkdir(parents=True, exist_ok=True)
     sweep_file.write_text(json.dumps(record, indent=1) + "\n")
-    return 0 if all(s in FINAL + TUNED for s in results.values()) else 1
+    return code

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import struct
 from pathlib import Path
 
@@ -10,6 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "experiments" / "configs" / "smoke.yaml")
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """Every file under `folder` -> the sha256 of its bytes (what a no-op rerun must leave alone)."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

@@ -15,6 +15,8 @@ from experiments.__main__ import main
 from modules import ImageClassifier, build_model
 from modules.distillation import deit_predict, deit_probe, token_cosine
 
+from .conftest import tree_hashes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -144,9 +146,11 @@ def test_tiny_distill_spec_end_to_end_into_its_table(tiny_spec, tmp_path):
         assert set(probes["agreement"]["resnet"]) == {"cls", "dist", "both"}
         assert all(0 <= a <= 1 for a in probes["agreement"]["resnet"].values())
         assert len(probes["token_cosine"]) == 4  # deit-tiny's depth
-    # run again: nothing left to train, nothing re-probed
+    # run again: nothing left to train, nothing re-probed, no record rewritten
     launched.clear()
+    before = tree_hashes(runs / "distill")
     assert main(["distill", "--spec", str(spec), "--runs_dir", str(runs)]) == 0 and launched == []
+    assert tree_hashes(runs / "distill") == before
 
     out = tmp_path / "results"
     assert main(["tables", "--experiment", "distill", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0

@@ -11,6 +11,8 @@ import yaml
 
 from experiments.__main__ import main
 
+from .conftest import tree_hashes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY = {
@@ -86,11 +88,12 @@ def test_tiny_spec_end_to_end(tiny_spec, tmp_path):
     cka = [json.loads((exp / p).read_text()) for p in record["cka"]]
     assert sorted(c["family"] for c in cka) == ["deit", "vit"]
     assert all(c["reference_run"] == fams[("resnet", 0)] and len(c["matrix"]) == len(c["layers"]) for c in cka)
-    # again: nothing to train, nothing to probe
+    # again: nothing to train, nothing to probe, no record rewritten
     launched.clear()
-    before = (exp / fams[("vit", 0)] / "probes.json").read_text()
+    before, hashes = (exp / fams[("vit", 0)] / "probes.json").read_text(), tree_hashes(exp)
     assert main(["inductive_bias", "--spec", str(spec), "--runs_dir", str(runs)]) == 0 and launched == []
     assert (exp / fams[("vit", 0)] / "probes.json").read_text() == before
+    assert tree_hashes(exp) == hashes
 
     out = tmp_path / "results"
     assert main(["tables", "--experiment", "inductive_bias", "--runs_dir", str(runs), "--out", str(out),

@@ -22,6 +22,8 @@ from experiments.spec import load_spec, main_runs, resolve_axes, tuned_fractions
 from experiments.sweep import launch, run_status, run_sweep
 from experiments.tables import aggregate, collect, make_tables, sample_efficiency
 
+from .conftest import tree_hashes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY_SPEC = {
@@ -119,6 +121,52 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):
     assert json.loads((second / "summary.json").read_text())["steps"] == 18
     assert {n: s["status"] for n, s in _summaries(runs / "tiny").items()} == {
         "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003": "done", "resnet-tiny_fashion_mnist_f1_s0_lr0.003": "done"}
+
+
+def _resnet_only(spec: Path) -> None:
+    one = yaml.safe_load(spec.read_text())
+    one["families"] = ["resnet"]  # 2 tuning trials, each the winner: the main stage only tests them
+    spec.write_text(yaml.safe_dump(one))
+
+
+def test_rerun_of_a_finished_sweep_changes_no_record(sweep_env, tmp_path):
+    """Nothing to train or test: every file of the experiment, and the README block fed by its
+    sweep.json (the last invocation's wall time), stays byte for byte."""
+    spec, runs = sweep_env
+    _resnet_only(spec)
+    sweep = ["sweep", "--spec", str(spec), "--runs_dir", str(runs)]
+    assert main(sweep) == 0
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- tables:tiny -->\n<!-- /tables:tiny -->\n")
+    tables = ["tables", "--experiment", "tiny", "--runs_dir", str(runs), "--out", str(tmp_path / "out"),
+              "--readme", str(readme)]
+    assert main(tables) == 0
+    before, block = tree_hashes(runs / "tiny"), readme.read_text()
+    assert {"sweep.json", "tuning.json"} <= set(before) and "invocation ran 2 runs" in block
+    assert sum(p.endswith(("/summary.json", "/identity.json", "/config.yaml")) for p in before) == 2 * 3
+    assert main(sweep) == 0
+    assert tree_hashes(runs / "tiny") == before
+    assert main(tables) == 0 and readme.read_text() == block
+
+
+def test_two_sweeps_started_together_train_each_run_once(sweep_env):
+    """The second sweep of an experiment waits for the first (its lock), then finds every run finished."""
+    spec, runs = sweep_env
+    _resnet_only(spec)
+    cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs)]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    assert sum("another sweep of tiny (pid " in o and "is running; waiting" in o for o in outs) == 1
+    folders = sorted(p for p in (runs / "tiny").iterdir() if p.is_dir())
+    assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f0.5_s0_lr0.003",
+                                               "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
+    for f in folders:  # launched twice, by one sweep: trained as a tuning trial, then tested as the main run
+        log = (f / "log.txt").read_text()
+        assert log.count("\n$ python -m experiments fit ") == 2, log
+        assert log.count("is trained; testing its best checkpoint") == 1
+        assert json.loads((f / "summary.json").read_text())["status"] == "done"
 
 
 def run_status_of(run_dir: Path) -> str | None:
