@@ -32,7 +32,7 @@ def default_val_size(train_split_size: int, cap: int = 5000, max_fraction: float
 def split_train_val(labels: np.ndarray, val_size: int, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(pool, val) positions, both sorted. The pool is what training subsets are drawn from."""
     if not 0 < val_size < len(labels):
-        raise ValueError(f"val_size={val_size} must be in [1, {len(labels) - 1}] for a train split of {len(labels)}")
+        raise ValueError(f"val_size={val_size}: allowed integers in [1, {len(labels) - 1}] for a train split of {len(labels)}")
     order = stratified_order(labels, split_seed)
     return np.sort(order[val_size:]), np.sort(order[:val_size])
 

@@ -187,7 +187,9 @@ class SuiteCLI(LightningCLI):
                              f"({_first_line(e)})") from None
 
     def instantiate_trainer(self, **kwargs):
-        if self.subcommand != "fit":  # the data is built, nothing else yet (no trainer output, no folder)
+        # the data is built, nothing else yet: no trainer output, no folder
+        self.datamodule.check_sizes()
+        if self.subcommand != "fit":
             self._check_checkpoint_matches_data()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
@@ -219,7 +221,6 @@ class SuiteCLI(LightningCLI):
 
     # ---------------- what runs ----------------
     def _run_subcommand(self, subcommand: str) -> None:
-        self.datamodule.check_sizes()  # before the run folder is made
         if subcommand != "fit":
             return super()._run_subcommand(subcommand)
         run_dir = self.run_dir()

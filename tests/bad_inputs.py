@@ -25,6 +25,12 @@ TINY_SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "r
                                   "min_steps": 4, "val_checks": 2, "lrs": [0.003]}}}
 
 
+# fit, validate and test: the smoke config on the small data; a sweep: the tiny spec
+FIT_BASE = ("--config", SMOKE, "--data.data_dir", "{fmnist}", "--runs_dir", "{runs}", "--trainer.enable_progress_bar",
+            "false")
+SWEEP_BASE = ("--spec", "{spec}", "--runs_dir", "{runs}")
+
+
 @dataclass(frozen=True)
 class Case:
     command: str
@@ -33,11 +39,7 @@ class Case:
     plant: str | None = None  # the planted pickle goes here, inside the folder `fit` would use
 
     def argv(self, scene: "Scene") -> list[str]:
-        base = {"fit": ["--config", SMOKE, "--data.data_dir", "{fmnist}", "--runs_dir", "{runs}",
-                        "--trainer.enable_progress_bar", "false"],
-                "test": ["--config", SMOKE, "--data.data_dir", "{fmnist}", "--runs_dir", "{runs}",
-                         "--trainer.enable_progress_bar", "false"],
-                "sweep": ["--spec", "{spec}", "--runs_dir", "{runs}"]}.get(self.command, [])
+        base = SWEEP_BASE if self.command == "sweep" else FIT_BASE
         return [self.command, *(scene.fill(a) for a in (*base, *self.args))]
 
     def words(self, scene: "Scene") -> list[str]:
@@ -46,6 +48,9 @@ class Case:
     @property
     def label(self) -> str:
         return " ".join((self.command, *self.args))
+
+
+ALLOWED_NAME = "allowed a single folder name of letters, digits, '.', '_' and '-', at most 100 characters"
 
 
 def fit(*args: str, expect: tuple[str, ...] | str) -> Case:
@@ -71,24 +76,28 @@ FIT = [
         expect="teacher_checkpoint '{file}.missing' does not exist"),
     fit("--model.lr", "-1", expect="lr=-1.0: allowed a learning rate > 0"),
     # names: one path component of safe characters, never a way out of runs_dir
-    fit("--run_name", "../../x", expect=("run_name='../../x'", "allowed")),
-    fit("--run_name", "a/b", expect=("run_name='a/b'", "allowed")),
-    fit("--run_name", "x" * 300, expect=("run_name='xxx", "allowed")),
-    fit("--experiment", "../../x", expect=("experiment='../../x'", "allowed")),
-    fit("--experiment", "{out}", expect=("experiment='{out}'", "allowed")),
-    # values outside their range
-    fit("--data.batch_size", "0", expect=("batch_size=0", "allowed")),
-    fit("--trainer.val_check_interval", "0", expect=("val_check_interval=0", "allowed")),
-    fit("--model.label_smoothing", "1", expect=("label_smoothing=1", "allowed")),
-    fit("--model.label_smoothing", "-0.1", expect=("label_smoothing=-0.1", "allowed")),
-    fit("--data.crop_padding", "-1", expect=("crop_padding=-1", "allowed")),
-    fit("--data.mixup_alpha", "-1", expect=("mixup_alpha=-1", "allowed")),
-    fit("--data.cutmix_alpha", "-1", expect=("cutmix_alpha=-1", "allowed")),
-    fit("--model.warmup_fraction", "1.5", expect=("warmup_fraction=1.5", "allowed")),
-    fit("--model.warmup_fraction", "-0.1", expect=("warmup_fraction=-0.1", "allowed")),
-    fit("--data.val_size", "100000", expect=("val_size=100000", "allowed")),
-    fit("--model.family", "swin", "--model.window_size", "7", expect=("window_size=7", "allowed")),
-    fit("--data.dataset", "{badimg}", expect="{badimg}/dog/0.png"),
+    fit("--run_name", "../../x", expect=("run_name='../../x' is not valid", ALLOWED_NAME)),
+    fit("--run_name", "a/b", expect="run_name='a/b' is not valid"),
+    fit("--run_name", "x" * 300, expect=f"run_name='{'x' * 300}' is not valid"),
+    fit("--run_name", ".hidden", expect="run_name='.hidden' is not valid"),
+    fit("--experiment", "../../x", expect=("experiment='../../x' is not valid", ALLOWED_NAME)),
+    fit("--experiment", "{out}", expect="experiment='{out}' is not valid"),
+    # values outside their range, refused before any folder is made
+    fit("--data.batch_size", "0", expect="batch_size=0: allowed integers >= 1"),
+    fit("--trainer.val_check_interval", "0", expect=("trainer.val_check_interval=0: allowed a float in (0, 1]",
+                                                      "or an integer >= 1")),
+    fit("--model.label_smoothing", "1.0", expect="label_smoothing=1.0: allowed [0, 1)"),
+    fit("--model.label_smoothing", "-0.1", expect="label_smoothing=-0.1: allowed [0, 1)"),
+    fit("--data.crop_padding", "-1", expect="crop_padding=-1: allowed integers >= 0"),
+    fit("--data.mixup_alpha", "-1", expect="mixup_alpha=-1.0: allowed a float >= 0"),
+    fit("--data.cutmix_alpha", "-1", expect="cutmix_alpha=-1.0: allowed a float >= 0"),
+    fit("--model.warmup_fraction", "1.5", expect="warmup_fraction=1.5: allowed a share of the steps in [0, 1]"),
+    fit("--model.warmup_fraction", "-0.1", expect="warmup_fraction=-0.1: allowed"),
+    fit("--data.val_size", "10000", expect="val_size=10000: allowed integers in [1, 599] for a train split of 600"),
+    fit("--model.family", "swin", "--model.window_size", "28",
+        expect=("window_size=28: no stage of the grids [28, 14, 7] shifts", "allowed 7, 14", "allow_unshifted=true")),
+    fit("--data.dataset", "{badimg}", "--data.train_size", "2", "--data.val_size", "1",
+        expect=("is not a readable image", "{badimg}/dog/0.png")),
     fit("--config", "{yaml}", expect="{yaml}"),
     # a checkpoint that would run code when unpickled: refused, named, and never run
     fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil}", expect="{evil}"),
@@ -96,7 +105,8 @@ FIT = [
 ]
 
 TEST = [
-    Case("test", (), ("ckpt_path", "allowed")),
+    Case("test", (), ("ckpt_path=None: test needs --ckpt_path",)),
+    Case("validate", (), ("ckpt_path=None: validate needs --ckpt_path",)),
     Case("test", ("--ckpt_path", "{evil}"), ("{evil}",)),
 ]
 

@@ -10,7 +10,6 @@ traceback, no file written and no planted code run. Prints measured rows; assert
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.bad_inputs import CASES, Scene  # noqa: E402
+from tests.conftest import tree_hashes  # noqa: E402
 
 
 def run_case(case, scene: Scene, env: dict) -> dict:
@@ -34,12 +34,12 @@ def run_case(case, scene: Scene, env: dict) -> dict:
         target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
         target.parent.mkdir(parents=True)
         shutil.copy(scene.paths["evil"], target)
-    before = _files(runs)
+    before = tree_hashes(runs)
     start = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "experiments", *case.argv(scene)], cwd=ROOT, env=env,
                        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
     lines = [line for line in p.stderr.splitlines() if line.strip()]
-    left = sorted(f for f, digest in _files(runs).items() if before.get(f) != digest)
+    left = sorted(f for f, digest in tree_hashes(runs).items() if before.get(f) != digest)
     ran_code = scene.paths["pwned"].exists()
     traceback = "Traceback (most recent call last)" in p.stderr
     words = case.words(scene)
@@ -48,12 +48,6 @@ def run_case(case, scene: Scene, env: dict) -> dict:
     return {"case": case.label, "exit": p.returncode, "lines": len(lines), "traceback": traceback,
             "left": len(left), "code_ran": ran_code, "ok": good, "seconds": time.perf_counter() - start,
             "first": lines[0] if lines else ""}
-
-
-def _files(folder: Path) -> dict[str, str]:
-    """path -> content hash of every file under `folder`: what a case wrote or changed."""
-    return {str(f.relative_to(folder)): hashlib.sha1(f.read_bytes()).hexdigest()
-            for f in folder.rglob("*") if f.is_file()} if folder.exists() else {}
 
 
 def main(argv: list[str]) -> int:
@@ -80,7 +74,7 @@ def main(argv: list[str]) -> int:
         for case in cases:
             r = run_case(case, scene, env)
             bad += not r["ok"]
-            shown = r["case"].replace(str(root), "$TMP").replace("|", "\\|")
+            shown = r["case"][:90].replace(str(root), "$TMP").replace("|", "\\|")
             first = r["first"].replace(str(root), "$TMP").replace("|", "\\|")[:160]
             print(f"| {'ok' if r['ok'] else 'NO'} | {r['exit']} | {r['lines']} | {'yes' if r['traceback'] else 'no'} "
                   f"| {r['left']} | {'YES' if r['code_ran'] else 'no'} | {r['seconds']:.1f} | `{shown}` | {first} |",

@@ -1,20 +1,17 @@
 """Bad input: one line on stderr (`error: ...`) naming the bad value and what is allowed, exit status 2,
-and no folder created in the runs dir."""
+and no folder created in the runs dir. The battery of cases is tests/bad_inputs.py (`make safety` runs
+it against the real CLI, one process per case)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
-from PIL import Image
 
 from experiments.__main__ import main
 
-from tests.conftest import SMOKE
-SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "recipe_args": {"default": {}},
-        "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1,
-                             "min_steps": 4, "val_checks": 2, "lrs": [0.003]}}}
+from tests.bad_inputs import CASES, TINY_SPEC as SPEC, Scene
+from tests.conftest import tree_hashes
 
 
 def one_error_line(capsys) -> str:
@@ -32,45 +29,32 @@ def assert_rejected(code: int, capsys, runs: Path, *expected: str) -> None:
     assert not runs.exists() or not any(runs.iterdir()), sorted(runs.rglob("*"))
 
 
-def image_folder(root: Path) -> Path:
-    """cat/ holds images, dog/ only a text file."""
-    for name in ("cat", "dog"):
-        (root / name).mkdir(parents=True)
-    for i in range(4):
-        Image.fromarray(np.full((8, 8), 40 * i, dtype=np.uint8)).save(root / "cat" / f"{i}.png")
-    (root / "dog" / "notes.txt").write_text("no images here")
-    return root
-
-
-@pytest.mark.parametrize("args, expected", [
-    (["--data.fraction", "abc"], ["data.fraction='abc'", "allowed a float"]),
-    (["--model.foo", "1"], ["unknown key 'model.foo'", "allowed model.family, model.budget"]),
-    (["--model.familly", "vit"], ["unknown key 'model.familly' (did you mean 'model.family'?)",
-                                  "allowed model.family"]),
-    (["--data.seed", "-1"], ["seed=-1", "allowed integers >= 0"]),
-    (["--data.split_seed", "-1"], ["split_seed=-1", "allowed integers >= 0"]),
-    (["--seed_everything", "-1"], ["seed_everything=-1", "allowed true, false or integers 0..4294967295"]),
-    (["--trainer.max_steps", "0"], ["trainer.max_steps=0", "allowed -1 (no limit) or integers >= 1"]),
-    (["--trainer.max_epochs", "0"], ["trainer.max_epochs=0", "allowed -1 (no limit) or integers >= 1"]),
-    (["--data.dataset", "{images}"], ["class folder '{images}/dog' holds no images", "allowed image files", ".png"]),
-    (["--runs_dir", "{file}/runs"], ["cannot write to runs_dir '{file}/runs'", "is not a folder"]),
-    (["--model.family", "deit", "--model.teacher_checkpoint", "{file}"],
-     ["teacher_checkpoint '{file}' is not a readable checkpoint of this suite"]),
-    (["--model.family", "deit", "--model.teacher_checkpoint", "{file}.missing"],
-     ["teacher_checkpoint '{file}.missing' does not exist"]),
-    (["--model.lr", "-1"], ["lr=-1.0: allowed a learning rate > 0"]),
-])
-def test_bad_fit_input_is_one_line(fmnist_dir, make_dm, tmp_path, capsys, args, expected):
-    make_dm().num_classes  # the dataset decoded once beforehand: its first-use progress is not an error
+@pytest.fixture
+def scene(fmnist_dir, make_dm, tmp_path, capsys):
+    """The battery's files (tests/bad_inputs.py) on the small IDX data, decoded beforehand (its
+    first-use progress is not an error)."""
+    make_dm().num_classes
     capsys.readouterr()
-    runs, file = tmp_path / "runs", tmp_path / "file"
-    file.write_text("a file, not a folder")
-    names = {"images": str(image_folder(tmp_path / "images")), "file": str(file)}
-    base = ["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir", str(runs),
-            "--trainer.enable_progress_bar", "false"]
-    code = main(["fit", *base, *[a.format(**names) for a in args]])
-    assert_rejected(code, capsys, runs, *[e.format(**names) for e in expected])
-    assert not (file.parent / "file" / "runs").exists() and file.is_file()
+    return Scene(tmp_path, fmnist=fmnist_dir)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.label[:80])
+def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, case):
+    """Every case of the battery, in-process: one line naming the value, exit 2, no file written
+    (in runs_dir or beside it) and no planted code run."""
+    monkeypatch.setenv("FASHION_MNIST_DIR", scene.fill("{fmnist}"))
+    if case.plant:
+        from experiments.cli import resolve_run_dirs
+        target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
+        target.parent.mkdir(parents=True)
+        target.write_bytes(scene.paths["evil"].read_bytes())
+    before = tree_hashes(scene.root)
+    code = main(case.argv(scene))
+    line = one_error_line(capsys)
+    assert code == 2 and all(w in line for w in case.words(scene)), (code, line)
+    assert not scene.paths["pwned"].exists(), "the planted checkpoint ran its code"
+    written = {f for f, h in tree_hashes(scene.root).items() if before.get(f) != h}
+    assert written <= {"runs/tiny/.lock"}, sorted(written)  # a sweep's lock file, git-ignored
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -86,22 +70,6 @@ def test_bad_spec_is_one_line(tmp_path, capsys, text, expected):
     path, runs = tmp_path / "bad.yaml", tmp_path / "runs"
     path.write_text(text)
     assert_rejected(main(["sweep", "--spec", str(path), "--runs_dir", str(runs)]), capsys, runs, *expected)
-
-
-@pytest.mark.parametrize("args, expected", [
-    (["--jobs", "0"], ["--jobs 0: allowed integers >= 1"]),
-    (["--jobs", "-3"], ["--jobs -3: allowed integers >= 1"]),
-    (["--jobs", "abc"], ["argument --jobs: invalid int value: 'abc'"]),
-    (["--seeds", "-1"], ["seed -1 is negative: allowed integers >= 0"]),
-    (["--runs_dir", "{file}/runs"], ["cannot write to runs_dir '{file}/runs'", "is not a folder"]),
-])
-def test_bad_sweep_options_are_one_line(fmnist_dir, tmp_path, monkeypatch, capsys, args, expected):
-    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
-    path, runs, file = tmp_path / "tiny.yaml", tmp_path / "runs", tmp_path / "file"
-    path.write_text(yaml.safe_dump(SPEC))
-    file.write_text("a file, not a folder")
-    code = main(["sweep", "--spec", str(path), "--runs_dir", str(runs), *[a.format(file=file) for a in args]])
-    assert_rejected(code, capsys, runs, *[e.format(file=file) for e in expected])
 
 
 def test_help_still_prints_everything(capsys):
