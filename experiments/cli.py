@@ -15,15 +15,17 @@ import sys
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier
+from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
 
+from .run_checkpoint import RunCheckpoint
 from .run_identity import config_hash, evaluation_identity, folder_name, identity
 from .run_record import IDENTITY_FILE, RunRecord, read_summary
 
@@ -165,6 +167,11 @@ class SuiteCLI(LightningCLI):
                              "allowed only with validate and test")
         if path and path != "last" and not Path(path).is_file():
             raise ValueError(f"ckpt_path {path!r} does not exist")
+        if path and path != "last":
+            try:
+                read_checkpoint(path)  # weights only, before Lightning reads its hyper-parameters
+            except ValueError as e:
+                raise type(e)(f"ckpt_path {str(e).removeprefix('checkpoint ')}") from None
         try:
             super()._parse_ckpt_path()
         except Exception as e:
@@ -181,8 +188,8 @@ class SuiteCLI(LightningCLI):
                                                  default_hp_metric=False)
         callbacks = list(trainer_cfg.get("callbacks") or [])
         if trainer_cfg.get("enable_checkpointing", True) is not False:
-            callbacks += [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc",
-                                          mode="max", save_last=True, auto_insert_metric_name=False),
+            callbacks += [RunCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc",
+                                        mode="max", save_last=True, auto_insert_metric_name=False),
                           FinalCheckpoint(run_dir / "checkpoints" / "last.ckpt")]
         if trainer_cfg.get("enable_progress_bar", True) is not False and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
@@ -197,6 +204,8 @@ class SuiteCLI(LightningCLI):
             callbacks.append(RunRecord(run_dir, c["experiment"],
                                        evaluation=evaluation_identity(c, precision=precision, checkpoint=ckpt)))
         kwargs["callbacks"] = callbacks
+        # atomic writes and weights-only reads for every checkpoint this Trainer saves or restores
+        kwargs["plugins"] = [*(trainer_cfg.get("plugins") or []), SafeCheckpointIO()]
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
 
@@ -238,14 +247,14 @@ class SuiteCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.config_init["fit"]["test_after_fit"] and not self.trainer.interrupted:
             best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
 
     def _check_checkpoint_matches_data(self) -> None:
         """validate/test: the checkpoint's model must fit the data it is evaluated on."""
         path = self._cfg().get("ckpt_path")
         if not path:
             return
-        saved = torch.load(path, map_location="cpu", weights_only=False).get("hyper_parameters", {})
+        saved = read_checkpoint(path).get("hyper_parameters", {})
         dm = self.datamodule
         for key, value in (("num_classes", dm.num_classes), ("image_size", dm.image_size),
                            ("in_chans", dm.num_channels)):
@@ -337,9 +346,11 @@ def resumable_checkpoint(folder: Path) -> Path | None:
         if not path.exists():
             continue
         try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+            ckpt = read_checkpoint(path)
             if not {"state_dict", "loops", "global_step"} <= set(ckpt):
                 raise ValueError("not a training checkpoint")
+        except UnsafeCheckpointError:
+            raise  # a planted file, not a torn one: no fallback that would hide it
         except Exception as e:
             problems.append(f"{name}: {_first_line(e)}")
             continue
