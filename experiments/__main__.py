@@ -89,5 +89,5 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     # defence in depth: any torch.load in this process, even one that asks otherwise, reads weights only
-    os.environ.setdefault("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "1")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     sys.exit(main(sys.argv[1:]))

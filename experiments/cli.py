@@ -4,7 +4,9 @@ Every run gets a folder results/runs/<experiment>/<readable name>_<config hash>/
 TensorBoard events, the resolved config.yaml, identity.json (the settings the hash covers), the
 training subset's indices and checkpoints/{best,last}.ckpt. Started again with the same
 configuration, a fit skips a finished run and resumes an interrupted one exactly (the loader's
-position is in the checkpoint); one process at a time holds a run folder.
+position is in the checkpoint); one process at a time holds a run folder. Checkpoints are written
+atomically and read as weights only (modules/checkpoint_io.py); a moved folder keeps its names
+(run_checkpoint.py).
 """
 from __future__ import annotations
 
@@ -205,7 +207,7 @@ class SuiteCLI(LightningCLI):
                                        evaluation=evaluation_identity(c, precision=precision, checkpoint=ckpt)))
         kwargs["callbacks"] = callbacks
         # atomic writes and weights-only reads for every checkpoint this Trainer saves or restores
-        kwargs["plugins"] = [*(trainer_cfg.get("plugins") or []), SafeCheckpointIO()]
+        kwargs["plugins"] = [*given_plugins(trainer_cfg.get("plugins")), SafeCheckpointIO()]
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
 
@@ -272,6 +274,11 @@ class FinalCheckpoint(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         if not trainer.interrupted:
             trainer.save_checkpoint(self.path)
+
+
+def given_plugins(plugins) -> list:
+    """trainer.plugins as a list (the option takes one plugin or several)."""
+    return list(plugins) if isinstance(plugins, (list, tuple)) else [plugins] if plugins else []
 
 
 def world_size(trainer_cfg: dict) -> int:

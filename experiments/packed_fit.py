@@ -253,10 +253,10 @@ def _evaluation(m: Member, trainer) -> dict:
 
 def _trainer_kwargs(config: dict) -> dict:
     """The members' Trainer settings (theirs are equal), less what this runner supplies itself."""
-    from .cli import default_precision
+    from .cli import default_precision, given_plugins
     t = {k: v for k, v in config["trainer"].items()
          if k not in ("logger", "callbacks", "enable_checkpointing", "default_root_dir", "plugins")}
-    t["plugins"] = [*(config["trainer"].get("plugins") or []), SafeCheckpointIO()]  # atomic, weights-only
+    t["plugins"] = [*given_plugins(config["trainer"].get("plugins")), SafeCheckpointIO()]  # atomic, weights-only
     t["precision"] = t.get("precision") or default_precision()
     return t
 
