@@ -78,8 +78,9 @@ def main(argv: list[str]) -> int:
         if e.errno != errno.ENOSPC:
             raise
         # checkpoints and records are written through a temporary file: nothing truncated is left behind
-        print(f"error: cannot write {e.filename!r}: no space left on device; free some space and run the same "
-              "command again (it resumes from the last checkpoint)", file=sys.stderr)
+        what = f"cannot write {e.filename!r}" if e.filename else "cannot write"
+        print(f"error: {what}: no space left on device; free some space and run the same command again "
+              "(it resumes from the last checkpoint)", file=sys.stderr)
         return 2
     except FloatingPointError as e:  # recorded as diverged in the run's summary.json
         print(f"error: {e}", file=sys.stderr)

@@ -29,7 +29,7 @@ from modules.classifier import check_teacher_checkpoint
 
 from .run_checkpoint import RunCheckpoint
 from .run_identity import config_hash, evaluation_identity, folder_name, identity
-from .run_record import IDENTITY_FILE, RunRecord, read_summary
+from .run_record import IDENTITY_FILE, RunRecord, read_summary, write_json
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -340,7 +340,7 @@ def check_folder_identity(run_dir: Path, ident: dict) -> None:
             raise ValueError(f"run folder {str(run_dir)!r} holds another configuration ({k}: {stored.get(k)!r} there, "
                              f"{ident.get(k)!r} here, {len(diff)} key(s) differ): use another --run_name")
     elif rank_zero_only.rank == 0:
-        path.write_text(json.dumps({"hash": config_hash(ident), "identity": ident}, indent=1) + "\n")
+        write_json(path, {"hash": config_hash(ident), "identity": ident})  # atomic: a full disk leaves no torn file
 
 
 def resumable_checkpoint(folder: Path) -> Path | None:

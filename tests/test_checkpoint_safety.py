@@ -134,10 +134,11 @@ def _mount_tmpfs(folder: Path, size: str) -> None:
                     f"{out.stderr.strip()[:200]}")
 
 
-def test_full_disk_leaves_no_torn_checkpoint_and_resumes(cli, tmp_path, capsys):
+def test_full_disk_leaves_no_torn_checkpoint_and_resumes(cli, make_dm, tmp_path, capsys):
     """runs_dir on a 2 MB disk: the config and records fit, a ~6 MB checkpoint does not. The fit
     stops with one line naming the checkpoint, leaves neither a temporary nor a truncated file, and
     the same command finishes once the disk is larger."""
+    make_dm().num_classes  # the data decoded and cached before the command (its progress is not the error)
     disk = tmp_path / "runs"  # the cli fixture's runs_dir
     _mount_tmpfs(disk, "2m")
     try:
@@ -219,3 +220,22 @@ def test_resume_from_best_after_a_torn_last_keeps_the_names(cli, capsys):
     assert code == 0 and "resuming from best.ckpt" in capsys.readouterr().err
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert torch.load(last, weights_only=True)["global_step"] == 12
+
+
+def test_a_checkpoint_that_does_not_fit_keeps_the_old_one(tmp_path):
+    """atomic_save (every checkpoint, packed members' too) over an existing checkpoint on a full
+    disk: OSError naming the file, the old checkpoint whole, no temporary file."""
+    from modules.checkpoint_io import atomic_save
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "256k")
+    try:
+        path = disk / "best.ckpt"
+        atomic_save({"global_step": 4, "state_dict": {"w": torch.ones(8)}}, path)
+        with pytest.raises(OSError) as e:
+            atomic_save({"global_step": 6, "state_dict": {"w": torch.zeros(200_000)}}, path)
+        assert e.value.filename == str(path) and "No space" in e.value.strerror
+        old = torch.load(path, weights_only=True)
+        assert old["global_step"] == 4 and torch.equal(old["state_dict"]["w"], torch.ones(8))
+        assert sorted(p.name for p in disk.iterdir()) == ["best.ckpt"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
