@@ -237,8 +237,10 @@ class SuiteCLI(LightningCLI):
         if status == "diverged":
             raise FloatingPointError(f"{run_dir} diverged before ({summary.get('error', '')}): nothing to run")
         if status == "fitted":  # trained, test not yet recorded: only the test is left
+            best = run_dir / "checkpoints" / "best.ckpt"
+            read_checkpoint(best)  # a refused file is the only line printed
             print(f"{run_dir} is trained; testing its best checkpoint", file=sys.stderr)
-            self.trainer.checkpoint_callback.best_model_path = str(run_dir / "checkpoints" / "best.ckpt")
+            self.trainer.checkpoint_callback.best_model_path = str(best)
             return self.after_fit()
         resume = resumable_checkpoint(run_dir / "checkpoints")
         if resume is not None:
@@ -249,6 +251,8 @@ class SuiteCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.config_init["fit"]["test_after_fit"] and not self.trainer.interrupted:
             best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
+            if best:
+                read_checkpoint(best)  # a refused file is one line here, not a "failed" record of a trained run
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
 
     def _check_checkpoint_matches_data(self) -> None:

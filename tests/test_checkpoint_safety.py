@@ -239,3 +239,15 @@ def test_a_checkpoint_that_does_not_fit_keeps_the_old_one(tmp_path):
         assert sorted(p.name for p in disk.iterdir()) == ["best.ckpt"]
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_planted_best_checkpoint_of_a_trained_run_is_not_tested(cli, marker, capsys):
+    code, run_dir = cli("fit", "--model.family", "resnet", "--test_after_fit", "false")
+    assert code == 0 and json.loads((run_dir / "summary.json").read_text())["status"] == "fitted"
+    bad = _plant(run_dir / "checkpoints" / "best.ckpt", marker)
+    summary = (run_dir / "summary.json").read_bytes()
+    capsys.readouterr()
+    code, _ = cli("fit", "--model.family", "resnet")  # only the test of best.ckpt is left
+    assert code == 2 and not marker.exists()
+    _one_line(capsys, bad)
+    assert (run_dir / "summary.json").read_bytes() == summary
