@@ -14,7 +14,9 @@
   complexity measure cost against resolution and position-embedding interpolation (specs/complexity.yaml)
   tables     regenerate results/<experiment>.{csv,md,png} from the run folders
 """
+import errno
 import logging
+import os
 import sys
 
 DIVERGED = 3  # exit status of a run whose loss became NaN or inf
@@ -72,6 +74,14 @@ def main(argv: list[str]) -> int:
         print(f"error: cannot write {e.filename!r}: {e.strerror.lower()}" if e.filename and e.strerror
               else f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        # checkpoints and records are written through a temporary file: nothing truncated is left behind
+        what = f"cannot write {e.filename!r}" if e.filename else "cannot write"
+        print(f"error: {what}: no space left on device; free some space and run the same command again "
+              "(it resumes from the last checkpoint)", file=sys.stderr)
+        return 2
     except FloatingPointError as e:  # recorded as diverged in the run's summary.json
         print(f"error: {e}", file=sys.stderr)
         return DIVERGED
@@ -79,4 +89,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    # defence in depth: any torch.load in this process, even one that asks otherwise, reads weights only
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
     sys.exit(main(sys.argv[1:]))

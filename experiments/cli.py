@@ -4,7 +4,9 @@ Every run gets a folder results/runs/<experiment>/<readable name>_<config hash>/
 TensorBoard events, the resolved config.yaml, identity.json (the settings the hash covers), the
 training subset's indices and checkpoints/{best,last}.ckpt. Started again with the same
 configuration, a fit skips a finished run and resumes an interrupted one exactly (the loader's
-position is in the checkpoint); one process at a time holds a run folder.
+position is in the checkpoint); one process at a time holds a run folder. Checkpoints are written
+atomically and read as weights only (modules/checkpoint_io.py); a moved folder keeps its names
+(run_checkpoint.py).
 """
 from __future__ import annotations
 
@@ -15,18 +17,20 @@ import sys
 from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier
+from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
 
+from .run_checkpoint import RunCheckpoint
 from .run_identity import config_hash, evaluation_identity, folder_name, identity
 from .run_names import checked_name, inside
-from .run_record import IDENTITY_FILE, RunRecord, read_summary
+from .run_record import IDENTITY_FILE, RunRecord, read_summary, write_json
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -180,6 +184,11 @@ class SuiteCLI(LightningCLI):
                              "of this suite such as <runs_dir>/<experiment>/<run>/checkpoints/best.ckpt")
         if path and path != "last" and not Path(path).is_file():
             raise ValueError(f"ckpt_path {path!r} does not exist")
+        if path and path != "last":
+            try:
+                read_checkpoint(path)  # weights only, before Lightning reads its hyper-parameters
+            except ValueError as e:
+                raise type(e)(f"ckpt_path {str(e).removeprefix('checkpoint ')}") from None
         try:
             super()._parse_ckpt_path()
         except Exception as e:
@@ -200,8 +209,8 @@ class SuiteCLI(LightningCLI):
                                                  default_hp_metric=False)
         callbacks = list(trainer_cfg.get("callbacks") or [])
         if trainer_cfg.get("enable_checkpointing", True) is not False:
-            callbacks += [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc",
-                                          mode="max", save_last=True, auto_insert_metric_name=False),
+            callbacks += [RunCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc",
+                                        mode="max", save_last=True, auto_insert_metric_name=False),
                           FinalCheckpoint(run_dir / "checkpoints" / "last.ckpt")]
         if trainer_cfg.get("enable_progress_bar", True) is not False and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
@@ -216,6 +225,8 @@ class SuiteCLI(LightningCLI):
             callbacks.append(RunRecord(run_dir, c["experiment"],
                                        evaluation=evaluation_identity(c, precision=precision, checkpoint=ckpt)))
         kwargs["callbacks"] = callbacks
+        # atomic writes and weights-only reads for every checkpoint this Trainer saves or restores
+        kwargs["plugins"] = [*given_plugins(trainer_cfg.get("plugins")), SafeCheckpointIO()]
         kwargs.setdefault("default_root_dir", str(run_dir))
         return super().instantiate_trainer(**kwargs)
 
@@ -244,8 +255,10 @@ class SuiteCLI(LightningCLI):
         if status == "diverged":
             raise FloatingPointError(f"{run_dir} diverged before ({summary.get('error', '')}): nothing to run")
         if status == "fitted":  # trained, test not yet recorded: only the test is left
+            best = run_dir / "checkpoints" / "best.ckpt"
+            read_checkpoint(best)  # a refused file is the only line printed
             print(f"{run_dir} is trained; testing its best checkpoint", file=sys.stderr)
-            self.trainer.checkpoint_callback.best_model_path = str(run_dir / "checkpoints" / "best.ckpt")
+            self.trainer.checkpoint_callback.best_model_path = str(best)
             return self.after_fit()
         resume = resumable_checkpoint(run_dir / "checkpoints")
         if resume is not None:
@@ -256,14 +269,16 @@ class SuiteCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.config_init["fit"]["test_after_fit"] and not self.trainer.interrupted:
             best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+            if best:
+                read_checkpoint(best)  # a refused file is one line here, not a "failed" record of a trained run
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
 
     def _check_checkpoint_matches_data(self) -> None:
         """validate/test: the checkpoint's model must fit the data it is evaluated on."""
         path = self._cfg().get("ckpt_path")
         if not path:
             return
-        saved = checkpoint_hyper_parameters(path)
+        saved = read_checkpoint(path).get("hyper_parameters", {})
         dm = self.datamodule
         for key, value in (("num_classes", dm.num_classes), ("image_size", dm.image_size),
                            ("in_chans", dm.num_channels)):
@@ -283,9 +298,9 @@ class FinalCheckpoint(Callback):
             trainer.save_checkpoint(self.path)
 
 
-def checkpoint_hyper_parameters(path) -> dict:
-    """The model hyper-parameters saved in a checkpoint: plain data, so read without unpickling code."""
-    return torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
+def given_plugins(plugins) -> list:
+    """trainer.plugins as a list (the option takes one plugin or several)."""
+    return list(plugins) if isinstance(plugins, (list, tuple)) else [plugins] if plugins else []
 
 
 def world_size(trainer_cfg: dict) -> int:
@@ -347,7 +362,7 @@ def check_folder_identity(run_dir: Path, ident: dict) -> None:
             raise ValueError(f"run folder {str(run_dir)!r} holds another configuration ({k}: {stored.get(k)!r} there, "
                              f"{ident.get(k)!r} here, {len(diff)} key(s) differ): use another --run_name")
     elif rank_zero_only.rank == 0:
-        path.write_text(json.dumps({"hash": config_hash(ident), "identity": ident}, indent=1) + "\n")
+        write_json(path, {"hash": config_hash(ident), "identity": ident})  # atomic: a full disk leaves no torn file
 
 
 def resumable_checkpoint(folder: Path) -> Path | None:
@@ -360,9 +375,11 @@ def resumable_checkpoint(folder: Path) -> Path | None:
         if not path.exists():
             continue
         try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+            ckpt = read_checkpoint(path)
             if not {"state_dict", "loops", "global_step"} <= set(ckpt):
                 raise ValueError("not a training checkpoint")
+        except UnsafeCheckpointError:
+            raise  # a planted file, not a torn one: no fallback that would hide it
         except Exception as e:
             problems.append(f"{name}: {_first_line(e)}")
             continue

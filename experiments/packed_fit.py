@@ -29,6 +29,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
+from modules.checkpoint_io import SafeCheckpointIO, read_checkpoint
 
 from .run_identity import config_hash, evaluation_identity
 from .run_record import RunRecord, read_summary, record_summary
@@ -252,9 +253,10 @@ def _evaluation(m: Member, trainer) -> dict:
 
 def _trainer_kwargs(config: dict) -> dict:
     """The members' Trainer settings (theirs are equal), less what this runner supplies itself."""
-    from .cli import default_precision
+    from .cli import default_precision, given_plugins
     t = {k: v for k, v in config["trainer"].items()
-         if k not in ("logger", "callbacks", "enable_checkpointing", "default_root_dir")}
+         if k not in ("logger", "callbacks", "enable_checkpointing", "default_root_dir", "plugins")}
+    t["plugins"] = [*given_plugins(config["trainer"].get("plugins")), SafeCheckpointIO()]  # atomic, weights-only
     t["precision"] = t.get("precision") or default_precision()
     return t
 
@@ -307,8 +309,11 @@ def _train(members: list[Member], callbacks: tuple = ()) -> None:
     trainer = L.Trainer(**_trainer_kwargs(first), logger=False, callbacks=[records, group_ckpt, *callbacks],
                         default_root_dir=str(gdir))
     last = gdir / "checkpoints" / "last.ckpt"
+    if last.exists():
+        read_checkpoint(last)  # one line naming the file, before anything is built from it
     L.seed_everything(first["seed_everything"], verbose=False)
-    trainer.fit(packed, datamodule=PackedDataModule(dms), ckpt_path=str(last) if last.exists() else None)
+    trainer.fit(packed, datamodule=PackedDataModule(dms), ckpt_path=str(last) if last.exists() else None,
+                weights_only=True)
 
 
 def _test(m: Member) -> None:
@@ -316,7 +321,9 @@ def _test(m: Member) -> None:
     from .cli import default_precision
     c = m.config
     precision = c["trainer"].get("precision") or default_precision()
-    model = ImageClassifier.load_from_checkpoint(m.run_dir / "checkpoints" / "best.ckpt", map_location="cpu")
+    best = m.run_dir / "checkpoints" / "best.ckpt"
+    read_checkpoint(best)  # one line naming the file
+    model = ImageClassifier.load_from_checkpoint(best, map_location="cpu", weights_only=True)
     record = RunRecord(m.run_dir, c["experiment"], identity=m.identity,
                        evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt"))
     trainer = L.Trainer(precision=precision, logger=False, callbacks=[record], enable_progress_bar=False,

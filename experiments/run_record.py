@@ -43,8 +43,12 @@ def read_json(path: Path, hint: str = "") -> dict:
 
 def write_json(path: Path, record: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)  # atomic: a killed run never leaves half a file
+    try:
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)  # atomic: a killed run never leaves half a file
+    except OSError as e:  # a full disk: the old record stays whole, no half-written .tmp stays behind
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, invocation: dict | None,

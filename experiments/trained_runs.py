@@ -16,11 +16,14 @@ FIT = "`python -m experiments fit`"
 def load_classifier(run_dir: str | Path):
     """The run's ImageClassifier from checkpoints/best.ckpt, on CPU, in eval mode (no teacher)."""
     from modules import ImageClassifier
+    from modules.checkpoint_io import read_checkpoint
     ckpt = Path(run_dir) / "checkpoints" / "best.ckpt"
     if not ckpt.is_file():
         raise ValueError(f"checkpoint {str(ckpt)!r} does not exist: allowed a run folder written by {FIT}")
+    read_checkpoint(ckpt)  # weights only: refuses, in one line, a file that holds code
     try:
-        return ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", teacher_checkpoint=None).eval()
+        return ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True,
+                                                    teacher_checkpoint=None).eval()
     except Exception as e:
         text = str(e).strip()
         raise ValueError(f"checkpoint {str(ckpt)!r} is not a readable checkpoint of this suite "

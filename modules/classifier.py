@@ -5,6 +5,7 @@ Families differ only in what `build_model` returns; DeiT differs in its loss (di
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -15,6 +16,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError
 
+from .checkpoint_io import read_checkpoint
 from .complexity import count_flops, count_params
 from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
 from .optim import adamw_warmup_cosine
@@ -336,21 +338,22 @@ def _drain(*collections: MetricCollection) -> dict[str, torch.Tensor]:
 def check_teacher_checkpoint(path: str) -> None:
     """One clear error for a teacher checkpoint that is missing or not one this suite wrote (the CLI
     calls it before building anything, so the error is the only line printed)."""
+    if not Path(path).exists():
+        raise ValueError(f"teacher_checkpoint {path!r} does not exist")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        if not isinstance(ckpt, dict) or not {"state_dict", "hyper_parameters"} <= set(ckpt):
-            raise ValueError("no state_dict and hyper_parameters")
-    except FileNotFoundError:
-        raise ValueError(f"teacher_checkpoint {path!r} does not exist") from None
-    except Exception as e:
+        ckpt = read_checkpoint(path)  # weights only: a teacher file never runs code
+    except ValueError as e:
+        raise type(e)(f"teacher_{e}") from None  # "teacher_checkpoint '<path>' is ..."
+    if not {"state_dict", "hyper_parameters"} <= set(ckpt):
         raise ValueError(f"teacher_checkpoint {path!r} is not a readable checkpoint of this suite "
-                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+                         "(ValueError: no state_dict and hyper_parameters)")
 
 
 def load_teacher(path: str, student_hparams) -> nn.Module:
     """The frozen network of a checkpoint this suite wrote; one clear error if it is not one."""
     check_teacher_checkpoint(path)
-    teacher = ImageClassifier.load_from_checkpoint(path, map_location="cpu", teacher_checkpoint=None)
+    teacher = ImageClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True,
+                                               teacher_checkpoint=None)
     t = teacher.hparams
     for k in ("num_classes", "image_size", "in_chans"):
         if t[k] != student_hparams[k]:

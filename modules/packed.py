@@ -25,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
+from .checkpoint_io import atomic_save
 from .classifier import ImageClassifier, load_teacher
 from .optim import param_groups, warmup_cosine
 from .registry import use_fused_attention
@@ -274,7 +275,7 @@ class PackedClassifier(L.LightningModule):
         if self.teacher_checkpoints is not None:
             hp["teacher_checkpoint"] = str(self.teacher_checkpoints[k])
         hp.update(hparams or {})
-        torch.save({"state_dict": {f"model.{n}": t for n, t in self.member_state_dict(k).items()},
+        atomic_save({"state_dict": {f"model.{n}": t for n, t in self.member_state_dict(k).items()},
                     "hyper_parameters": hp, "hparams_name": "kwargs", "complexity": self.complexity,
                     "val_acc_best": None, "epoch": self.current_epoch, "global_step": self.global_step,
                     "pytorch-lightning_version": L.__version__, "packed": {"member": k, "seed": self.seeds[k]},

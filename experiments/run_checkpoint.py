@@ -1,0 +1,45 @@
+"""RunCheckpoint: the ModelCheckpoint of a run folder, whose files are always checkpoints/best.ckpt
+and checkpoints/last.ckpt, also when the folder was moved or copied elsewhere and resumed there.
+
+Lightning's ModelCheckpoint restores its best score and paths only when the saved dirpath equals
+the current one, and it appends -v1 to a name whose file already exists; so a moved run folder
+resumed would write best-v1.ckpt and last-v1.ckpt beside a best.ckpt that no longer follows the
+best validation. Here the saved paths are re-rooted onto the current folder and names never get
+a version suffix.
+"""
+from __future__ import annotations
+
+import os
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+class RunCheckpoint(ModelCheckpoint):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs, enable_version_counter=False)  # best.ckpt is overwritten, never best-v1.ckpt
+
+    @property
+    def state_key(self) -> str:
+        # stored under ModelCheckpoint's own key: checkpoints written before this class resume with their state
+        return "ModelCheckpoint" + super().state_key.removeprefix(type(self).__qualname__)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and os.path.normpath(old) != os.path.normpath(self.dirpath):
+            state_dict = self._rerooted(state_dict, old)
+        super().load_state_dict(state_dict)
+
+    def _rerooted(self, state: dict, old: str) -> dict:
+        """The state with every path under the old folder moved under the current one (a path elsewhere
+        is kept: it is no file of this run)."""
+        def move(path):
+            if not path or os.path.dirname(os.path.normpath(path)) != os.path.normpath(old):
+                return path
+            return os.path.join(self.dirpath, os.path.basename(path))
+        state = dict(state, dirpath=self.dirpath)
+        for key in ("best_model_path", "last_model_path", "kth_best_model_path"):
+            if key in state:
+                state[key] = move(state[key])
+        if "best_k_models" in state:
+            state["best_k_models"] = {move(p): v for p, v in state["best_k_models"].items()}
+        return state

@@ -1,0 +1,89 @@
+"""How this suite reads and writes checkpoint files.
+
+Reading: weights only. A checkpoint is a pickle, and an ordinary pickle can run any code while it
+is read, so every load goes through torch's weights-only unpickler (an allow-list of tensors and
+plain values: all a Lightning checkpoint of this suite holds); a file holding anything else is
+refused in one line naming it (read_checkpoint, and SafeCheckpointIO for Lightning's own loads).
+
+Writing: atomic. A checkpoint is serialised in memory, written to a temporary file beside its
+final name and moved over it with os.replace, so a full disk or a kill mid-write never leaves a
+truncated file under a name that a resume, a teacher path or a table reads (atomic_save).
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+from pathlib import Path
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint that holds more than weights and plain values: refused, never run."""
+
+
+def read_checkpoint(path, map_location="cpu") -> dict:
+    """The checkpoint at `path`, read as weights only (onto the CPU unless `map_location` says
+    otherwise, as torch.load takes it); one-line ValueError naming the
+    file when it is missing, unreadable, not a dict, or holds code or objects (UnsafeCheckpointError)."""
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {str(path)!r} does not exist") from None
+    except pickle.UnpicklingError as e:
+        # torch's message spans lines and suggests weights_only=False, which is exactly what must not happen
+        text = str(e)
+        code = re.search(r"(Unsupported global: GLOBAL \S+|Trying to call reduce for unrecognized function \S+)", text)
+        if code:
+            raise UnsafeCheckpointError(
+                f"checkpoint {str(path)!r} is refused: it holds code or objects other than tensors and plain values "
+                f"({code[1].rstrip('.')}); checkpoints are read as weights only") from None
+        found = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)  # torn or not a pickle: e.g. an unknown opcode
+        raise ValueError(f"checkpoint {str(path)!r} is not a readable checkpoint of this suite "
+                         f"(UnpicklingError: {found[1].strip() if found else text.splitlines()[0]})") from None
+    except Exception as e:
+        text = str(e).strip()
+        raise ValueError(f"checkpoint {str(path)!r} is not a readable checkpoint of this suite "
+                         f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"checkpoint {str(path)!r} is not a readable checkpoint of this suite "
+                         f"(holds a {type(ckpt).__name__}, not a dict)")
+    return ckpt
+
+
+def atomic_save(checkpoint: dict, path) -> None:
+    """torch.save to `path` through `path`.tmp and os.replace; on any failure the temporary file is
+    removed and the old file (if any) stays as it was. An OSError (a full disk) names `path`."""
+    path = Path(path)
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)  # in memory first: torch.save into a full disk fails as a RuntimeError
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint plugin for every Trainer of the suite: atomic writes, weights-only reads
+    (whatever a caller passes as weights_only)."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict:
+        return read_checkpoint(path, map_location=map_location)
