@@ -244,7 +244,7 @@ class SuiteCLI(LightningCLI):
             lock.close()  # releases the lock (the OS also does, should this process die)
 
     def _fit_unless_finished(self, run_dir: Path) -> None:
-        check_folder_identity(run_dir, self.identity())
+        check_folder_identity(run_dir, self.identity(), write=False)
         summary = read_summary(run_dir) or {}
         status = summary.get("status")
         if status == "done":
@@ -264,6 +264,8 @@ class SuiteCLI(LightningCLI):
         if resume is not None:
             print(f"resuming from {resume}", file=sys.stderr)
             self.config_init["fit"]["ckpt_path"] = str(resume)
+        # recorded once the folder's checkpoints are known to be readable: a refused one leaves no trace
+        check_folder_identity(run_dir, self.identity())
         super()._run_subcommand("fit")
 
     def after_fit(self) -> None:
@@ -347,8 +349,9 @@ def lock_run_folder(run_dir: Path):
     return handle
 
 
-def check_folder_identity(run_dir: Path, ident: dict) -> None:
-    """A folder is resumed only by the configuration it was started with."""
+def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> None:
+    """A folder is resumed only by the configuration it was started with; a new folder records it
+    (unless `write` is False: the caller records it once it knows the run will go ahead)."""
     path = run_dir / IDENTITY_FILE
     if path.exists():
         try:
@@ -361,7 +364,7 @@ def check_folder_identity(run_dir: Path, ident: dict) -> None:
             k = diff[0]
             raise ValueError(f"run folder {str(run_dir)!r} holds another configuration ({k}: {stored.get(k)!r} there, "
                              f"{ident.get(k)!r} here, {len(diff)} key(s) differ): use another --run_name")
-    elif rank_zero_only.rank == 0:
+    elif write and rank_zero_only.rank == 0:
         write_json(path, {"hash": config_hash(ident), "identity": ident})  # atomic: a full disk leaves no torn file
 
 

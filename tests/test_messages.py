@@ -54,7 +54,9 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     assert code == 2 and all(w in line for w in case.words(scene)), (code, line)
     assert not scene.paths["pwned"].exists(), "the planted checkpoint ran its code"
     written = {f for f, h in tree_hashes(scene.root).items() if before.get(f) != h}
-    assert written <= {"runs/tiny/.lock"}, sorted(written)  # a sweep's lock file, git-ignored
+    # at most the (git-ignored) lock of a folder that existed before: the one a planted checkpoint sits in
+    assert all(f.endswith("/.lock") and any(b.startswith(f[:-len(".lock")]) for b in before) for f in written), \
+        sorted(written)
 
 
 @pytest.mark.parametrize("text, expected", [
