@@ -202,6 +202,8 @@ class SuiteCLI(LightningCLI):
             self._check_checkpoint_matches_data()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
+        if self.subcommand == "fit" and (run_dir / "checkpoints").is_dir():
+            resumable_checkpoint(run_dir / "checkpoints", quiet=True)  # a refused file: its line comes first
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
@@ -368,10 +370,10 @@ def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> Non
         write_json(path, {"hash": config_hash(ident), "identity": ident})  # atomic: a full disk leaves no torn file
 
 
-def resumable_checkpoint(folder: Path) -> Path | None:
+def resumable_checkpoint(folder: Path, quiet: bool = False) -> Path | None:
     """last.ckpt, or best.ckpt when last.ckpt is unreadable (training is deterministic, so resuming
     from an earlier step reaches the same end); None when neither exists; one clear line when no
-    checkpoint there can be read."""
+    checkpoint there can be read. quiet: a check beforehand, which keeps the fallback's warning for later."""
     problems = []
     for name in ("last.ckpt", "best.ckpt"):
         path = folder / name
@@ -386,7 +388,7 @@ def resumable_checkpoint(folder: Path) -> Path | None:
         except Exception as e:
             problems.append(f"{name}: {_first_line(e)}")
             continue
-        if problems:
+        if problems and not quiet:
             print(f"warning: {problems[0]}; resuming from {name} (step {ckpt['global_step']}) instead",
                   file=sys.stderr)
         return path

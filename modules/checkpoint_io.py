@@ -15,6 +15,7 @@ import io
 import os
 import pickle
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -30,7 +31,9 @@ def read_checkpoint(path, map_location="cpu") -> dict:
     otherwise, as torch.load takes it); one-line ValueError naming the
     file when it is missing, unreadable, not a dict, or holds code or objects (UnsafeCheckpointError)."""
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch's note on an old pickle protocol is not this suite's line
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"checkpoint {str(path)!r} does not exist") from None
     except pickle.UnpicklingError as e:

@@ -5,8 +5,9 @@ error line must hold. tests/test_messages.py runs each case in-process; tests/sa
 A case is (command, arguments, expected substrings). `{name}` in an argument or an expected text is
 a path the battery makes beforehand (see `Scene`): fmnist (small IDX data), runs (the private
 runs_dir, empty), file (a plain file), images (a class folder without images), badimg (a class
-folder with a truncated PNG), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a
-pickle whose loading would create the file `pwned`), pwned (that file), out (a folder outside runs).
+folder with a truncated PNG), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a torch
+checkpoint whose unpickling would create the file `pwned`), evil_raw (the same as a bare pickle),
+pwned (that file), out (a folder outside runs).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
 from PIL import Image
 
@@ -100,14 +102,16 @@ FIT = [
         expect=("is not a readable image", "{badimg}/dog/0.png")),
     fit("--config", "{yaml}", expect="{yaml}"),
     # a checkpoint that would run code when unpickled: refused, named, and never run
-    fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil}", expect="{evil}"),
-    Case("fit", ("--model.family", "vit"), ("last.ckpt",), plant="checkpoints/last.ckpt"),
+    fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil}", expect=("{evil}", "is refused")),
+    fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil_raw}", expect="{evil_raw}"),
+    Case("fit", ("--model.family", "vit"), ("last.ckpt", "is refused"), plant="checkpoints/last.ckpt"),
 ]
 
 TEST = [
     Case("test", (), ("ckpt_path=None: test needs --ckpt_path",)),
     Case("validate", (), ("ckpt_path=None: validate needs --ckpt_path",)),
-    Case("test", ("--ckpt_path", "{evil}"), ("{evil}",)),
+    Case("test", ("--ckpt_path", "{evil}"), ("{evil}", "is refused")),
+    Case("test", ("--ckpt_path", "{evil_raw}"), ("{evil_raw}",)),
 ]
 
 SWEEP = [
@@ -127,7 +131,7 @@ class Scene:
     def __init__(self, root: Path, fmnist: Path | None = None):
         self.root = root
         self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml",
-                      "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "pwned": root / "pwned",
+                      "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
                       "out": root / "outside"}
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
@@ -135,7 +139,9 @@ class Scene:
         self.paths["file"].write_text("a file, not a folder")
         self.paths["yaml"].write_text("model: [unclosed\n")
         self.paths["spec"].write_text(yaml.safe_dump(TINY_SPEC))
-        self.paths["evil"].write_bytes(pickle.dumps(_Planted(str(self.paths["pwned"]))))
+        # the attack in torch's own file format (what a shared .ckpt is), and as a bare pickle
+        torch.save({"state_dict": {}, "hyper_parameters": _Planted(str(self.paths["pwned"]))}, self.paths["evil"])
+        self.paths["evil_raw"].write_bytes(pickle.dumps(_Planted(str(self.paths["pwned"]))))
 
     def fill(self, text: str) -> str:
         return text.format(**{k: str(v) for k, v in self.paths.items()})

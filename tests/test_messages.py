@@ -87,3 +87,16 @@ def test_a_folder_that_cannot_be_written_is_one_line(monkeypatch, capsys):
         raise PermissionError(13, "Permission denied", "/runs/t")
     monkeypatch.setattr(experiments.families, "main", fail)
     assert main(["families"]) == 2 and one_error_line(capsys) == "error: cannot write '/runs/t': permission denied"
+
+
+def test_the_planted_checkpoint_is_a_real_attack(tmp_path, fmnist_dir):
+    """What the battery's refusals guard against: read as an ordinary pickle, each planted file runs
+    its code (here, creating a file)."""
+    import pickle
+    import torch
+    scene = Scene(tmp_path, fmnist=fmnist_dir)
+    for name, load in (("evil", lambda f: torch.load(f, weights_only=False)),
+                       ("evil_raw", lambda f: pickle.loads(f.read_bytes()))):
+        scene.paths["pwned"].unlink(missing_ok=True)
+        load(scene.paths[name])
+        assert scene.paths["pwned"].exists(), name
