@@ -11,12 +11,20 @@ import numpy as np
 import torch
 
 from .batch_augment import AugmentConfig, BatchAugment
-from .sources import FASHION_MNIST, load_decoded
+from .sources import FASHION_MNIST, FASHION_MNIST_CLASSES, load_decoded
 from .splits import default_val_size, resolve_train_size, split_train_val, training_subset
 from .tensor_loader import TensorBatchLoader
 
 # Datasets whose classes change meaning under a mirror (digits); everything else flips.
 NO_HFLIP = {"mnist", "ylecun/mnist", "svhn", "ufldl-stanford/svhn", "emnist"}
+
+
+def fixed_shape(dataset: str, resize_to: int | None) -> dict[str, int] | None:
+    """num_classes, image_size and in_chans of a dataset whose shape is known without loading it
+    (Fashion-MNIST, whose first use would decode or download it); None for any other."""
+    if dataset != FASHION_MNIST:
+        return None
+    return {"num_classes": len(FASHION_MNIST_CLASSES), "image_size": resize_to or 28, "in_chans": 1}
 
 
 class ImageClassificationDataModule(L.LightningDataModule):
@@ -115,6 +123,11 @@ class ImageClassificationDataModule(L.LightningDataModule):
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+    def shape(self) -> dict[str, int]:
+        """num_classes, image_size and in_chans (loads the data unless they are fixed)."""
+        return fixed_shape(self.dataset, self._load_args["image_size"]) \
+            or {"num_classes": self.num_classes, "image_size": self.image_size, "in_chans": self.num_channels}
 
     # ---- splits ----
     @cached_property

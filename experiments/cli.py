@@ -23,6 +23,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
+from datamodules.image_classification import fixed_shape
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
@@ -135,9 +136,11 @@ class SuiteCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """fit: trainer limits that would train nothing, and a run folder that cannot be written,
-        rejected before any data is loaded."""
+        rejected before any data is loaded; validate/test: a checkpoint that cannot fit data of a
+        fixed shape, before that data is decoded or downloaded (the model is built from its shape)."""
         if self.subcommand != "fit":
-            return
+            data = self._cfg()["data"]
+            return self._check_checkpoint_matches_data(fixed_shape(data["dataset"], data.get("resize_to")))
         trainer = self._cfg()["trainer"]
         for key, value in (("max_steps", trainer.get("max_steps")), ("max_epochs", trainer.get("max_epochs"))):
             if value is not None and (value == 0 or value < -1):
@@ -197,9 +200,9 @@ class SuiteCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         # the data is built, nothing else yet: no trainer output, no folder
-        self.datamodule.check_sizes()
         if self.subcommand != "fit":
             self._check_checkpoint_matches_data()
+        self.datamodule.check_sizes()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
         if self.subcommand == "fit" and (run_dir / "checkpoints").is_dir():
@@ -277,18 +280,18 @@ class SuiteCLI(LightningCLI):
                 read_checkpoint(best)  # a refused file is one line here, not a "failed" record of a trained run
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
 
-    def _check_checkpoint_matches_data(self) -> None:
-        """validate/test: the checkpoint's model must fit the data it is evaluated on."""
+    def _check_checkpoint_matches_data(self, shape: dict | None = None) -> None:
+        """validate/test: the checkpoint's model must fit the data it is evaluated on (`shape`, or the
+        built DataModule's)."""
         path = self._cfg().get("ckpt_path")
-        if not path:
+        if not path or (shape is None and getattr(self, "datamodule", None) is None):
             return
         saved = read_checkpoint(path).get("hyper_parameters", {})
-        dm = self.datamodule
-        for key, value in (("num_classes", dm.num_classes), ("image_size", dm.image_size),
-                           ("in_chans", dm.num_channels)):
+        for key, value in (shape or self.datamodule.shape()).items():
             if key in saved and saved[key] != value:
                 raise ValueError(f"ckpt_path {path!r} was trained with {key}={saved[key]}, but data.dataset "
-                                 f"{dm.dataset!r} has {key}={value}: evaluate it on the data it was trained on")
+                                 f"{self._cfg()['data']['dataset']!r} has {key}={value}: evaluate it on the data "
+                                 "it was trained on")
 
 
 class FinalCheckpoint(Callback):

@@ -99,6 +99,19 @@ def test_checkpoint_data_mismatch_comes_before_the_trainer(fmnist_dir, make_dm, 
     assert not (tmp_path / "runs").exists()
 
 
+def test_checkpoint_data_mismatch_comes_before_decoding(fmnist_dir, tmp_path, capfd, monkeypatch):
+    """Fashion-MNIST not yet decoded (a fresh cache): the mismatch is the only line, with no decoding
+    progress (or hub download) before it, and nothing is decoded."""
+    monkeypatch.setenv("VIT_FAMILIES_CACHE", str(tmp_path / "fresh-cache"))
+    ckpt = tmp_path / "big.ckpt"
+    torch.save({"hyper_parameters": {"family": "resnet", "num_classes": 10, "image_size": 32, "in_chans": 3}}, ckpt)
+    code = main(["test", "--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir", str(tmp_path / "runs"),
+                 "--ckpt_path", str(ckpt)])
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.strip()]
+    assert code == 2 and len(lines) == 1 and "image_size=32" in lines[0] and "image_size=28" in lines[0], lines
+    assert not (tmp_path / "fresh-cache").exists() and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("command, name", [("sweep", "../../x"), ("sweep", "/abs/x"), ("distill", "a/b")])
 def test_spec_name_is_one_folder(tmp_path, capsys, command, name):
     spec = {**SPEC, "name": name}
