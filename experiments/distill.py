@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
+from .experiment_lock import hold_experiment
 from .provenance import git_commit, hardware, versions
 from .run_record import read_json, write_json, write_profile_record
 from .spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
@@ -267,49 +269,51 @@ def main(argv: list[str]) -> int:
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     read_json(exp_dir / RECORD, hint=f": delete it and run make exp-{NAME} again")  # corrupt: stop before any work
     pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
-    start = time.perf_counter()
-    results: dict[str, str] = {}
+    # the plan is made under the experiment's lock, so a second invocation finds the first one's runs
+    # finished; the dry run writes nothing, not even the lock file
+    with nullcontext() if a.dry_run else hold_experiment(exp_dir):
+        start = time.perf_counter()
+        results: dict[str, str] = {}
 
-    launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
-    launcher = _launcher(jobs)
+        launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
+        launcher = _launcher(jobs)
 
-    def counted(r: Run) -> int:
-        launched.append(r.name)
-        return launcher(r)
+        def counted(r: Run) -> int:
+            launched.append(r.name)
+            return launcher(r)
 
-    def run(runs: list[Run]) -> None:
-        if runs and not a.dry_run:
-            results.update(run_sweep(runs, jobs=jobs, launcher=counted))
+        def run(runs: list[Run]) -> None:
+            if runs and not a.dry_run:
+                results.update(run_sweep(runs, jobs=jobs, launcher=counted))
 
-    trials = tuning_runs(spec, axes, runs_dir, pool)
-    run(trials)
-    choices, _ = choose_lrs(trials)
-    teachers = teacher_runs(spec, axes, runs_dir, pool, choices)
-    run(teachers)
-    students = student_runs(spec, axes, runs_dir, pool, choices, teachers)
-    run(students)
-    if a.dry_run:
-        for title, runs in (("tune", trials), ("teachers", teachers), ("students", students)):
-            print_plan(title, runs, axes)
-        waiting = [f for f in [*axes["teachers"], axes["student"]]
-                   if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
-        if waiting:
-            print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
-        return 0
-    probed = probes_stage(students, teachers, axes["probe_images"])
-    results.update({f"probes {k}": v for k, v in probed.items()})
-    wall = time.perf_counter() - start
-    counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
-    print(f"distill ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
-          + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    # the wall time of a whole profile that trained something (a rerun that only finds finished runs keeps it)
-    ran = bool(launched) or any(v == "probed" for v in probed.values())
-    whole = a.fractions is None and a.seeds is None and ran
-    write_record(exp_dir, spec, axes, pool, trials, choices, teachers, students,
-                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs} if whole else None,
-                 ran=ran)
-    ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
-    return 0 if ok and not _missing(axes, teachers, students) else 1
+        trials = tuning_runs(spec, axes, runs_dir, pool)
+        run(trials)
+        choices, _ = choose_lrs(trials)
+        teachers = teacher_runs(spec, axes, runs_dir, pool, choices)
+        run(teachers)
+        students = student_runs(spec, axes, runs_dir, pool, choices, teachers)
+        run(students)
+        if a.dry_run:
+            for title, runs in (("tune", trials), ("teachers", teachers), ("students", students)):
+                print_plan(title, runs, axes)
+            waiting = [f for f in [*axes["teachers"], axes["student"]]
+                       if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
+            if waiting:
+                print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
+            return 0
+        probed = probes_stage(students, teachers, axes["probe_images"])
+        results.update({f"probes {k}": v for k, v in probed.items()})
+        wall = time.perf_counter() - start
+        counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
+        print(f"distill ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
+              + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        # the wall time of a whole profile that trained something (a rerun that only finds finished runs keeps it)
+        ran = bool(launched) or any(v == "probed" for v in probed.values())
+        whole = a.fractions is None and a.seeds is None and ran
+        timed = {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs}
+        write_record(exp_dir, spec, axes, pool, trials, choices, teachers, students, timed if whole else None, ran=ran)
+        ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
+        return 0 if ok and not _missing(axes, teachers, students) else 1
 
 
 def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from rich.progress import Progress
 from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 
+from .experiment_lock import hold_experiment
 from .probe_run import PARTS, RESULT, probe_run
 from .provenance import git_commit, hardware, versions
 from .run_identity import config_hash
@@ -389,54 +391,57 @@ def main(argv: list[str]) -> int:
     dm = ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])
     check_ablations(spec, axes, dm.image_size, dm.num_channels, dm.num_classes)
     pool = len(dm._splits["pool"])
-    start = time.perf_counter()
-    results: dict[str, str] = {}
-    launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
-    launcher = _launcher(jobs, runs_dir)
+    # the plan is made under the experiment's lock, so a second invocation finds the first one's runs
+    # finished; the dry run writes nothing, not even the lock file
+    with nullcontext() if a.dry_run else hold_experiment(exp_dir):
+        start = time.perf_counter()
+        results: dict[str, str] = {}
+        launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
+        launcher = _launcher(jobs, runs_dir)
 
-    def counted(r: Run) -> int:
-        launched.append(r.name)
-        return launcher(r)
+        def counted(r: Run) -> int:
+            launched.append(r.name)
+            return launcher(r)
 
-    def run(runs: list[Run]) -> None:
-        if runs and not a.dry_run:
-            results.update(run_sweep(runs, jobs=jobs, launcher=counted))
+        def run(runs: list[Run]) -> None:
+            if runs and not a.dry_run:
+                results.update(run_sweep(runs, jobs=jobs, launcher=counted))
 
-    plans = []  # per budget: its axes, lr choices, tuning trials, family runs, ablation runs
-    for budget in axes["budgets"]:
-        ax = {**axes, "budget": budget}
-        choices, trials = plan_tuning(spec, ax, runs_dir, pool, run=None if a.dry_run else run)
-        plans.append((ax, choices, trials, family_runs(spec, ax, runs_dir, pool, choices),
-                      ablation_runs(spec, ax, runs_dir, pool, choices)))
-    every = _unique([r for *_, fam, abl in plans for r in fam + abl])
-    if a.dry_run:
-        for ax, _, trials, fam, abl in plans:
-            at = f" (budget {ax['budget']})" if len(plans) > 1 else ""
-            for title, runs in ((f"tune{at}", trials), (f"families and ablations{at}", _unique(fam + abl))):
-                print_plan(title, runs, ax)
-            waiting = [f for f in ax["families"] if f not in {r.family for r in fam}]
-            if waiting or not abl:
-                print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "
-                      "tuning trials are done")
-        return 0
-    run(every)
-    probed = {}
-    for ax, _, _, fam, abl in plans:
-        probed.update(probes_stage(ax, exp_dir, fam, abl))
-    results.update({f"probes {k}": v for k, v in probed.items()})
-    wall = time.perf_counter() - start
-    counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
-    print(f"{NAME} ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
-          + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    # the wall time of a whole profile that trained something; an invocation that only probes keeps it
-    whole = a.seeds is None and a.families is None and a.ablations is None and a.budgets is None and bool(launched)
-    write_record(exp_dir, spec, axes, pool, plans,
-                 {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs}
-                 if whole else None, ran=bool(launched) or "probed" in probed.values())
-    ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
-    planned = len(axes["budgets"]) * len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
-                                                          + sum(len(f) for f in axes["ablations"].values()))
-    return 0 if ok and sum(len(fam) + len(abl) for *_, fam, abl in plans) == planned else 1
+        plans = []  # per budget: its axes, lr choices, tuning trials, family runs, ablation runs
+        for budget in axes["budgets"]:
+            ax = {**axes, "budget": budget}
+            choices, trials = plan_tuning(spec, ax, runs_dir, pool, run=None if a.dry_run else run)
+            plans.append((ax, choices, trials, family_runs(spec, ax, runs_dir, pool, choices),
+                          ablation_runs(spec, ax, runs_dir, pool, choices)))
+        every = _unique([r for *_, fam, abl in plans for r in fam + abl])
+        if a.dry_run:
+            for ax, _, trials, fam, abl in plans:
+                at = f" (budget {ax['budget']})" if len(plans) > 1 else ""
+                for title, runs in ((f"tune{at}", trials), (f"families and ablations{at}", _unique(fam + abl))):
+                    print_plan(title, runs, ax)
+                waiting = [f for f in ax["families"] if f not in {r.family for r in fam}]
+                if waiting or not abl:
+                    print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "
+                          "tuning trials are done")
+            return 0
+        run(every)
+        probed = {}
+        for ax, _, _, fam, abl in plans:
+            probed.update(probes_stage(ax, exp_dir, fam, abl))
+        results.update({f"probes {k}": v for k, v in probed.items()})
+        wall = time.perf_counter() - start
+        counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
+        print(f"{NAME} ({axes['profile']}): {len(results)} runs and probes in {wall:.0f} s: "
+              + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        # the wall time of a whole profile that trained something; an invocation that only probes keeps it
+        whole = a.seeds is None and a.families is None and a.ablations is None and a.budgets is None and bool(launched)
+        write_record(exp_dir, spec, axes, pool, plans,
+                     {"wall_time_s": round(wall), "runs": len(launched), "statuses": counts, "jobs": jobs}
+                     if whole else None, ran=bool(launched) or "probed" in probed.values())
+        ok = all(s in ("done", "diverged", "probed", *TUNED) for s in results.values())
+        planned = len(axes["budgets"]) * len(axes["seeds"]) * (len(axes["families"]) * len(axes["family_fractions"])
+                                                              + sum(len(f) for f in axes["ablations"].values()))
+        return 0 if ok and sum(len(fam) + len(abl) for *_, fam, abl in plans) == planned else 1
 
 
 def _launcher(jobs: int, runs_dir: Path):

@@ -16,7 +16,6 @@ the terminal shows which run of how many is going and the time left.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import functools
 import json
 import os
@@ -25,7 +24,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -36,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from datamodules import ImageClassificationDataModule
 
+from .experiment_lock import hold_experiment
 from .run_record import read_summary, write_json, write_summary
 from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
@@ -403,27 +402,6 @@ def main(argv: list[str]) -> int:
         return 0
     with hold_experiment(exp_dir):
         return run_stages(a, spec, axes, runs_dir, pool, jobs, pack)
-
-
-@contextmanager
-def hold_experiment(exp_dir: Path):
-    """An exclusive lock on <experiment>/.lock while a sweep plans, runs and records: a second sweep
-    of the experiment (any profile: both rewrite sweep.json) waits, then finds the first one's runs
-    finished instead of entering the same run folders. The OS drops the lock if the holder dies."""
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    with open(exp_dir / ".lock", "a+") as handle:  # a file, not a folder: never read as a run
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            print(f"another sweep of {exp_dir.name} (pid {handle.read().strip() or 'unknown'}) is running; "
-                  "waiting", flush=True)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield  # closing the file releases the lock
 
 
 def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, pool: int, jobs: int, pack: int) -> int:

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,26 @@ def tree_hashes(folder: Path) -> dict[str, str]:
     """Every file under `folder` -> the sha256 of its bytes (what a no-op rerun must leave alone)."""
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def started_together(runner: str, spec: Path, runs: Path, experiment: str) -> list[Path]:
+    """Two `python -m experiments <runner>` of one spec started at once: both exit 0, one waits for
+    the other's lock, and each run folder was launched twice, by one of them (trained as a tuning
+    trial, then tested only as a main run: the small specs make every run a winning trial). Returns
+    the experiment's run folders. The env must name the data (FASHION_MNIST_DIR)."""
+    cmd = [sys.executable, "-m", "experiments", runner, "--spec", str(spec), "--runs_dir", str(runs)]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    assert sum(f"another sweep of {experiment} (pid " in o and "is running; waiting" in o for o in outs) == 1
+    folders = sorted(p for p in (runs / experiment).iterdir() if p.is_dir())
+    for f in folders:
+        log = (f / "log.txt").read_text()
+        assert log.count("\n$ python -m experiments fit ") == 2, log
+        assert log.count("is trained; testing its best checkpoint") == 1
+        assert json.loads((f / "summary.json").read_text())["status"] == "done"
+    return folders
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:

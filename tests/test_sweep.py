@@ -22,7 +22,7 @@ from experiments.spec import load_spec, main_runs, resolve_axes, tuned_fractions
 from experiments.sweep import launch, run_status, run_sweep
 from experiments.tables import aggregate, collect, make_tables, sample_efficiency
 
-from .conftest import tree_hashes
+from .conftest import started_together, tree_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,20 +153,9 @@ def test_two_sweeps_started_together_train_each_run_once(sweep_env):
     """The second sweep of an experiment waits for the first (its lock), then finds every run finished."""
     spec, runs = sweep_env
     _resnet_only(spec)
-    cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs)]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
-    assert sum("another sweep of tiny (pid " in o and "is running; waiting" in o for o in outs) == 1
-    folders = sorted(p for p in (runs / "tiny").iterdir() if p.is_dir())
+    folders = started_together("sweep", spec, runs, "tiny")
     assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f0.5_s0_lr0.003",
                                                "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
-    for f in folders:  # launched twice, by one sweep: trained as a tuning trial, then tested as the main run
-        log = (f / "log.txt").read_text()
-        assert log.count("\n$ python -m experiments fit ") == 2, log
-        assert log.count("is trained; testing its best checkpoint") == 1
-        assert json.loads((f / "summary.json").read_text())["status"] == "done"
 
 
 def run_status_of(run_dir: Path) -> str | None:

@@ -1,0 +1,29 @@
+"""The lock a spec runner (sweep, distill, inductive_bias) holds on its experiment folder while it
+plans, runs and records, so that two invocations never enter the same run folders."""
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def hold_experiment(exp_dir: Path):
+    """An exclusive lock on <experiment>/.lock while a runner plans, runs and records: a second
+    invocation on the experiment (any profile: both rewrite its record) waits, then finds the first
+    one's runs finished instead of entering the same run folders. The OS drops the lock if the holder dies."""
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    with open(exp_dir / ".lock", "a+") as handle:  # a file, not a folder: never read as a run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            print(f"another sweep of {exp_dir.name} (pid {handle.read().strip() or 'unknown'}) is running; "
+                  "waiting", flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield  # closing the file releases the lock
