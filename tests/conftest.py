@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -14,6 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "experiments" / "configs" / "smoke.yaml")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one worker per core (pytest -n auto): one thread each, its runs too
+    import torch
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
