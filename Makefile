@@ -100,8 +100,8 @@ bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; Lightn
 	$(PY) -c 'from pathlib import Path; from experiments.readme_blocks import update_readme_block as u; \
 	  u(Path("README.md"), "benchmarks", "\n\n```\n" + Path("results/benchmarks.txt").read_text() + "```", Path("results"))'
 
-safety: install ## the bad-input battery against the real CLI, one process per case: exit code, stderr lines, traceback, files left, planted code run
-	$(PY) tests/safety_battery.py
+safety: install ## the bad-input battery against the real CLI, one process per case: exit code, stderr lines, traceback, files left, planted code run (-> results/safety.md)
+	set -o pipefail; $(PY) tests/safety_battery.py | tee results/safety.md
 
 clean-venv: ## remove .venv
 	rm -rf $(VENV)

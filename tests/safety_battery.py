@@ -66,8 +66,14 @@ def main(argv: list[str]) -> int:
                         f"D(data_dir={str(scene.paths['fmnist'])!r}).num_classes"],
                        cwd=ROOT, env=env, check=True, capture_output=True)
         cases = [c for c in CASES if args.only in c.label]
-        print(f"# safety battery: {len(cases)} cases, each `python -m experiments ...` with a private runs_dir "
-              f"({sys.executable}, {os.cpu_count()} CPUs)")
+        import platform
+        import lightning
+        import torch
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        print(f"# safety battery: {len(cases)} cases, each `python -m experiments ...` with a private runs_dir\n"
+              f"# commit {commit.stdout.strip() or 'unknown'}; {platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} CPUs; Python {platform.python_version()}, torch {torch.__version__}, "
+              f"lightning {lightning.__version__}\n")
         print(f"| {'ok':2} | exit | err lines | traceback | files left | code ran | s | case | first stderr line |")
         print("|---|---:|---:|---|---:|---|---:|---|---|")
         bad = 0
