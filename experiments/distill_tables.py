@@ -23,6 +23,7 @@ from pathlib import Path
 from .readme_blocks import update_readme_block
 from .run_record import read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
+from .verdicts import MARGIN, cannot_tell, equivalent, no_difference, side
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -348,25 +349,18 @@ def _est_text(est: Estimate | None, signed: bool = True) -> str:
     return MISSING if est is None else _pm(est.value, est.ci95, signed)
 
 
-def _side(est: Estimate | None) -> int | None:
-    """+1 / -1 when the 95% interval excludes 0 on that side, 0 when it includes 0, None without one."""
-    if est is None or est.ci95 is None:
-        return None
-    value, ci = round(est.value, 9), round(est.ci95, 9)  # a difference within float noise of 0 is 0
-    return 0 if abs(value) <= ci else 1 if value > 0 else -1
-
-
 def judge(est: Estimate | None, claim: str) -> str:
     """One sentence's verdict on a paired difference DeiT says is positive."""
     if est is None:
         return "no pair of finished runs"
     said = f"{_pm(est.value, est.ci95, signed=True)} ({_plural(est.n, 'pair')})"
-    side = _side(est)
-    if side is None:
+    s = side(est)
+    if s is None:
         return f"{said}: one pair has no interval; a single draw, not a finding"
-    if side == 0:
-        return f"{said}: the interval includes 0, not distinguishable from no difference with {_plural(est.n, 'seed')}"
-    if side > 0:
+    if s == 0:  # "no difference" only where the whole interval lies inside the margin (experiments/verdicts.py)
+        return f"{said}: " + (no_difference(est) if equivalent(est) else "the interval includes 0, not distinguishable "
+                              f"from no difference with {_plural(est.n, 'seed')}")
+    if s > 0:
         return f"{said}: {claim}, as DeiT reports"
     return f"{said}: the opposite; the data contradict DeiT's claim that {claim}"
 
@@ -558,7 +552,9 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
     (tr_label, tr), (cnn_label, (lo, hi)) = choice.items()
     out += [f"Teacher choice, DeiT-B student, hard distillation: {tr_label} gives {tr}; {cnn_label} {lo}–{hi}.", "",
             "The direction of each published effect against ours (accuracy 0–1, paired by seed): agree / disagree "
-            "when our 95% interval excludes 0, not distinguishable when it includes 0.", ""]
+            "when our 95% interval excludes 0, not distinguishable when it includes 0; against DeiT's no difference, "
+            f"agree only when our whole interval lies within ±{MARGIN:.4f}, cannot tell when it includes 0 but "
+            "reaches beyond.", ""]
 
     def diff(a, b):
         return tuple(round(x - y, 1) for x, y in zip(pub[a], pub[b]))
@@ -591,14 +587,17 @@ def _head_effects(p: Profile, head: str) -> list[dict]:
 
 
 def direction(est: Estimate | None, published: int | None) -> str:
-    side = _side(est)
+    """Ours against a published effect's sign (0: DeiT finds no difference), in the shared
+    vocabulary: agreeing with "no difference" needs the whole interval inside the margin."""
+    s = side(est)
     if est is None:
         return "no pair"
-    if side is None:
+    if s is None:
         return "one pair, no interval"
     if published == 0:
-        return "agree: no difference either" if side == 0 else "disagree: DeiT finds no difference"
-    return "not distinguishable" if side == 0 else "agree" if side == published else "disagree"
+        return (f"agree: {no_difference(est)}" if equivalent(est) else "disagree: DeiT finds no difference" if s
+                else cannot_tell(est))
+    return "not distinguishable" if s == 0 else "agree" if s == published else "disagree"
 
 
 def render_profile(p: Profile, png: str) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from .readme_blocks import update_readme_block
 from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
+from .verdicts import MARGIN, equivalent, side
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -623,11 +624,18 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
         rows = [r for r in ablations if r["name"] == "none" and r["delta"] is not None]
         if not rows:
             return ""
-        sides = {_verdict(r["delta"], "up", "down", "neither") for r in rows}
-        if sides == {"down"}:
+        sides = {side(r["delta"]) for r in rows}   # the shared vocabulary: experiments/verdicts.py
+        if sides == {-1}:
             return "agrees: ViT is worse without a position embedding at every training-set size."
-        if "up" in sides:
+        if 1 in sides:
             return "disagrees: ViT is better without a position embedding at some training-set size."
+        if all(equivalent(r["delta"]) for r in rows):
+            return (f"disagrees: no difference: every none − learn interval lies within ±{MARGIN:.4f}, where the "
+                    "paper has a 2.8-point loss.")
+        if None in sides:
+            return "cannot tell: one seed, no interval for some none − learn difference."
+        if -1 in sides:
+            return "cannot tell: ViT is worse without a position embedding at some training-set size only."
         return ("cannot tell: every none − learn interval includes 0 (the paper's 2.8-point gap would be inside "
                 "them).")
     if name == "attention_distance":

@@ -39,7 +39,8 @@ from .distill_tables import make_tables as distill_tables
 from .readme_blocks import update_readme_block
 from .run_names import checked_name
 from .run_record import read_identity, read_json, read_summary
-from .seed_statistics import loglog_error_slope, mean_ci, paired_difference
+from .seed_statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
+from .verdicts import cannot_tell, equivalent, no_difference, side, verdict
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
 AXIS_KEYS = ("model.family", "data.fraction", "data.train_size")  # shown in their own columns
@@ -323,7 +324,9 @@ def scaling_reading(rows: list[dict]) -> list[str]:
     """Sentences from the numbers, one paragraph per comparison scope (recipe; rows carry it as
     '_scope', '' if absent): who has the highest mean test accuracy at each training-set size, and
     whether the gap between the best transformer (vit, deit, swin, hybrid) and the best CNN
-    (resnet, convnext) narrows or widens from the smallest to the largest size both kinds ran at."""
+    (resnet, convnext) narrows or widens from the smallest to the largest size both kinds ran at,
+    read from the paired 95% interval of that change (experiments/verdicts.py), never from the
+    two endpoint means."""
     scopes = list(dict.fromkeys(r.get("_scope", "") for r in rows))
     labels = _scope_labels(scopes)
     out = []
@@ -381,10 +384,14 @@ def _reading(rows: list[dict]) -> str:
         return text + (f" Best transformer minus best CNN: {said(both[0])}; both kinds ran at this one training-set "
                        "size only, so whether the gap narrows can't be told.")
     d1, d2 = round(gap(both[0])[0], 4), round(gap(both[-1])[0], 4)   # as printed
-    text += f" Best transformer minus best CNN: {said(both[0])}, {said(both[-1])}: "
+    change = _trend(*gap(both[0])[1:], *gap(both[-1])[1:])
+    text += (f" Best transformer minus best CNN: {said(both[0])}, {said(both[-1])}. The change of the gap from "
+             f"{both[0]:,} to {both[-1]:,} images, paired by seed: {_signed(change)}: ")
     paper, opposite = "as the paper says.", "the opposite of the paper's claim that transformers catch up as data grows."
-    if d1 == d2:
-        text += "the gap stays the same as data grows."
+    s = side(change)
+    if not s or s != (d2 > d1) - (d2 < d1):   # a trend only from the paired interval, never from the endpoints
+        text += (f"{no_difference(change)}: the gap stays the same as data grows." if equivalent(change) else
+                 f"{cannot_tell(change)}; no trend is concluded.")
     elif d2 > d1 and d1 < 0:
         text += (f"the CNN lead narrows from {-d1:.4f} to {-d2:.4f}: transformers catch up as data grows, {paper}"
                  if d2 < 0 else f"the CNN lead of {-d1:.4f} narrows and closes: transformers draw level, {paper}"
@@ -421,16 +428,32 @@ def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
         ends = [next((r for r in rows if (r["family"], r.get("settings")) == key and r["train_size"] == n), None)
                 for n in (small, large)]
         if _kind(key[0]) == "transformer" and None not in ends:
-            d = [round(r["test_acc_mean"] - cnn[n]["test_acc_mean"], 4) for r, n in zip(ends, (small, large))]
-            pairs.append((name(ends[0]), *d))
+            d = [r["test_acc_mean"] - cnn[n]["test_acc_mean"] for r, n in zip(ends, (small, large))]
+            pairs.append((name(ends[0]), *d, _trend(ends[0], cnn[small], ends[1], cnn[large])))
     if len(pairs) < 2:
         return ""
-    trend = {1: "gains on it", -1: "loses ground", 0: "no change"}
-    text = (f" Each transformer minus the best CNN, {small:,} to {large:,} images: "
-            + ", ".join(f"{f} {a:+.4f} to {b:+.4f} ({trend[(b > a) - (b < a)]})" for f, a, b in pairs) + ".")
-    if len({(b > a) - (b < a) for _, a, b in pairs}) > 1:
+    text = (f" Each transformer minus the best CNN, {small:,} to {large:,} images, and the change paired by seed: "
+            + ", ".join(f"{f} {a:+.4f} to {b:+.4f} ({_signed(t)}: {verdict(t, 'gains on it', 'loses ground')})"
+                        for f, a, b, t in pairs) + ".")
+    if {side(t) for *_, t in pairs} >= {1, -1}:
         text += " They disagree: the best transformer's trend is not every transformer's."
     return text
+
+
+def _trend(t_small: dict, c_small: dict, t_large: dict, c_large: dict) -> Estimate | None:
+    """(transformer − CNN at the largest size) − (the same at the smallest), paired by seed (a
+    seed also draws the training subset): only seeds all four rows ran enter."""
+    small, large = _by_seed(t_small), _by_seed(t_large)
+    c_s, c_l = _by_seed(c_small), _by_seed(c_large)
+    keys = set(small) & set(large) & set(c_s) & set(c_l)
+    return paired_difference({k: large[k] - c_l[k] for k in keys}, {k: small[k] - c_s[k] for k in keys})
+
+
+def _signed(est: Estimate | None) -> str:
+    if est is None:
+        return "no seed ran at both sizes"
+    return f"{est.value:+.4f}" + (f" ± {est.ci95:.4f}" if est.ci95 is not None else "") + \
+        f" ({est.n} pair{'s' if est.n != 1 else ''})"
 
 
 def _same(a, b) -> bool:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.distill_tables import NAME, RECORD, make_tables
+from experiments.distill_tables import NAME, RECORD, direction, judge, make_tables
+from experiments.seed_statistics import Estimate
 
 T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
 FRACTIONS = (0.01, 0.05)
@@ -256,9 +257,26 @@ def test_published_comparison(made):
     assert "published +2.3 / +1.4 / +1.6 points" in lines["hard distillation with token (cls+dist) − no distillation"]
     assert "hard/resnet (cls+dist) − none (cls) at 0.01: +0.0600 ± 0.0497 (agree)" in \
         lines["hard distillation with token (cls+dist) − no distillation"]
-    assert "at 0.01: +0.0100 ± 0.0248 (agree: no difference either)" in lines["soft distillation − no distillation"]
+    # soft − none: differences 0.01, 0.02, 0.00, an interval that includes 0 but reaches past ±0.01: cannot tell
+    soft = diffs(REPORTED["soft/resnet", 0.01], REPORTED["none", 0.01])
+    assert (f"at 0.01: +0.0100 ± 0.0248 (cannot tell: the 95% interval [{0.01 - ci(soft):+.4f}, {0.01 + ci(soft):+.4f}] "
+            "includes 0 and reaches beyond ±0.0100)") in lines["soft distillation − no distillation"]
     assert "published +0.8 / +1.2 points" in lines["convnet teacher − transformer teacher (DeiT-B student)"]
     assert "(not distinguishable)" in lines["convnet teacher − transformer teacher (DeiT-B student)"]
+
+
+def test_no_difference_agrees_with_deit_only_inside_the_margin():
+    """DeiT's "soft distillation makes no difference": agreed with only when our whole interval
+    lies within ±0.01; an interval that excludes 0 outside the margin disagrees."""
+    assert direction(Estimate(0.002, 0.005, 3), 0) == ("agree: no difference: the whole 95% interval "
+                                                       "[-0.0030, +0.0070] lies within ±0.0100")
+    assert direction(Estimate(0.002, 0.0081, 3), 0).startswith("cannot tell: the 95% interval [-0.0061, +0.0101]")
+    assert direction(Estimate(0.05, 0.02, 3), 0) == "disagree: DeiT finds no difference"
+    assert direction(Estimate(0.05, None, 1), 0) == "one pair, no interval"
+    # the readings' sentence: "no difference" said only inside the margin
+    assert judge(Estimate(0.002, 0.005, 3), "x beats y") == ("+0.0020 ± 0.0050 (3 pairs): no difference: the whole "
+                                                           "95% interval [-0.0030, +0.0070] lies within ±0.0100")
+    assert judge(Estimate(0.002, 0.0081, 3), "x beats y").endswith("not distinguishable from no difference with 3 seeds")
 
 
 def test_regeneration_is_byte_identical(made, tmp_path):

@@ -78,18 +78,57 @@ def test_slope_is_not_available_from_too_little():
     assert two_sizes is not None and two_sizes.ci95 is not None
 
 
-def _rows(accs: dict) -> list[dict]:
-    return [{"family": f, "settings": "", "train_size": n, "test_acc_mean": a, "test_acc_ci95": None}
-            for (f, n), a in accs.items()]
+def _rows(accs: dict, seeds: int = 1) -> list[dict]:
+    """Rows of the given means; with seeds=3 each mean a is the seeds a - 0.001, a, a + 0.001 (seed
+    offsets shared by every row, so a paired change is the change of the means with interval 0),
+    or accs gives a row's seeds as a list."""
+    def runs(a):
+        accs = a if isinstance(a, list) else [a] if seeds == 1 else [a - 0.001, a, a + 0.001]
+        return [{"seed": k, "test_acc": x} for k, x in enumerate(accs)]
+    return [{"family": f, "settings": "", "train_size": n, "_runs": runs(a),
+             "test_acc_mean": sum(r["test_acc"] for r in runs(a)) / len(runs(a)),
+             "test_acc_ci95": None if len(runs(a)) == 1 else 0.01} for (f, n), a in accs.items()]
+
+
+NARROWS = {("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("vit", 100): 0.70, ("vit", 1000): 0.84}
 
 
 def test_reading_says_the_cnn_lead_narrows():
-    (text,) = scaling_reading(_rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85,
-                                     ("vit", 100): 0.70, ("vit", 1000): 0.84}))
+    (text,) = scaling_reading(_rows(NARROWS, seeds=3))
     assert "resnet at every training-set size" in text
     assert "-0.1000 at 100 images" in text and "-0.0100 at 1,000 images" in text
+    assert "paired by seed: +0.0900 ± 0.0000 (3 pairs)" in text
     assert "narrows from 0.1000 to 0.0100" in text and "as the paper says" in text
+
+
+def test_reading_draws_no_trend_from_one_seed():
+    """Two single runs per family: the endpoints are reported, the change too, but no direction."""
+    (text,) = scaling_reading(_rows(NARROWS))
+    assert "-0.1000 at 100 images" in text and "-0.0100 at 1,000 images" in text
+    assert "paired by seed: +0.0900 (1 pair): cannot tell: one seed, no interval; no trend is concluded." in text
+    assert "narrows" not in text and "paper" not in text
     assert "one seed" in text
+
+
+def test_reading_reads_the_trend_from_the_paired_interval_not_the_endpoints():
+    # per seed, gap at 100 images: -0.10, -0.10, -0.10; at 1,000: -0.05, -0.15, -0.13 -> changes
+    # +0.05, -0.05, -0.03: mean -0.01, sd sqrt(0.0028), interval -0.01 ± 4.302653 * sqrt(0.0028 / 3)
+    rows = _rows({("resnet", 100): [0.80, 0.80, 0.80], ("resnet", 1000): [0.85, 0.85, 0.85],
+                  ("vit", 100): [0.70, 0.70, 0.70], ("vit", 1000): [0.80, 0.70, 0.72]})
+    (text,) = scaling_reading(rows)
+    hw = T975_DF2 * math.sqrt(0.0028 / 3)
+    assert f"paired by seed: -0.0100 ± {hw:.4f} (3 pairs): cannot tell: the 95% interval " \
+           f"[{-0.01 - hw:+.4f}, {-0.01 + hw:+.4f}] includes 0 and reaches beyond ±0.0100; no trend is concluded." in text
+    assert "widens" not in text and "opposite" not in text
+    # changes -0.005, 0, -0.001: mean -0.002, sd sqrt(7e-6), the whole interval inside ±0.01: no difference
+    rows = _rows({("resnet", 100): [0.80, 0.80, 0.80], ("resnet", 1000): [0.85, 0.85, 0.85],
+                  ("vit", 100): [0.70, 0.70, 0.70], ("vit", 1000): [0.745, 0.750, 0.749]})
+    (text,) = scaling_reading(rows)
+    hw = T975_DF2 * math.sqrt(7e-6 / 3)
+    assert -0.01 < -0.002 - hw and -0.002 + hw < 0.01
+    assert (f"paired by seed: -0.0020 ± {hw:.4f} (3 pairs): no difference: the whole 95% interval "
+            f"[{-0.002 - hw:+.4f}, {-0.002 + hw:+.4f}] lies within ±0.0100: the gap stays the same as data grows.") in text
+    assert "widens" not in text and "opposite" not in text
 
 
 def test_reading_flags_unconverged_runs():
@@ -103,16 +142,14 @@ def test_reading_flags_unconverged_runs():
 
 def test_reading_says_plainly_when_the_gap_widens():
     (text,) = scaling_reading(_rows({("convnext", 100): 0.80, ("convnext", 1000): 0.88,
-                                     ("swin", 100): 0.75, ("swin", 1000): 0.70}))
+                                     ("swin", 100): 0.75, ("swin", 1000): 0.70}, seeds=3))
     assert "widens from 0.0500 to 0.1800" in text and "opposite of the paper" in text
 
 
 def test_reading_names_the_winner_at_each_size():
     rows = _rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("resnet", 10000): 0.86,
                   ("deit", 100): 0.60, ("deit", 1000): 0.86, ("deit", 10000): 0.90,
-                  ("vit", 100): 0.55, ("vit", 1000): 0.80, ("vit", 10000): 0.91})
-    for r in rows:
-        r["test_acc_ci95"] = 0.01
+                  ("vit", 100): 0.55, ("vit", 1000): 0.80, ("vit", 10000): 0.91}, seeds=3)
     (text,) = scaling_reading(rows)
     assert ("resnet at 100 images (0.8000); deit at 1,000 images (0.8600); vit at 10,000 images (0.9100)"
             in text)
@@ -125,12 +162,17 @@ def test_reading_names_the_winner_at_each_size():
 def test_reading_gives_each_transformer_when_they_disagree():
     """The best transformer (hybrid) catches up while ViT falls further behind: the reading says both."""
     rows = _rows({("resnet", 100): 0.73, ("resnet", 1000): 0.83, ("hybrid", 100): 0.68, ("hybrid", 1000): 0.80,
-                  ("vit", 100): 0.65, ("vit", 1000): 0.74})
+                  ("vit", 100): 0.65, ("vit", 1000): 0.74}, seeds=3)
     (text,) = scaling_reading(rows)
     assert "narrows from 0.0500 to 0.0300" in text
-    assert ("Each transformer minus the best CNN, 100 to 1,000 images: hybrid -0.0500 to -0.0300 (gains on it), "
-            "vit -0.0800 to -0.0900 (loses ground).") in text
+    assert ("Each transformer minus the best CNN, 100 to 1,000 images, and the change paired by seed: hybrid -0.0500 "
+            "to -0.0300 (+0.0200 ± 0.0000 (3 pairs): gains on it), vit -0.0800 to -0.0900 (-0.0100 ± 0.0000 (3 pairs): "
+            "loses ground).") in text
     assert "They disagree" in text
+    # one seed: the same endpoints, no direction and no disagreement claimed
+    (text,) = scaling_reading(_rows({(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows}))
+    assert "hybrid -0.0500 to -0.0300 (+0.0200 (1 pair): cannot tell: one seed, no interval)" in text
+    assert "gains on it" not in text and "They disagree" not in text
     # one transformer only: its line would repeat the best-transformer sentence
     (text,) = scaling_reading([r for r in rows if r["family"] != "vit"])
     assert "Each transformer" not in text
@@ -314,7 +356,7 @@ def test_tuning_section_and_csv(tmp_path):
 
 def test_reading_says_when_cnns_catch_up():
     (text,) = scaling_reading(_rows({("resnet", 100): 0.70, ("resnet", 1000): 0.85,
-                                     ("hybrid", 100): 0.80, ("hybrid", 1000): 0.87}))
+                                     ("hybrid", 100): 0.80, ("hybrid", 1000): 0.87}, seeds=3))
     assert "hybrid at every training-set size" in text
     assert "the transformer lead narrows from 0.1000 to 0.0200" in text and "opposite of the paper" in text
 

@@ -1,0 +1,56 @@
+"""The shared verdict vocabulary (experiments/verdicts.py) on hand-made estimates: a direction only
+when the 95% interval excludes 0, "no difference" only inside the stated margin, "cannot tell"
+otherwise, and the edges (an interval touching 0 or the margin, no interval, no pair)."""
+from __future__ import annotations
+
+import pytest
+
+from experiments.seed_statistics import Estimate
+from experiments.verdicts import MARGIN, equivalent, side, verdict
+
+
+@pytest.mark.parametrize("est, expected", [
+    (Estimate(0.05, 0.02, 3), "up"),                       # [0.03, 0.07]
+    (Estimate(-0.05, 0.02, 3), "down"),                    # [-0.07, -0.03]
+    (Estimate(0.005, 0.001, 3), "up"),                     # excludes 0 though inside the margin: a direction
+])
+def test_a_direction_only_when_the_interval_excludes_zero(est, expected):
+    assert verdict(est, "up", "down") == expected
+
+
+def test_an_interval_touching_zero_gives_no_direction():
+    est = Estimate(0.03, 0.03, 3)                          # [0, 0.06]
+    assert side(est) == 0
+    assert verdict(est) == "cannot tell: the 95% interval [+0.0000, +0.0600] includes 0 and reaches beyond ±0.0100"
+    assert side(Estimate(0.1 + 0.2 - 0.3, 0.0, 2)) == 0    # float noise of 0 is 0, not a direction
+
+
+def test_no_difference_only_when_the_whole_interval_is_inside_the_margin():
+    assert MARGIN == 0.01
+    assert verdict(Estimate(0.002, 0.005, 3)) == ("no difference: the whole 95% interval [-0.0030, +0.0070] "
+                                                  "lies within ±0.0100")
+    # the soft − none case of the distillation reading: an interval far wider than the margin
+    assert verdict(Estimate(-0.0564, 0.1842, 2)).startswith("cannot tell: the 95% interval [-0.2406, +0.1278]")
+    # a stated margin is used and said
+    assert verdict(Estimate(0.01, 0.02, 3), margin=0.05) == ("no difference: the whole 95% interval "
+                                                             "[-0.0100, +0.0300] lies within ±0.0500")
+
+
+@pytest.mark.parametrize("value, ci, inside", [
+    (0.004, 0.006, True),      # upper bound exactly on +margin: inside
+    (-0.004, 0.006, True),     # lower bound exactly on -margin: inside
+    (0.0041, 0.006, False),    # just beyond
+    (-0.0041, 0.006, False),
+    (0.0, 0.0101, False),
+])
+def test_margin_boundaries(value, ci, inside):
+    assert equivalent(Estimate(value, ci, 3)) is inside
+    assert verdict(Estimate(value, ci, 3)).startswith("no difference" if inside else "cannot tell")
+
+
+def test_no_interval_or_no_pair_cannot_tell():
+    one = Estimate(0.0089, None, 1)
+    assert side(one) is None and not equivalent(one)
+    assert verdict(one, "widens", "narrows") == "cannot tell: one seed, no interval"
+    assert verdict(Estimate(0.0, None, 1)) == "cannot tell: one seed, no interval"   # not "no difference"
+    assert verdict(None) == "cannot tell: no pair"
