@@ -311,6 +311,8 @@ def _train(members: list[Member], callbacks: tuple = ()) -> None:
     last = gdir / "checkpoints" / "last.ckpt"
     if last.exists():
         read_checkpoint(last)  # one line naming the file, before anything is built from it
+    # the global RNG (member 0's seed) is left to Lightning; the members' stochastic depth draws from
+    # their own generators (PackedClassifier._generators), which the group checkpoint carries
     L.seed_everything(first["seed_everything"], verbose=False)
     trainer.fit(packed, datamodule=PackedDataModule(dms), ckpt_path=str(last) if last.exists() else None,
                 weights_only=True)

@@ -8,6 +8,14 @@ exactly what ImageClassifier gives one run: its loss (ImageClassifier.loss_from_
 smoothing, soft MixUp targets, DeiT's two heads and distillation against its own frozen teacher),
 AdamW with the same no-decay groups, warmup + cosine, and gradient clipping by its OWN global norm.
 BatchNorm running statistics are stacked buffers, updated in place per member under vmap.
+Stochastic depth: member k draws its drop-path masks from its own generator, which starts where its
+single run's global RNG stands after building the model (seed k, then initialisation) and draws the
+same masks in the same order (timm's DropPath modules of the called network are swapped for
+_MemberDropPath, which takes its mask as an input). The masks are drawn outside vmap: vmap's
+randomness="different" would draw one (K, ...) tensor from ONE generator (member 0's seed in a
+group), so every member's masks would depend on the group. The vmapped step runs with
+randomness="error": any other random draw in it fails instead of mixing members. The generators'
+states go into the group checkpoint (on_save_checkpoint), as a single run saves its global RNG.
 Packing changes nothing: tests/test_packed.py checks losses and weights against single runs.
 
     packed = PackedClassifier(seeds=[0, 1, 2, 3], family="vit", budget="tiny")
@@ -23,6 +31,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
+from timm.layers import DropPath
 from torch.func import functional_call, stack_module_state
 
 from .checkpoint_io import atomic_save
@@ -31,18 +40,47 @@ from .optim import param_groups, warmup_cosine
 from .registry import use_fused_attention
 
 
+class _MemberDropPath(DropPath):
+    """timm's DropPath (timm.layers.drop.drop_path: same keep mask, scaling and dtype) with its
+    keep mask `mask` (B,) given: drawn outside vmap from the member's own generator."""
+    mask: torch.Tensor | None = None
+
+    def forward(self, x):
+        if self.drop_prob == 0. or not self.training:
+            return x
+        if self.mask is None:
+            raise RuntimeError("_MemberDropPath: training forward without its member's mask")
+        keep = 1 - self.drop_prob
+        m = self.mask.to(x.dtype).view(x.shape[0], *[1] * (x.ndim - 1))  # as timm: x.new_empty((B, 1, ...))
+        return x * (m / keep if keep > 0.0 and self.scale_by_keep else m)
+
+
 class _Member(nn.Module):
     """One member as a function of its weights (for functional_call): the training loss and logits
-    of ImageClassifier.loss_from_outputs, or the reported evaluation logits."""
+    of ImageClassifier.loss_from_outputs, or the reported evaluation logits. masks (n, B): the keep
+    masks of its drawing drop paths (`drop_paths`, in forward order), or None when there are none."""
 
     def __init__(self, clf: ImageClassifier):
         super().__init__()
         self.clf = clf  # its .model is the skeleton: weights come from functional_call ("clf.model.<name>")
+        for name, m in list(clf.model.named_modules()):  # swap timm's DropPath: same rate, same place
+            if type(m) is DropPath:
+                owner, _, attr = name.rpartition(".")
+                setattr(clf.model.get_submodule(owner), attr, _MemberDropPath(m.drop_prob, m.scale_by_keep))
+        # those that draw (timm draws nothing at rate 0), in module order = forward order in timm's
+        # blocks (drop_path1 after attn, drop_path2 after mlp); a plain list: not submodules twice
+        self.drop_paths = [m for m in clf.model.modules() if isinstance(m, _MemberDropPath) and m.drop_prob > 0]
 
-    def forward(self, x, y=None, teacher_logits=None):
+    def forward(self, x, y=None, teacher_logits=None, masks=None):
         if y is None:
             return self.clf._eval_logits(x)["avg"]
-        return self.clf.loss_from_outputs(self.clf.model(x), y, teacher_logits)
+        for dp, m in zip(self.drop_paths, masks if masks is not None else ()):
+            dp.mask = m
+        try:
+            return self.clf.loss_from_outputs(self.clf.model(x), y, teacher_logits)
+        finally:  # no vmapped tensor outlives the call
+            for dp in self.drop_paths:
+                dp.mask = None
 
 
 def clip_grad_norm_per_member(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -83,7 +121,10 @@ class PackedClassifier(L.LightningModule):
         if lrs is not None and (len(lrs) != K or not all(lr > 0 for lr in lrs)):
             raise ValueError(f"lrs={list(lrs)}: allowed one learning rate > 0 per member ({K})")
         self.lrs = [float(lr) for lr in lrs] if lrs is not None else None
-        members = [_member(s, config) for s in self.seeds]
+        members, rng = zip(*[_member(s, config) for s in self.seeds])
+        # each member's stochastic-depth stream: where its single run's global RNG is after building
+        # the model (CPU); see _generators for other devices
+        self._rng_init, self._rng_saved, self._gens = list(rng), None, None
         template = members[0]
         use_fused_attention(template.model, False)  # the explicit path batches under vmap; SDPA loops over members
         self.is_deit, self.complexity = template.is_deit, template.complexity
@@ -126,6 +167,51 @@ class PackedClassifier(L.LightningModule):
         bs = {f"clf.model.{n}": b for n, b in self.members.named_buffers()}
         return ps, bs
 
+    def _generators(self, device: torch.device) -> list[torch.Generator]:
+        """Each member's stochastic-depth generator on `device`, made at the first draw: restored
+        from the group checkpoint; or fresh: on the CPU the single run's global RNG after building
+        the model, elsewhere its device RNG as seed_everything(seed) left it (the model is built on
+        the CPU, so nothing drew from it). Equality with the single run's masks is tested in CPU fp32;
+        on a GPU, or where timm draws in bf16 (autocast), it is not checked: there each member's
+        stream is its own and independent, not necessarily its single run's."""
+        if self._gens is not None and self._gens[0].device == device:
+            return self._gens
+        saved = self._rng_saved
+        if saved is not None and saved["device"] != device.type:
+            raise ValueError(f"packed group: its checkpoint holds the members' {saved['device']} generators; "
+                             f"allowed to resume on {saved['device']}, not {device.type}")
+        gens = [torch.Generator(device) for _ in self.seeds]
+        for k, g in enumerate(gens):
+            if saved is not None:
+                g.set_state(saved["states"][k])
+            elif device.type == "cpu":
+                g.set_state(self._rng_init[k])
+            else:
+                g.manual_seed(self.seeds[k])
+        self._gens = gens
+        return gens
+
+    def _drop_path_masks(self, x: torch.Tensor) -> torch.Tensor | None:
+        """(K, n, B) keep masks of the n drawing drop paths for x (K, B, ...), or None. Member k draws
+        them from its own generator as its single run draws from the global RNG: in forward order,
+        B values each, bernoulli_(keep) (equal values for (B,) and timm's (B, 1, ...))."""
+        probs = [dp.drop_prob for dp in self.member_fn.drop_paths]
+        if not probs or not self.training:
+            return None
+        return torch.stack([torch.stack([torch.empty(x.shape[1], device=x.device).bernoulli_(1 - p, generator=g)
+                                         for p in probs]) for g in self._generators(x.device)])
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # an exact resume continues each member's stochastic-depth stream (a single run saves its global RNG)
+        if self._gens is not None:
+            checkpoint["member_rng"] = {"device": self._gens[0].device.type,
+                                        "states": [g.get_state() for g in self._gens]}
+        elif self._rng_saved is not None:
+            checkpoint["member_rng"] = self._rng_saved
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._rng_saved, self._gens = checkpoint.get("member_rng"), None
+
     def _teacher_logits(self, x: torch.Tensor) -> torch.Tensor | None:
         """(K, B, classes) logits of each member's frozen teacher on its own images, or None."""
         h = self.template.hparams
@@ -152,12 +238,14 @@ class PackedClassifier(L.LightningModule):
         if y is None:
             x = x.expand(self.num_members, *x.shape) if x.ndim == 4 else x  # shared images: a view
             return torch.vmap(lambda p, b, xk: functional_call(self.member_fn, (p, b), (xk,)),
-                              randomness="different")(ps, bs, x)
+                              randomness="error")(ps, bs, x)
         t = self._teacher_logits(x) if self.training else None
+        masks = self._drop_path_masks(x)   # drawn here, per member: nothing random runs under vmap
 
-        def one(p, b, xk, yk, tk):  # one member: xk (B, C, H, W), yk (B,) or (B, classes), tk (B, classes)
-            return functional_call(self.member_fn, (p, b), (xk, yk, tk))
-        return torch.vmap(one, in_dims=(0, 0, 0, 0, None if t is None else 0), randomness="different")(ps, bs, x, y, t)
+        def one(p, b, xk, yk, tk, mk):  # one member: xk (B, C, H, W), yk (B,) or (B, classes), tk (B, classes), mk (n, B)
+            return functional_call(self.member_fn, (p, b), (xk, yk, tk, mk))
+        dims = (0, 0, 0, 0, None if t is None else 0, None if masks is None else 0)
+        return torch.vmap(one, in_dims=dims, randomness="error")(ps, bs, x, y, t, masks)
 
     # ---------------- training ----------------
     def training_step(self, batch, batch_idx):
@@ -282,12 +370,13 @@ class PackedClassifier(L.LightningModule):
                     **(extra or {})}, path)
 
 
-def _member(seed: int, config: dict) -> ImageClassifier:
-    """As a single run: seed, then ImageClassifier (the global RNG is left as it was). Outside the
-    class: Lightning's save_hyperparameters would also collect PackedClassifier's arguments."""
+def _member(seed: int, config: dict) -> tuple[ImageClassifier, torch.Tensor]:
+    """As a single run: seed, then ImageClassifier; and the global RNG state it leaves, from which
+    that run's stochastic depth draws (the global RNG is left as it was). Outside the class:
+    Lightning's save_hyperparameters would also collect PackedClassifier's arguments."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return ImageClassifier(**config)
+        return ImageClassifier(**config), torch.get_rng_state()
 
 
 def _set(module: nn.Module, name: str, value: torch.Tensor, parameter: bool) -> None:

@@ -59,7 +59,9 @@ def _fit(module, batches, **trainer_kw) -> Record:
     trainer = L.Trainer(max_steps=len(batches), gradient_clip_val=CLIP, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                         callbacks=[rec], **trainer_kw)
-    trainer.fit(module, torch.utils.data.DataLoader(batches, batch_size=None))
+    # the loader's own generator: a DataLoader otherwise draws its base seed from the global RNG, the
+    # stream a single run's stochastic depth draws from (the suite's loaders use their own generators)
+    trainer.fit(module, torch.utils.data.DataLoader(batches, batch_size=None, generator=torch.Generator()))
     return rec
 
 
@@ -254,3 +256,24 @@ def test_a_diverged_member_leaves_the_others_alone(tmp_path):
     packed.save_member_checkpoint(0, tmp_path / "m0.ckpt")
     with pytest.raises(FloatingPointError, match="member 1 .*loss is nan at step 2"):
         packed.save_member_checkpoint(1, tmp_path / "m1.ckpt")
+
+
+def test_drop_path_members_draw_from_their_own_seeds():
+    """Stochastic depth (drop_path_rate 0.5): member k draws its masks as its single run with seed k
+    does, so it still equals that run; members' masks differ, and a member's training does not depend
+    on the other members (groups [0, 1] and [2, 1] give seed 1 the same weights, bit for bit)."""
+    dp = {"drop_path_rate": 0.5}
+    singles = _singles("vit", **dp)
+    packed = PackedClassifier(seeds=SEEDS, family="vit", **CONFIG, **dp)
+    masks = packed.train()._drop_path_masks(_packed_batches(n=1)[0][0])     # (K, drop paths, B)
+    assert masks.shape == (2, 6, B) and not torch.equal(masks[0], masks[1])  # 4 blocks x 2; block 0 at rate 0 draws none
+    packed = PackedClassifier(seeds=SEEDS, family="vit", **CONFIG, **dp)
+    torch.manual_seed(SEEDS[0])  # as fit_packed seeds the global RNG: with its first member's seed
+    _assert_packed_equals_singles(packed, _fit(packed, _packed_batches()), singles)
+    other = PackedClassifier(seeds=(2, SEEDS[1]), family="vit", **CONFIG, **dp)
+    torch.manual_seed(2)
+    _fit(other, _packed_batches())
+    mine, ref = other.member_state_dict(1), packed.member_state_dict(1)
+    assert all(torch.equal(mine[n], ref[n]) for n in ref)
+    mine0, ref0 = other.member_state_dict(0), packed.member_state_dict(0)
+    assert not all(torch.equal(mine0[n], ref0[n]) for n in ref0)  # member 0 did change

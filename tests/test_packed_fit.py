@@ -121,14 +121,15 @@ class _CrashAt(Callback):
             raise RuntimeError("crash")
 
 
-def test_interrupted_group_resumes_to_the_same_end(fmnist_dir, tmp_path):
+@pytest.mark.parametrize("drop_path", ["0.0", "0.5"])  # 0.5: each member's stochastic-depth stream resumes
+def test_interrupted_group_resumes_to_the_same_end(drop_path, fmnist_dir, tmp_path):
     """A group that crashed after its first validation resumes from its group checkpoint and ends
-    where an uninterrupted group ends."""
+    where an uninterrupted group ends, bit for bit."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    fit_packed([_args(fmnist_dir, whole, s, "--test_after_fit", "false", "--trainer.max_steps", "8",
-                      "--trainer.val_check_interval", "4") for s in SEEDS])
-    members = [_args(fmnist_dir, cut, s, "--test_after_fit", "false", "--trainer.max_steps", "8",
-                     "--trainer.val_check_interval", "4") for s in SEEDS]
+    extra = ("--test_after_fit", "false", "--trainer.max_steps", "8", "--trainer.val_check_interval", "4",
+             "--model.drop_path_rate", drop_path)
+    fit_packed([_args(fmnist_dir, whole, s, *extra) for s in SEEDS])
+    members = [_args(fmnist_dir, cut, s, *extra) for s in SEEDS]
     with pytest.raises(RuntimeError, match="crash"):
         fit_packed(members, callbacks=(_CrashAt(5),))  # mid-epoch (3 batches per epoch), after step 4's checkpoint
     (gdir,) = (cut / "p" / "packed").iterdir()
@@ -141,7 +142,7 @@ def test_interrupted_group_resumes_to_the_same_end(fmnist_dir, tmp_path):
         wa = ImageClassifier.load_from_checkpoint(d / "checkpoints" / "last.ckpt").model.state_dict()
         wb = ImageClassifier.load_from_checkpoint(_folders(cut)[name] / "checkpoints" / "last.ckpt").model.state_dict()
         for n in wa:
-            torch.testing.assert_close(wb[n], wa[n], msg=n)
+            assert torch.equal(wb[n], wa[n]), n
 
 
 class _Poison(Callback):
