@@ -205,8 +205,8 @@ class SuiteCLI(LightningCLI):
         self.datamodule.check_sizes()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
-        if self.subcommand == "fit" and (run_dir / "checkpoints").is_dir():
-            resumable_checkpoint(run_dir / "checkpoints", quiet=True)  # a refused file: its line comes first
+        if self.subcommand == "fit":
+            refuse_planted(run_dir / "checkpoints")  # its line comes before the Trainer's
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
@@ -373,10 +373,23 @@ def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> Non
         write_json(path, {"hash": config_hash(ident), "identity": ident})  # atomic: a full disk leaves no torn file
 
 
-def resumable_checkpoint(folder: Path, quiet: bool = False) -> Path | None:
+def refuse_planted(folder: Path) -> None:
+    """One line for a checkpoint in a run folder that holds code (UnsafeCheckpointError); a torn or
+    foreign file passes here: the resume (or the test of a trained run) says what it does about it."""
+    for name in ("last.ckpt", "best.ckpt"):
+        if (folder / name).is_file():
+            try:
+                read_checkpoint(folder / name)
+            except UnsafeCheckpointError:
+                raise
+            except ValueError:
+                pass
+
+
+def resumable_checkpoint(folder: Path) -> Path | None:
     """last.ckpt, or best.ckpt when last.ckpt is unreadable (training is deterministic, so resuming
     from an earlier step reaches the same end); None when neither exists; one clear line when no
-    checkpoint there can be read. quiet: a check beforehand, which keeps the fallback's warning for later."""
+    checkpoint there can be read."""
     problems = []
     for name in ("last.ckpt", "best.ckpt"):
         path = folder / name
@@ -391,7 +404,7 @@ def resumable_checkpoint(folder: Path, quiet: bool = False) -> Path | None:
         except Exception as e:
             problems.append(f"{name}: {_first_line(e)}")
             continue
-        if problems and not quiet:
+        if problems:
             print(f"warning: {problems[0]}; resuming from {name} (step {ckpt['global_step']}) instead",
                   file=sys.stderr)
         return path
