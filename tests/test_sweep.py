@@ -88,7 +88,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
         assert f"val_acc_by_size/n{s['train_size']}" in events(_folder(runs / "tiny", s["run"].rsplit("_", 1)[0])).Tags()["scalars"]
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best", "test/acc"]
     shown = sorted(experiment.hparam_infos, key=lambda i: (not i.differs, i.name))  # TensorBoard's column order
-    assert shown[0].name == "family" and {"fraction", "train_size"} <= {i.name for i in shown if i.differs}
+    assert shown[0].name == "family" and "fraction" in {i.name for i in shown if i.differs}
 
     out = tmp_path / "results"
     assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
