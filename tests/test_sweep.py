@@ -104,6 +104,11 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
         p.unlink()
     assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # the figure also in TensorBoard under the experiment (not the sweep's own events file): after
+    # the rerun still one events file, holding the current figure
+    (figures,) = (runs / "tiny" / "tensorboard").glob("events.out.tfevents.*")
+    assert events(figures.parent).Tags()["images"] == ["tiny/test_error_by_train_size"]
+    assert sweep_view(runs / "tiny")[0].category  # the sweep's layout is still there
 
 
 def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):
