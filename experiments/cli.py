@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
@@ -31,7 +30,8 @@ from modules.classifier import check_teacher_checkpoint
 from .run_checkpoint import RunCheckpoint
 from .run_identity import config_hash, evaluation_identity, folder_name, identity
 from .run_names import checked_name, inside
-from .run_record import IDENTITY_FILE, RunRecord, read_summary, write_json
+from .run_record import IDENTITY_FILE, RunRecord, read_identity, read_summary, write_json
+from .tensorboard_view import SuiteTensorBoardLogger, readable_hparams
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -210,8 +210,11 @@ class SuiteCLI(LightningCLI):
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
-            kwargs["logger"] = TensorBoardLogger(save_dir=str(run_dir.parent), name=run_dir.name, version="",
-                                                 default_hp_metric=False)
+            # hparams: the run's identity (an evaluated checkpoint's is its run's identity.json)
+            ident = self.identity() if self.subcommand == "fit" else read_identity(run_dir)
+            kwargs["logger"] = SuiteTensorBoardLogger(
+                save_dir=str(run_dir.parent), name=run_dir.name, version="", train_size=self.datamodule.train_size,
+                hparams=readable_hparams(ident, self.model.complexity) if ident is not None else None)
         callbacks = list(trainer_cfg.get("callbacks") or [])
         if trainer_cfg.get("enable_checkpointing", True) is not False:
             callbacks += [RunCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/acc",

@@ -9,12 +9,17 @@ import csv
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from .complexity import PARTS
 from .pos_embed_interpolation import NATIVE
 from .readme_blocks import update_readme_block
 from .run_record import read_json
 from .resolution_scaling import crossover, local_slope, loglog_slope
+from .tensorboard_view import log_figures
 
 MEASUREMENTS = "measurements_*.json"
 NAME = "complexity"
@@ -108,7 +113,7 @@ def _crossover_text(c: dict) -> str:
             f"(ratio {c['windowed']}/{c['global']} {c['ratio_first']:.2f} at {c['from']}, {c['ratio_last']:.2f} at {c['to']})")
 
 
-def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: Path) -> None:
+def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: Path) -> "Figure":
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -137,7 +142,7 @@ def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: P
     fig.suptitle(title + ": log-log; slope 2 = linear in patches, 4 = quadratic")
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    return fig  # for TensorBoard, which closes it (log_figures)
 
 
 def _status_cell(r: dict, mode: str) -> str:
@@ -278,7 +283,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     text, short = list(head), list(head)  # short: the README's block, without the per-size tables
     paper_rows, scaling_rows, interp_rows, paths = [], [], [], []
     for rec in records:
-        prof, parts = rec["profile"], rec["parts"]
+        prof, parts, figs = rec["profile"], rec["parts"], {}
         total = sum(parts[k]["provenance"]["seconds"] for k in parts)
         lines = [f"# Profile {prof}", "", f"Measured ({total / 60:.1f} minutes in all):"] \
             + [_provenance_line(k, parts[k]) for k in PARTS if k in parts] + [""]
@@ -291,11 +296,12 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
             if key in parts:
                 png = f"{NAME}_{key}_{prof}.png"
                 points = scaling_points(parts[key])
-                plot_scaling(points, slopes(points), f"{title} ({prof})", out_dir / png)
+                figs[key] = plot_scaling(points, slopes(points), f"{title} ({prof})", out_dir / png)
                 paths.append(out_dir / png)
                 text += render_group(key, title, parts[key], png)
                 short += render_group(key, title, parts[key], png, full=False)
                 scaling_rows += [{"profile": prof, "group": key, **r} for r in points]
+        log_figures(figs, Path(exp_dir) / "tensorboard" / prof, NAME)
         if "interpolation" in parts:
             text += render_interpolation(parts["interpolation"])
             short += render_interpolation(parts["interpolation"])

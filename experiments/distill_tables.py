@@ -19,10 +19,15 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from .readme_blocks import update_readme_block
 from .run_record import read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
+from .tensorboard_view import log_figures
 from .verdicts import MARGIN, cannot_tell, equivalent, no_difference, side
 
 NAME = "distill"
@@ -632,7 +637,7 @@ def render_markdown(profiles: list[Profile], pngs: list[str], exp_dir: Path, unp
 
 
 # ---------------- files ----------------
-def plot(p: Profile, path: Path) -> None:
+def plot(p: Profile, path: Path) -> "Figure":
     """Left: reported-head test accuracy against training images (teachers dashed); right: the
     cls-dist token cosine after each block at the largest fraction."""
     import matplotlib
@@ -680,7 +685,7 @@ def plot(p: Profile, path: Path) -> None:
     fig.suptitle(f"{NAME} ({p.name}): {p.axes.get('dataset', '')}, DeiT students", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    return fig  # for TensorBoard, which closes it (log_figures)
 
 
 def _csv_value(v) -> str:
@@ -718,7 +723,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     write_csv(rows, paths[0])
     paths[1].write_text(text)
     for p, png in zip(profiles, pngs):
-        plot(p, out_dir / png)
+        log_figures({"accuracy_and_token_cosine": plot(p, out_dir / png)}, exp_dir / "tensorboard" / p.name, NAME)
         paths.append(out_dir / png)
     if readme is not None and update_readme_block(readme, NAME, text, out_dir):
         paths.append(readme)

@@ -24,6 +24,7 @@ from pathlib import Path
 from .readme_blocks import update_readme_block
 from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
+from .tensorboard_view import log_figures
 from .verdicts import MARGIN, equivalent, side
 
 NAME = "inductive_bias"
@@ -867,19 +868,6 @@ def draw_figures(p: Profile) -> dict:
     return figs
 
 
-def log_to_tensorboard(figs: dict, log_dir: Path) -> None:
-    """The figures as images in TensorBoard (tags inductive_bias/<name>); earlier event files of
-    this folder are replaced, so `make tensorboard` shows the current figures once."""
-    from torch.utils.tensorboard import SummaryWriter
-    log_dir.mkdir(parents=True, exist_ok=True)
-    for old in log_dir.glob("events.out.tfevents.*"):
-        old.unlink()
-    writer = SummaryWriter(log_dir=str(log_dir))
-    for name, fig in figs.items():
-        writer.add_figure(f"{NAME}/{name}", fig, close=False)
-    writer.close()
-
-
 # ---------------- the command ----------------
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
     """results/inductive_bias.csv, .md and the figures (a further profile's figures get a _<profile>
@@ -909,7 +897,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         for name, fig in figs.items():
             fig.savefig(out_dir / png[name], dpi=90, metadata={"Software": None})
             paths.append(out_dir / png[name])
-        log_to_tensorboard(figs, exp_dir / "tensorboard" / p.key)
+        log_figures(figs, exp_dir / "tensorboard" / p.key, NAME)
     if readme is not None and update_readme_block(readme, NAME, text, out_dir):
         paths.append(readme)
     return paths

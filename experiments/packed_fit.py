@@ -7,7 +7,7 @@ resolves to the folder, identity.json and hash its `fit` would use; their config
 equal except for their seed, lr, augmentation and DeiT's teacher (MEMBER_KEYS). Member k trains on
 its own subset, batch order and augmentation (its own DataModule; batches stacked to (K, B, ...))
 and all validate on the one shared validation split. Each member gets, in its own folder:
-train_indices.json, TensorBoard curves (train/loss_step, train/lr, val/acc, val/acc_best),
+train_indices.json, TensorBoard curves (train/loss_step, train/lr, val/acc, val/acc_best) and hparams,
 checkpoints/best.ckpt (its best validation) and last.ckpt as ordinary single-run checkpoints
 (`test`, DeiT's teacher loading and the probes take them), summary.json with its val_history and
 plateau flag, and then its test (`status: done`) unless --test_after_fit false. The group's own
@@ -34,6 +34,7 @@ from modules.checkpoint_io import SafeCheckpointIO, read_checkpoint
 from .run_identity import config_hash, evaluation_identity
 from .run_record import RunRecord, read_summary, record_summary
 from .provenance import git_commit
+from .tensorboard_view import SIZE_TAG, readable_hparams, session_start
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
 # augmentation (each member has its own DataModule: the default and strong recipes pack together)
@@ -171,6 +172,8 @@ class MemberRecords(Callback):
             (m.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
             (m.run_dir / "config.yaml").write_text(m.config_yaml)
             dm.save_train_indices(m.run_dir / "train_indices.json")
+        for m, w in zip(self.members, self.writers()):  # as a single run's logger: its identity, no metrics
+            w._get_file_writer().add_summary(session_start(readable_hparams(m.identity, pl_module.complexity)))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
@@ -204,6 +207,7 @@ class MemberRecords(Callback):
                                                  extra={"val_acc_best": acc})
             w = self.writers()[k]
             w.add_scalar("val/acc", acc, step)
+            w.add_scalar(SIZE_TAG.format(self.dms[k].train_size), acc, step)
             w.add_scalar("val/acc_best", self.best[k], step)
             w.flush()
 

@@ -26,6 +26,7 @@ from modules import probes
 from .provenance import git_commit, hardware, versions
 from .run_record import read_summary, write_json
 from .trained_runs import load_classifier, load_config, test_images
+from .tensorboard_view import log_figures
 
 RESULT = "probes.json"
 FIGURES = "probes"
@@ -171,12 +172,9 @@ def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tupl
     result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed, parts, precision)
     out = Path(run_dir) / FIGURES
     out.mkdir(exist_ok=True)
-    from torch.utils.tensorboard import SummaryWriter
-    writer = SummaryWriter(log_dir=str(run_dir))
     for name, fig in figures.items():
         fig.savefig(out / f"{name}.png", dpi=100, metadata={"Software": None})
-        writer.add_figure(f"probes/{name}", fig)
-    writer.close()
+    log_figures(figures, run_dir, "probes", replace=False)  # the run's folder: its curves stay
     path = Path(run_dir) / RESULT
     write_json(path, {**result, "images": len(y) if needs_images else 0, "split": "test", "patch": patch, "seed": seed,
                       "precision": precision,

@@ -33,11 +33,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from datamodules import ImageClassificationDataModule
+from datamodules.splits import resolve_train_size
 
 from .experiment_lock import hold_experiment
 from .run_record import read_summary, write_json, write_summary
 from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
+from .tensorboard_view import write_sweep_view
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
 TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
@@ -410,6 +412,9 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
     start = time.perf_counter()
     results: dict[str, str] = {}
     ran: list[Run] = []  # what this invocation trains or tests: only that is news for the records
+    sizes = [resolve_train_size(f, None, pool) for f in axes["fractions"]]
+    tested = a.stage != "tune"
+    write_sweep_view(exp_dir, sizes, [], tested, keep_existing=True)  # the curves' layout while runs train
 
     def run(runs: list[Run]) -> None:
         ran.extend(r for r in runs if not finished(r, run_status(r)))
@@ -436,6 +441,10 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
             runs = [runs[i] for i in a.only]
         if runs:
             run(runs)
+    else:
+        runs = []
+    # the hparams table over every run of the plan (a tuning winner is also a main run: once)
+    write_sweep_view(exp_dir, sizes, list(dict.fromkeys(r.run_dir for r in [*trials, *runs])), tested)
     wall = time.perf_counter() - start
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     print(f"sweep {spec['name']} ({profile}, stage {a.stage}): {len(results)} runs in {wall:.0f} s: "

@@ -13,7 +13,8 @@ difference to the ResNet of the same seed and training subset, and a mark on row
 improving at its last validation. Below it: the slope of log test error against log training
 images per family (results/<experiment>_slopes.csv), a generated reading of who wins and whether
 the transformer-CNN gap narrows, and the learning-rate tuning (results/<experiment>_tuning.csv).
-The statistics are in experiments/seed_statistics.py.
+The statistics are in experiments/seed_statistics.py. The plot is also an image in TensorBoard
+(<runs_dir>/<experiment>/tensorboard; every experiment's tables do so: tensorboard_view.log_figures).
 """
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ import statistics
 import textwrap
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from modules import FAMILIES
 
@@ -40,6 +45,7 @@ from .readme_blocks import update_readme_block
 from .run_names import checked_name
 from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
+from .tensorboard_view import log_figures
 from .verdicts import cannot_tell, equivalent, no_difference, side, verdict
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
@@ -685,7 +691,7 @@ def _threshold(sweep: dict) -> float:
     return next((v for v in values if v), 0.8)
 
 
-def plot(rows: list[dict], summaries: list[dict], path: Path) -> None:
+def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     """Test error (1 - accuracy) against training images, log-log, one line per (family,
     settings), bars the 95% t-interval over seeds where there is one (cut at the axis floor)."""
     import matplotlib
@@ -719,7 +725,7 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    return fig  # for TensorBoard, which closes it (log_figures)
 
 
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
@@ -736,11 +742,12 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
     write_csv(rows, paths[0])
-    png = None
+    png, figs = None, {}
     if len({r["train_size"] for r in rows}) > 1:
         png = out_dir / f"{name}.png"
-        plot(rows, summaries, png)
+        figs["test_error_by_train_size"] = plot(rows, summaries, png)
         paths.append(png)
+    log_figures(figs, exp_dir / "tensorboard", name)  # beside the sweep's own view (write_sweep_view)
     text = render_markdown(name, rows, summaries, sweep, png, tuning, left_out)
     paths[1].write_text(text)
     slopes = out_dir / f"{name}_slopes.csv"

@@ -10,7 +10,6 @@ from pathlib import Path
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics import MaxMetric, MetricCollection
@@ -21,8 +20,6 @@ from .complexity import count_flops, count_params
 from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
 from .optim import adamw_warmup_cosine
 from .registry import build_model, use_fused_attention
-
-HPARAM_METRICS = ("val/acc_best", "test/acc")  # shown beside the hyper-parameters in TensorBoard
 
 
 class ImageClassifier(L.LightningModule):
@@ -298,14 +295,8 @@ class ImageClassifier(L.LightningModule):
         self.val_acc_best.reset()  # forget the sanity-check validation (a resumed run keeps its best)
         if self._restored_val_acc_best is not None:
             self.val_acc_best.update(self._restored_val_acc_best)
-        self.log_dict({"model/params": float(self.complexity["params"]),
-                       "model/flops_per_image": float(self.complexity["flops"])}, sync_dist=True)
-        if isinstance(self.logger, TensorBoardLogger):
-            data = dict(self.trainer.datamodule.hparams) if self.trainer.datamodule is not None else {}
-            self.logger.log_hyperparams({**{f"data/{k}": v for k, v in data.items()},
-                                         **{f"model/{k}": v for k, v in self.hparams.items()},
-                                         **self.complexity},
-                                        {m: 0.0 for m in HPARAM_METRICS})
+        # parameter count and FLOPs are one value each: TensorBoard has them as hparams (the CLI's
+        # logger, experiments/tensorboard_view.py), summary.json as params and flops_per_image
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         self._check_finite()  # never a checkpoint of a diverged model

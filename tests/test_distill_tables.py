@@ -16,6 +16,8 @@ import pytest
 from experiments.distill_tables import NAME, RECORD, direction, judge, make_tables
 from experiments.seed_statistics import Estimate
 
+from .test_tensorboard import events
+
 T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
 FRACTIONS = (0.01, 0.05)
 SEEDS = (0, 1, 2)
@@ -289,6 +291,9 @@ def test_regeneration_is_byte_identical(made, tmp_path):
         p.unlink()
     make_tables(made["exp"], out)
     assert {p.name: p.read_bytes() for p in again} == first
+    # the figure is in TensorBoard too; three runs of the tables leave one events file, not three
+    (tb,) = (made["exp"] / "tensorboard" / "cpu").glob("events.out.tfevents.*")
+    assert events(tb.parent).Tags()["images"] == [f"{NAME}/accuracy_and_token_cosine"]
 
 
 def test_readme_block_is_refreshed(made, tmp_path):

@@ -19,6 +19,7 @@ from experiments.sweep import pack_groups
 from modules import ImageClassifier
 
 from .conftest import SMOKE
+from .test_tensorboard import run_hparams
 
 SEEDS = (0, 1)
 
@@ -76,6 +77,9 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
         torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
                                    rtol=1e-4, atol=1e-5)
         assert len(_scalars(b, "val/acc")) == 2
+        # TensorBoard as a single fit's logger: the same readable hparams, val/acc also under the size
+        assert run_hparams(b) == run_hparams(a) and run_hparams(b)["family"] == family
+        assert _scalars(b, "val_acc_by_size/n96") == _scalars(b, "val/acc")
         x = torch.randn(64, 1, 28, 28, generator=torch.Generator().manual_seed(0))
         for ckpt in ("best.ckpt", "last.ckpt"):  # ordinary checkpoints of the same model
             ma, mb = (ImageClassifier.load_from_checkpoint(d / "checkpoints" / ckpt, map_location="cpu").eval()

@@ -23,6 +23,7 @@ from experiments.sweep import launch, run_status, run_sweep
 from experiments.tables import aggregate, collect, make_tables, sample_efficiency
 
 from .conftest import started_together, tree_hashes
+from .test_tensorboard import events, sweep_view
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,6 +79,16 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     deit_cfg = yaml.safe_load((_folder(runs / "tiny", "deit-tiny_fashion_mnist_f0.5_s0_lr0.003") / "config.yaml").read_text())
     teacher = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003")
     assert deit_cfg["model"]["teacher_checkpoint"] == str(teacher / "checkpoints" / "best.ckpt")
+    # TensorBoard: one chart per training-set size of every run's val/acc; the hparams table's columns
+    layout, experiment = sweep_view(runs / "tiny")
+    (category,) = layout.category
+    charts = {c.title: list(c.multiline.tag) for c in category.chart}
+    assert charts == {f"val/acc, {n} training images": [f"^val_acc_by_size/n{n}$"] for n in (270, 540)}
+    for s in done.values():
+        assert f"val_acc_by_size/n{s['train_size']}" in events(_folder(runs / "tiny", s["run"].rsplit("_", 1)[0])).Tags()["scalars"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best", "test/acc"]
+    shown = sorted(experiment.hparam_infos, key=lambda i: (not i.differs, i.name))  # TensorBoard's column order
+    assert shown[0].name == "family" and "fraction" in {i.name for i in shown if i.differs}
 
     out = tmp_path / "results"
     assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
@@ -93,6 +104,11 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
         p.unlink()
     assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # the figure also in TensorBoard under the experiment (not the sweep's own events file): after
+    # the rerun still one events file, holding the current figure
+    (figures,) = (runs / "tiny" / "tensorboard").glob("events.out.tfevents.*")
+    assert events(figures.parent).Tags()["images"] == ["tiny/test_error_by_train_size"]
+    assert sweep_view(runs / "tiny")[0].category  # the sweep's layout is still there
 
 
 def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):

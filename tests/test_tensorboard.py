@@ -1,0 +1,60 @@
+"""What TensorBoard shows of a run and of a sweep: readable hparams without placeholder metrics,
+no `epoch` or one-off scalars, val/acc under the training-set size, the sweep's layout and
+hparams experiment (experiments/tensorboard_view.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import metadata
+
+from experiments.tensorboard_view import write_sweep_view
+
+
+def events(folder: Path) -> EventAccumulator:
+    """The events of `folder` itself (its run folders are other runs)."""
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return acc
+
+
+def run_hparams(run_dir: Path) -> dict:
+    content = events(run_dir).PluginTagToContent("hparams")
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+
+
+def sweep_view(exp_dir: Path) -> tuple[layout_pb2.Layout, object]:
+    """The custom-scalars layout and the hparams experiment a sweep wrote into its folder."""
+    acc = events(exp_dir)
+    layout = layout_pb2.Layout.FromString(acc.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    experiment = metadata.parse_experiment_plugin_data(acc.PluginTagToContent("hparams")[metadata.EXPERIMENT_TAG])
+    return layout, experiment
+
+
+def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
+    code, untested = cli("fit", "--model.family", "resnet", "--test_after_fit", "false")
+    assert code == 0
+    h = run_hparams(untested)
+    assert (h["family"], h["budget"], h["fraction"], h["train_size"], h["seed"]) == ("resnet", "tiny", 1.0, 512, 0)
+    assert h["lr"] > 0 and h["params"] > 400_000 and h["flops_per_image"] > 0 and "trainer.max_steps" in h
+    assert not [k for k in h if "_instantiator" in k or k.endswith(("cache_dir", "data_dir")) or "/" in k]
+    # no test ran: no test/acc at all (not a 0); no epoch counter and no one-value scalars
+    scalars = events(untested).Tags()["scalars"]
+    assert {"val/acc", "val/acc_best", "val_acc_by_size/n512"} <= set(scalars)
+    assert not [t for t in scalars if t.startswith("test/") or t == "epoch" or t.startswith("model/")]
+    acc = events(untested)
+    assert [e.value for e in acc.Scalars("val_acc_by_size/n512")] == [e.value for e in acc.Scalars("val/acc")]
+
+    code, tested = cli("fit", "--model.family", "vit")
+    assert code == 0 and run_hparams(tested)["family"] == "vit"
+    assert "test/acc" in events(tested).Tags()["scalars"] and "epoch" not in events(tested).Tags()["scalars"]
+
+    # a sweep's view over these runs, tuning only: its hparams experiment declares val/acc_best alone
+    assert write_sweep_view(untested.parent, [512], [untested, tested], tested=False)
+    layout, experiment = sweep_view(untested.parent)
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
+    differs = {i.name: i.differs for i in experiment.hparam_infos}
+    assert differs["family"] and not differs["budget"] and not differs["lr"]
+    assert [[list(c.multiline.tag) for c in cat.chart] for cat in layout.category] == [[["^val_acc_by_size/n512$"]]]
