@@ -1,27 +1,45 @@
-"""Two invocations of the distill or inductive_bias runner on one spec, started together: the second
-waits for the first's lock on the experiment (experiments/experiment_lock.py), then plans and finds
-every run finished; each run is trained once and both exit 0. The sweep's case is in test_sweep.py."""
+"""The distill and inductive_bias runners plan under the experiment's lock (experiments/experiment_lock.py):
+while another invocation holds it, a runner prints that it waits, has planned nothing and made no run
+folder. With the sweep's test of two real sweeps started together (test_sweep.py), which shows the
+second then finds every run finished, this is what keeps two invocations from training a run twice."""
 from __future__ import annotations
 
-import json
+import fcntl
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
-from .conftest import started_together
+from .conftest import ROOT
 from .test_distill_experiment import TINY as DISTILL
 from .test_inductive_bias_experiment import TINY as INDUCTIVE_BIAS
 
 
-@pytest.mark.parametrize("runner, tiny, fewest", [
-    # the fewest runs: a tuning trial per family at the one fraction, each the main run of its family
-    ("distill", DISTILL, {"teachers": ["resnet"], "students": ["none"], "fractions": [1.0], "tuned_fractions": [1.0]}),
-    ("inductive_bias", INDUCTIVE_BIAS, {"families": ["resnet"], "ablations": {"learn": [1.0]}, "seeds": [0]}),
-])
-def test_two_invocations_started_together_train_each_run_once(fmnist_dir, tmp_path, monkeypatch, runner, tiny, fewest):
-    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))  # the runners' processes find the data
-    spec = json.loads(json.dumps(tiny))
-    spec["profiles"]["cpu"].update(fewest)
-    path = tmp_path / f"{runner}.yaml"
+@pytest.mark.parametrize("runner, spec", [("distill", DISTILL), ("inductive_bias", INDUCTIVE_BIAS)])
+def test_runner_waits_for_the_lock_before_planning(fmnist_dir, tmp_path, monkeypatch, runner, spec):
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))  # the runner's process finds the data
+    path, exp = tmp_path / f"{runner}.yaml", tmp_path / "runs" / spec["name"]
     path.write_text(yaml.safe_dump(spec))
-    assert len(started_together(runner, path, tmp_path / "runs", spec["name"])) == 2
+    exp.mkdir(parents=True)
+    with open(exp / ".lock", "a+") as held:  # another invocation of the same experiment, still running
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("12345")
+        held.flush()
+        proc = subprocess.Popen([sys.executable, "-m", "experiments", runner, "--spec", str(path),
+                                 "--runs_dir", str(tmp_path / "runs")], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            out = ""
+            deadline = time.monotonic() + 300
+            while "waiting" not in out and proc.poll() is None and time.monotonic() < deadline:
+                out += proc.stdout.readline()
+            time.sleep(2)  # a runner that went on past the lock would now be planning and making folders
+            assert proc.poll() is None, out + proc.stdout.read()
+            assert f"another sweep of {spec['name']} (pid 12345) is running; waiting" in out, out
+            assert " runs:" not in out, out  # no plan printed
+            assert [p.name for p in exp.iterdir()] == [".lock"]
+        finally:
+            proc.kill()
+            proc.wait()
