@@ -15,6 +15,7 @@ BUDGET ?=
 DATASET ?=
 RECIPES ?=
 STAGE ?=
+EXPERIMENTS ?=
 PARTS ?=
 ABLATIONS ?=
 JOBS ?=
@@ -30,7 +31,7 @@ FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
 .PHONY: help install data test exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
-	fit-families bench safety clean-venv
+	fit-families bench safety reference clean-venv
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -75,8 +76,12 @@ exp-complexity: install ## cost against resolution: paper-scale table vs timm, F
 exp-datascale-commands: install ## print each run's exact command for a cluster scheduler; runs nothing
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run
 
-tables: install ## regenerate results/*.csv, *.md and *.png from the run folders alone
+tables: install ## regenerate results/*.csv, *.md and *.png from the run folders alone: yours in results/runs, else the committed results/reference
 	$(PY) -m experiments tables
+
+reference: install ## (developers) copy the records of your runs in results/runs over the committed results/reference, then rebuild the tables from it
+	$(PY) -m experiments reference $(if $(EXPERIMENTS),--experiment $(EXPERIMENTS))
+	$(PY) -m experiments tables --runs_dir results/reference
 
 tensorboard: install ## serve the curves of every run in results/runs
 	$(VENV)/bin/tensorboard --logdir results/runs --bind_all

@@ -12,7 +12,9 @@
              (specs/inductive_bias.yaml), resumably
   probe      the inductive-bias probes (modules.probes) on trained run folders: figures and probes.json
   complexity measure cost against resolution and position-embedding interpolation (specs/complexity.yaml)
-  tables     regenerate results/<experiment>.{csv,md,png} from the run folders
+  tables     regenerate results/<experiment>.{csv,md,png} from the run folders (yours in results/runs,
+             else the committed results/reference)
+  reference  copy the records of your runs in results/runs over the committed results/reference
 """
 import errno
 import logging
@@ -55,6 +57,9 @@ def main(argv: list[str]) -> int:
         elif command == "complexity":
             from .complexity import main as complexity
             return complexity(rest)
+        elif command == "reference":
+            from .reference_records import main as reference
+            return reference(rest)
         elif command == "tables":
             from .tables import main as tables
             return tables(rest)
@@ -64,7 +69,7 @@ def main(argv: list[str]) -> int:
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
         else:
-            print(f"error: unknown command {command!r}: allowed families, fit, fit_packed, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables",
+            print(f"error: unknown command {command!r}: allowed families, fit, fit_packed, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables, reference",
                   file=sys.stderr)
             return 2
     except (ConfigError, DatasetError, ValueError) as e:

@@ -199,7 +199,8 @@ def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, 
 
 def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path):
     """In a clone of the committed tree, the gpu profile finds none of the committed cpu-profile
-    runs finished: their configurations differ, so their folders do."""
+    runs finished: their configurations differ, so their folders do; and neither does the cpu
+    profile, whose runs the reference records are, since they are not the user's runs folder."""
     if not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists():
         pytest.skip("needs the real Fashion-MNIST pool (make data)")
     clone = tmp_path / "clone"
@@ -211,8 +212,16 @@ def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     listed = [line for line in out.stdout.splitlines() if line.startswith("# ")]
     assert len(listed) == 6 * 2 * 4 * 2 and not [line for line in listed if "[new]" not in line]
-    committed = list((clone / "results" / "runs" / "datascale").glob("*/summary.json"))
+    committed = list((clone / "results" / "reference" / "datascale").glob("*/summary.json"))
     assert committed, "the clone has no committed cpu-profile runs to confuse with"
+    # a newcomer's first run is their own: the committed reference is not their runs folder, so the cpu
+    # profile (the very configurations of the reference) has every run still to train as well
+    assert not (clone / "results" / "runs").exists()
+    out = subprocess.run([sys.executable, "-m", "experiments", "sweep", "--profile", "cpu", "--dry_run"],
+                         cwd=clone, env={**env, "PYTHONPATH": str(clone)}, capture_output=True, text=True,
+                         timeout=600)
+    listed = [line for line in out.stdout.splitlines() if line.startswith("# ")]
+    assert out.returncode == 0 and listed and not [line for line in listed if "[new]" not in line], out.stdout
 
 
 def test_last_checkpoint_holds_the_final_step(cli, capsys):

@@ -1,0 +1,73 @@
+"""Whose runs a table is built from: the user's (results/runs, git-ignored, where every run the suite
+trains goes) or the committed reference (results/reference: the small records of the runs behind the
+committed tables, with their hardware and commit in each summary.json).
+
+A fresh clone has no runs of its own, so `make tables` builds from the reference; once a user runs an
+experiment, its tables are built from their runs, and `git diff results/` compares their reproduction
+with ours. `make reference` (developers) copies the records of the user's runs over the reference.
+
+    python -m experiments reference [--experiment NAME ...]
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from .run_names import checked_name
+
+RUNS = Path("results/runs")
+REFERENCE = Path("results/reference")
+# a record is small and plain; checkpoints, event files, logs, locks and drawn probe figures stay behind
+RECORD_SUFFIXES = (".json", ".yaml")
+LEFT_BEHIND = ("train_indices.json",)
+LEFT_BEHIND_FOLDERS = ("checkpoints", "probes", "tensorboard", "packed")
+
+
+def has_records(exp_dir: Path) -> bool:
+    """Whether `exp_dir` holds anything the tables read: a run's summary or an experiment record."""
+    return exp_dir.is_dir() and (any(exp_dir.glob("*/summary.json")) or any(exp_dir.glob("*.json")))
+
+
+def experiments_in(root: Path) -> set[str]:
+    return {d.name for d in root.iterdir() if has_records(d)} if root.is_dir() else set()
+
+
+def whose_runs(exp_dir: Path) -> str:
+    """The sentence under a table's title that says whose runs it was built from."""
+    d = Path(exp_dir)
+    if d.parent.resolve() == REFERENCE.resolve():
+        target = "make fit-families" if d.name == "fit-families" else f"make exp-{d.name.replace('_', '-')}"
+        return (f"Built from the committed reference records in {d.as_posix()} (hardware and commit below). "
+                f"`{target}` runs your own into {(RUNS / d.name).as_posix()}; the tables are then built from "
+                "yours, and `git diff results/` compares them with ours.")
+    return f"Built from the runs in {d.as_posix()}."
+
+
+def refresh(name: str, runs: Path = RUNS, reference: Path = REFERENCE) -> int:
+    """Replaces reference/<name> with the records of runs/<name>; returns how many files it copied."""
+    source, target = runs / checked_name("experiment", name), reference / name
+    if not has_records(source):
+        raise ValueError(f"experiment {name!r} has no run records in {source.as_posix()}: allowed "
+                         f"{', '.join(sorted(experiments_in(runs))) or 'none (run an experiment first)'}")
+    files = [f for f in sorted(source.rglob("*")) if f.is_file() and f.suffix in RECORD_SUFFIXES
+             and f.name not in LEFT_BEHIND
+             and not set(f.relative_to(source).parts[:-1]) & set(LEFT_BEHIND_FOLDERS)]
+    shutil.rmtree(target, ignore_errors=True)  # a run no longer among the user's is no longer ours either
+    for f in files:
+        (target / f.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target / f.relative_to(source))
+    return len(files)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments reference", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--experiment", nargs="+", help="experiments to refresh (default: every one with runs)")
+    a = p.parse_args(argv)
+    names = a.experiment or sorted(experiments_in(RUNS))
+    if not names:
+        raise ValueError(f"no run records in {RUNS.as_posix()}: run an experiment first (make exp-datascale)")
+    for name in names:
+        print(f"{REFERENCE.as_posix()}/{name}: {refresh(name)} records from {RUNS.as_posix()}/{name}")
+    return 0

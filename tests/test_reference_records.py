@@ -1,0 +1,69 @@
+"""A newcomer's first run is their own: the committed reference records (results/reference) are kept
+apart from the user's runs (results/runs, git-ignored); the tables say whose runs they were built
+from and prefer the user's; `python -m experiments reference` copies the user's records (never
+checkpoints, event files or logs) over the reference."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.__main__ import main
+from experiments.reference_records import REFERENCE, RUNS, has_records, refresh, whose_runs
+
+from .test_tables import _run
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A checkout's results/ with one reference run of datascale and nothing of the user's."""
+    monkeypatch.chdir(tmp_path)
+    _run(tmp_path / REFERENCE / "datascale", "resnet", 0.01, 0, 0.70)
+    return tmp_path
+
+
+def test_tables_come_from_the_reference_until_the_user_has_runs(checkout):
+    assert main(["tables", "--readme", ""]) == 0
+    text = Path("results/datascale.md").read_text()
+    assert "Built from the committed reference records in results/reference/datascale" in text
+    assert "`make exp-datascale` runs your own into results/runs/datascale" in text and "| 0.7000" in text
+    _run(checkout / RUNS / "datascale", "resnet", 0.01, 0, 0.65)  # the user's own reproduction
+    assert main(["tables", "--readme", ""]) == 0
+    text = Path("results/datascale.md").read_text()
+    assert text.splitlines()[3] == "Built from the runs in results/runs/datascale." and "| 0.6500" in text
+    assert "0.7000" not in text
+
+
+def test_refresh_copies_records_only_and_replaces_the_experiment(checkout):
+    run = RUNS / "datascale" / _run(checkout / RUNS / "datascale", "vit", 0.01, 0, 0.60)
+    for name in ("checkpoints/best.ckpt", "events.out.tfevents.1", "log.txt", "train_indices.json", ".lock",
+                 "probes/shift.png"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("not a record")
+    (run / "probes.json").write_text("{}")
+    old = {p.relative_to(REFERENCE) for p in REFERENCE.rglob("*") if p.is_file()}
+    assert main(["reference", "--experiment", "datascale"]) == 0
+    copied = {p.relative_to(REFERENCE / "datascale" / run.name).as_posix()
+              for p in (REFERENCE / "datascale" / run.name).rglob("*") if p.is_file()}
+    assert copied == {p.name for p in run.iterdir() if p.suffix in (".json", ".yaml")} - {"train_indices.json"}
+    assert "probes.json" in copied and not any(o.parts[1] != run.name and (REFERENCE / o).exists() for o in old)
+    assert json.loads((REFERENCE / "datascale" / run.name / "summary.json").read_text())["test_acc"] == 0.60
+
+
+def test_refresh_of_an_experiment_without_runs_is_one_line(checkout, capsys):
+    assert main(["reference", "--experiment", "distill"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: experiment 'distill' has no run records in results/runs/distill: allowed none (run an "
+                   "experiment first)"]
+    assert main(["reference", "--experiment", "../x"]) == 2 and not Path("results/x").exists()
+
+
+def test_whose_runs_and_has_records(tmp_path):
+    assert not has_records(tmp_path / "nothing") and not has_records(tmp_path)
+    (tmp_path / "sweep.json").write_text("{}")
+    assert has_records(tmp_path)
+    assert whose_runs(tmp_path) == f"Built from the runs in {tmp_path.as_posix()}."
+    assert whose_runs(REFERENCE / "fit-families").startswith(
+        "Built from the committed reference records in results/reference/fit-families (hardware and commit below). "
+        "`make fit-families` runs your own")
