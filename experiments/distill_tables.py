@@ -29,7 +29,7 @@ from .run_record import read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
 from .reference_records import whose_runs
 from .tensorboard_view import log_figures
-from .verdicts import MARGIN, cannot_tell, equivalent, no_difference, side
+from .verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -41,7 +41,6 @@ HEAD_LABEL = {"cls": "cls", "dist": "dist", "both": "cls+dist"}
 TEST_KEY = {"cls": "acc_cls", "dist": "acc_dist", "both": "acc"}  # summary["test"]: acc is cls+dist when distilled
 CNNS = ("resnet", "convnext")
 TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
-STILL_IMPROVING = "†"
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
 MISSING = "no run"                     # applicable, but no finished run
 VERSIONS = ("python", "torch", "timm", "lightning")
@@ -478,7 +477,8 @@ def agreement_section(p: Profile) -> list[str]:
     out = [f"Share of {'/'.join(f'{n:,}' for n in images) or 'the'} test images on which the student's reported head "
            "(cls+dist; cls for none) predicts the same class as the teacher run of its fraction and seed; mean over "
            "seeds ± 95% CI.", "", *_table(head, rows), ""]
-    return out + agreement_reading(p)
+    gate = unsettled(p)
+    return out + ([f"- {gate}"] if gate else agreement_reading(p))
 
 
 def agreement_reading(p: Profile) -> list[str]:
@@ -512,7 +512,16 @@ def cosine_section(p: Profile) -> list[str]:
             "none's distillation token exists but no loss trains it.", "", *_table(head, rows)]
 
 
+def unsettled(p: Profile) -> str | None:
+    """The sentence that stands in for this profile's readings while a run behind them still improves."""
+    runs = p.finished_runs()
+    return not_read(sum(not _plateaued(s) for s in runs), len(runs))
+
+
 def reading(p: Profile, cl: list[dict]) -> list[str]:
+    gate = unsettled(p)
+    if gate:
+        return [f"- {gate}"]
     out = []
     for c in (c for c in cl if c["claim"] == "a"):
         out.append(f"- Distillation against training alone, {c['label']} at {p.size_label(c['fraction'])}: "
@@ -524,12 +533,6 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
         out.append(f"- CNN against transformer teacher, {c['label']} at {p.size_label(c['fraction'])}: "
                    + judge(c["est"], f"the {c['cnn']} teacher transfers more than the {c['transformer']} teacher")
                    + ". " + confound(c))
-    improving = [s for s in p.finished_runs() if not _plateaued(s)]
-    if improving:
-        verb = "was" if len(improving) == 1 else "were"
-        out.append(f"- {_plural(len(improving), 'run')} behind these numbers {verb} "
-                   "still improving at their last "
-                   f"validation ({STILL_IMPROVING}): differences between unconverged models, not yet findings.")
     return out
 
 
@@ -561,6 +564,9 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
             "when our 95% interval excludes 0, not distinguishable when it includes 0; against DeiT's no difference, "
             f"agree only when our whole interval lies within ±{MARGIN:.4f}, cannot tell when it includes 0 but "
             "reaches beyond.", ""]
+    gate = unsettled(p)
+    if gate:
+        out += [gate, ""]
 
     def diff(a, b):
         return tuple(round(x - y, 1) for x, y in zip(pub[a], pub[b]))
@@ -580,8 +586,8 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
     for label, published, ours in effects:
         sign = 1 if min(published) > 0 else -1 if max(published) < 0 else 0 if set(published) == {0} else None
         pub_text = " / ".join(f"{x:+.1f}" for x in published)
-        said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(c['est'])} ({direction(c['est'], sign)})"
-                         for c in ours) or "not run here"
+        said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(c['est'])}"
+                         + ("" if gate else f" ({direction(c['est'], sign)})") for c in ours) or "not run here"
         out.append(f"- {label}: published {pub_text} points; ours: {said}")
     return out
 

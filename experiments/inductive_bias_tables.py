@@ -26,7 +26,7 @@ from .run_record import read_identity, read_json, read_summary
 from .seed_statistics import Estimate, mean_ci, paired_difference
 from .reference_records import whose_runs
 from .tensorboard_view import log_figures
-from .verdicts import MARGIN, equivalent, side
+from .verdicts import MARGIN, STILL_IMPROVING, equivalent, not_read, side
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -38,7 +38,6 @@ CNNS = ("resnet", "convnext")
 TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
 ORDER = ("resnet", "convnext", "vit", "deit", "swin", "hybrid")
 TABLES = ("learn", "learn2d", "sincos")            # variants with a position table
-STILL_IMPROVING = "†"
 VERSIONS = ("python", "torch", "timm", "lightning")
 DROP_AT = 0.5                                      # the PatchDrop fraction the tables quote (Naseer et al.)
 FIGURES = ("ablation", "attention_distance", "pos_embed_similarity", "occlusion", "shuffle", "shift", "cka",
@@ -455,8 +454,16 @@ def _verdict(est: Estimate | None, positive: str, negative: str, neither: str) -
     return positive if lo > 0 else negative if hi < 0 else neither
 
 
+def unsettled(p: Profile) -> str | None:
+    """The sentence that stands in for this profile's readings while a run behind them still improves."""
+    behind = {e["run"] for t in ("families", "ablations") for e in p.entries(t) if _test_acc(p.runs.get(e["run"]))}
+    return not_read(sum(_improving(p.runs[r]) for r in behind), len(behind))
+
+
 def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str]:
     out = ["### What the numbers say", ""]
+    if unsettled(p):
+        return out + [f"- {unsettled(p)}", ""]
     # 1. attention distance against depth
     att = [r for r in families if r["dist_growth"] is not None]
     if att:
@@ -502,11 +509,6 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             "ImageNet 5-shot); the gap is small because patches carry much of the spatial information themselves.")
     if _uniform_caveat(families):
         out.append(f"- **Caveat**: {_uniform_caveat(families)[0].upper()}{_uniform_caveat(families)[1:]}")
-    behind = {e["run"] for t in ("families", "ablations") for e in p.entries(t) if _test_acc(p.runs.get(e["run"]))}
-    improving, runs = sum(_improving(p.runs[r]) for r in behind), len(behind)
-    if improving:
-        out.append(f"- {improving} of the {runs} runs behind these rows were still improving when they stopped: "
-                   "every number here is a short-budget number, which the gpu profile (1,000+ steps) replaces.")
     return out + [""]
 
 
@@ -681,13 +683,13 @@ def _groups(rel: dict[str, float]) -> str:
 
 
 def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], families: list[dict]) -> list[str]:
-    out = ["### Figures", ""]
+    out, gate = ["### Figures", ""], unsettled(p)
     for k, png in pngs.items():
         caption, measures, published = FIGURE_TEXT[k]
-        out += [f"#### {caption}", "", f"![{caption}]({png})", "",
-                f"*Measures*: {measures}. *Published*: {published}. *Here*: {here(p, k, ablations, families)}"
-                + (f" *Verdict*: {verdict(p, k, ablations, families)}" if verdict(p, k, ablations, families) else ""),
-                ""]
+        said = (f"*Here*: {gate}" if gate else f"*Here*: {here(p, k, ablations, families)}"
+                + (f" *Verdict*: {verdict(p, k, ablations, families)}" if verdict(p, k, ablations, families) else ""))
+        out += [f"#### {caption}", "", f"![{caption}]({png})", "", f"*Measures*: {measures}. *Published*: {published}. "
+                + said, ""]
     return out
 
 

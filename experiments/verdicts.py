@@ -12,6 +12,17 @@ from __future__ import annotations
 from .seed_statistics import Estimate
 
 MARGIN = 0.01  # one accuracy point: the smallest difference the readings call a difference
+STILL_IMPROVING = "†"  # the mark of a number from a run still improving at its last validation
+
+
+def not_read(improving: int, runs: int) -> str | None:
+    """Converged or silent: the one sentence that stands in for every reading and verdict of a
+    profile while any of the `runs` behind it was still improving (None when all plateaued)."""
+    if not improving:
+        return None
+    return (f"Not read: {improving} of the {runs} runs behind these numbers were still improving at their last "
+            f"validation ({STILL_IMPROVING}); the numbers are shown, and no conclusion is drawn from unconverged "
+            "models.")
 
 
 def _r(x: float) -> float:

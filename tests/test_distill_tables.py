@@ -72,10 +72,11 @@ def _probes(student: str, fraction: float, seed: int, teacher_runs: dict) -> dic
             "token_cosine": cosine}
 
 
-def write_experiment(exp: Path) -> None:
+def write_experiment(exp: Path, improving: tuple | None = STILL_IMPROVING) -> None:
     """2 fractions x 3 seeds, teachers resnet and vit, students none, soft/resnet, hard/resnet,
     hard/vit; one finished run the record does not list, one tuning trial that was never tested,
-    and a gpu profile with nothing finished."""
+    and a gpu profile with nothing finished. `improving`: the (student, fraction, seed) whose run
+    was still improving at its last validation (None: every run plateaued)."""
     teachers, students, names = [], [], {}
     for (family, f), accs in TEACHERS.items():
         for seed in SEEDS:
@@ -89,7 +90,7 @@ def write_experiment(exp: Path) -> None:
             a = accs[seed]
             test = {"acc": a, "acc_cls": a, "acc_dist": 0.1} if variant == "none" else \
                 {"acc": a, "acc_cls": round(a + CLS, 6), "acc_dist": round(a + DIST, 6)}
-            plateaued = (student, f, seed) != STILL_IMPROVING
+            plateaued = (student, f, seed) != improving
             mine = {t: names[t, f, seed] for t in ("resnet", "vit")}
             _write(exp, run, _summary(run, "deit", f, seed, test, plateaued=plateaued), _probes(student, f, seed, mine))
             students.append({"student": student, "variant": variant, "teacher": teacher or None, "fraction": f,
@@ -117,15 +118,25 @@ def write_experiment(exp: Path) -> None:
     (exp / RECORD).write_text(json.dumps({"spec": "distill", "profiles": {"cpu": cpu, "gpu": gpu}}))
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    root = tmp_path_factory.mktemp("distill")
+def _made(root: Path, improving: tuple | None) -> dict:
     exp, out = root / "runs" / "distill", root / "results"
-    write_experiment(exp)
+    write_experiment(exp, improving)
     paths = make_tables(exp, out)
     with (out / f"{NAME}.csv").open() as f:
         rows = list(csv.DictReader(f))
     return {"exp": exp, "out": out, "paths": paths, "md": (out / f"{NAME}.md").read_text(), "rows": rows}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One run still improving: its cells are marked and nothing is read."""
+    return _made(tmp_path_factory.mktemp("distill"), STILL_IMPROVING)
+
+
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory):
+    """The same runs, every one plateaued: the readings and verdicts are written."""
+    return _made(tmp_path_factory.mktemp("distill-converged"), None)
 
 
 def section(md: str, title: str) -> str:
@@ -192,8 +203,8 @@ def test_none_reports_only_its_cls_head(made):
     assert "0.1000" not in section(made["md"], "Test accuracy by inference head")  # none's untrained dist head
 
 
-def test_claims_agreement_and_token_cosine(made):
-    md = made["md"]
+def test_claims_agreement_and_token_cosine(converged):
+    md = converged["md"]
     claims = section(md, "DeiT's claims: paired differences by seed")
     hard_soft = diffs(REPORTED["hard/resnet", 0.01], REPORTED["soft/resnet", 0.01])       # 0.03, 0.04, 0.08
     assert f"| hard/resnet − soft/resnet (cls+dist) | 0.01 | +0.0500 ± {ci(hard_soft):.4f} | 3 |" in claims
@@ -206,10 +217,10 @@ def test_claims_agreement_and_token_cosine(made):
     raised = diffs((0.90, 0.92, 0.94), (0.80, 0.81, 0.82))                                # 0.10, 0.11, 0.12
     assert (f"- hard/resnet against none, agreement with resnet at 590 images: +0.1100 ± {ci(raised):.4f} (3 pairs): "
             "distilling from resnet raises agreement with resnet, as DeiT reports") in md
-    row = csv_row(made["rows"], "hard/resnet", 0.01, "both")
+    row = csv_row(converged["rows"], "hard/resnet", 0.01, "both")
     assert float(row["agreement_with_teacher_mean"]) == pytest.approx(0.92, abs=1e-6)
     assert float(row["agreement_with_teacher_ci95"]) == pytest.approx(ci((0.90, 0.92, 0.94)), abs=1e-6)
-    assert float(csv_row(made["rows"], "hard/resnet", 0.01, "dist")["agreement_with_teacher_mean"]) == \
+    assert float(csv_row(converged["rows"], "hard/resnet", 0.01, "dist")["agreement_with_teacher_mean"]) == \
         pytest.approx(0.90, abs=1e-6)
     # hard/resnet's cosine per seed: (0.10, 0.40, 0.70, 0.90) + 0.01 * seed at blocks 1 and 4
     cosine = table(section(md, "Class and distillation tokens"))
@@ -228,8 +239,8 @@ def test_runs_outside_the_plan_are_left_out_and_named(made):
     assert {r["profile"] for r in made["rows"]} == {"cpu"}
 
 
-def test_reading_says_confounds_and_not_distinguishable(made):
-    reading = section(made["md"], "What the numbers say")
+def test_reading_says_confounds_and_not_distinguishable(converged):
+    reading = section(converged["md"], "What the numbers say")
     soft = diffs(REPORTED["soft/resnet", 0.01], REPORTED["none", 0.01])     # 0.01, 0.02, 0.00: includes 0
     assert (f"soft/resnet (cls+dist) − none (cls) at 590 images: +0.0100 ± {ci(soft):.4f} (3 pairs): the interval "
             "includes 0, not distinguishable from no difference with 3 seeds") in reading
@@ -247,11 +258,25 @@ def test_reading_says_confounds_and_not_distinguishable(made):
     assert "confounds" not in at_2950 and "teachers of similar accuracy" in at_2950
     assert f"{statistics.fmean(cnn):+.4f} ± {ci(cnn):.4f} (3 pairs)" in at_2950
     assert f"{statistics.fmean(teachers):+.4f} ± {ci(teachers):.4f}, within 0.02: teachers of similar" in at_2950
-    assert "1 run behind these numbers was still improving" in reading
+    assert "Not read" not in converged["md"]
 
 
-def test_published_comparison(made):
+def test_a_run_still_improving_silences_every_reading(made):
+    """Converged or silent: with one run of the profile still improving, the reading, the agreement
+    reading and the comparison with DeiT give their numbers and the one "Not read" sentence, no verdict."""
+    gate = ("Not read: 1 of the 36 runs behind these numbers were still improving at their last validation (†); "
+            "the numbers are shown, and no conclusion is drawn from unconverged models.")
+    assert section(made["md"], "What the numbers say").strip() == f"- {gate}"
+    assert f"- {gate}" in section(made["md"], "Agreement with each teacher")
     published = section(made["md"], "DeiT (published)")
+    assert gate in published and "at 0.01: +0.0600 ± 0.0497;" in published
+    for word in ("as DeiT reports", "not distinguishable)", "(agree", "(disagree", "cannot tell:", "confounds the",
+                 "within 0.02: teachers"):
+        assert word not in made["md"], word
+
+
+def test_published_comparison(converged):
+    published = section(converged["md"], "DeiT (published)")
     assert "Touvron et al. 2021" in published
     assert table(published)["hard, with token: cls+dist"] == {"method": "hard, with token: cls+dist", "DeiT-Ti": "74.5",
                                                                "DeiT-S": "81.2", "DeiT-B": "83.4"}

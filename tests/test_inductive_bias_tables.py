@@ -79,7 +79,17 @@ def _write(exp: Path, run: str, summary: dict, probes: dict | None) -> None:
 
 @pytest.fixture
 def experiment(tmp_path) -> Path:
-    exp = tmp_path / "runs" / NAME
+    """Every run plateaued but the IMPROVING one."""
+    return write_experiment(tmp_path / "runs" / NAME, IMPROVING)
+
+
+@pytest.fixture
+def converged(tmp_path) -> Path:
+    """The same runs, every one plateaued: the readings and verdicts are written."""
+    return write_experiment(tmp_path / "runs" / NAME, None)
+
+
+def write_experiment(exp: Path, improving: tuple | None) -> Path:
     families, ablations = [], []
     all_parts = ("robustness", "cka", "attention", "maps", "pos_embed")
     for fam, accs in FAMILY.items():
@@ -91,7 +101,7 @@ def experiment(tmp_path) -> Path:
         for seed, acc in zip(SEEDS, accs):
             run = f"vit_f1_s{seed}_{'%08x' % seed}" if (variant, f) == ("learn", 1.0) else f"vit_{variant}_f{f}_s{seed}"
             if (variant, f) != ("learn", 1.0):
-                _write(exp, run, _summary(run, "vit", f, seed, acc, plateaued=(variant, f, seed) != IMPROVING),
+                _write(exp, run, _summary(run, "vit", f, seed, acc, plateaued=(variant, f, seed) != improving),
                        _probes("vit", seed, ["pos_embed"]) if variant == "learn" else None)
             ablations.append({"variant": variant, "fraction": f, "seed": seed, "run": run})
     (exp / "cka").mkdir()
@@ -115,8 +125,8 @@ def _rows(out: Path) -> dict:
     return {(r["table"], r["name"], float(r["fraction"])): r for r in csv.DictReader(open(out / f"{NAME}.csv"))}
 
 
-def test_tables_from_hand_written_records(experiment, tmp_path):
-    out = tmp_path / "results"
+def test_tables_from_hand_written_records(converged, tmp_path):
+    experiment, out = converged, tmp_path / "results"
     make_tables(experiment, out)
     rows = _rows(out)
     for (variant, f), accs in ABLATION.items():
@@ -129,7 +139,7 @@ def test_tables_from_hand_written_records(experiment, tmp_path):
             assert float(r["delta_vs_learn_ci95"]) == pytest.approx(ci(d), abs=1e-6)
         else:
             assert r["delta_vs_learn"] == ""
-    assert rows[("ablation", "none", 1.0)]["still_improving"] == "1"
+    assert rows[("ablation", "none", 1.0)]["still_improving"] == "0"
     grid = [0.4, 0.5, 0.6]
     assert float(rows[("ablation", "learn", 0.01)]["pos_grid_correlation_mean"]) == pytest.approx(0.5)
     assert float(rows[("ablation", "learn", 0.01)]["pos_grid_correlation_ci95"]) == pytest.approx(ci(grid), abs=1e-6)
@@ -155,7 +165,7 @@ def test_tables_from_hand_written_records(experiment, tmp_path):
     assert "layer 1 at 0.56 and the last layer at 0.81 of the uniform-attention distance" in text
     assert "9.0 ± 2.5 (16.0)" in text and "**Caveat**" not in text   # 0.56 of uniform: attention learned
     assert "[CLS] attention" in text and "top-10% patches hold 0.70" in text   # one patch of four holds 0.7
-    assert "1 of the 18 runs behind these rows were still improving" in text
+    assert "Not read" not in text
     assert "*Verdict*: cannot tell: every none − learn interval includes 0" in text
     assert "*Verdict*: partly: the learned 1D table has 2D structure in 4 of 6 runs." in text
     assert text.count("*Verdict*: agrees: every transformer keeps more of its accuracy than every CNN.") == 2
@@ -197,9 +207,25 @@ def test_corrupt_records_are_one_line_and_write_nothing(experiment, tmp_path, ca
     assert "inductive_bias.json is not valid JSON" in capsys.readouterr().err and not out.exists()
 
 
-def test_uniform_attention_is_named_as_a_caveat(experiment, tmp_path):
+def test_a_run_still_improving_silences_every_reading(experiment, tmp_path):
+    """Converged or silent: one ablation run still improving marks its cells, and the reading and
+    every figure's *Here* give the one "Not read" sentence instead of a verdict."""
+    out = tmp_path / "results"
+    make_tables(experiment, out)
+    assert _rows(out)[("ablation", "none", 1.0)]["still_improving"] == "1"
+    text = (out / f"{NAME}.md").read_text()
+    gate = ("Not read: 1 of the 18 runs behind these numbers were still improving at their last validation (†); "
+            "the numbers are shown, and no conclusion is drawn from unconverged models.")
+    assert f"### What the numbers say\n\n- {gate}\n" in text
+    assert text.count(f"*Here*: {gate}") == len(FIGURES) and "*Verdict*" not in text
+    for word in ("agrees", "disagrees", "px (grows", "every transformer keeps more", "**Caveat**"):
+        assert word not in text, word
+
+
+def test_uniform_attention_is_named_as_a_caveat(converged, tmp_path):
     """Where every layer attends as far as uniform attention would, the reading says the attention
     is untrained rather than reading the shuffle results as a learned bias."""
+    experiment = converged
     for path in experiment.glob("*/probes.json"):
         probes = json.loads(path.read_text())
         if probes.get("attention_distance"):
