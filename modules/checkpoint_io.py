@@ -37,7 +37,7 @@ def read_checkpoint(path, map_location="cpu") -> dict:
     except FileNotFoundError:
         raise ValueError(f"checkpoint {str(path)!r} does not exist") from None
     except pickle.UnpicklingError as e:
-        # torch's message spans lines and suggests weights_only=False, which is exactly what must not happen
+        # torch's message spans lines and suggests an unsafe full unpickling, which is exactly what must not happen
         text = str(e)
         code = re.search(r"(Unsupported global: GLOBAL \S+|Trying to call reduce for unrecognized function \S+)", text)
         if code:

@@ -150,7 +150,7 @@ def test_deit_members_with_their_own_teachers(trained_resnets):
     packed = PackedClassifier(seeds=SEEDS, family="deit", teacher_checkpoints=[str(p) for p in paths], **CONFIG)
     _assert_packed_equals_singles(packed, _fit(packed, _packed_batches()), singles)
     # the teachers differ (different seeds), so using one teacher for both would not match
-    assert not torch.equal(*(torch.load(p, weights_only=False)["state_dict"]["model.fc.weight"] for p in paths))
+    assert not torch.equal(*(torch.load(p, weights_only=True)["state_dict"]["model.fc.weight"] for p in paths))
 
 
 def test_each_member_is_clipped_by_its_own_norm():

@@ -218,7 +218,7 @@ def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch)
     assert {t["lr"] for t in tuning} == {0.003, 0.01} and all(t["val_acc_best"] is not None for t in tuning)
     for n, s in summaries.items():  # each member's checkpoint records its own lr
         lr = float(n.split("_lr")[1].split("_")[0])
-        ckpt = torch.load(runs / "tiny" / n / "checkpoints" / "best.ckpt", weights_only=False)
+        ckpt = torch.load(runs / "tiny" / n / "checkpoints" / "best.ckpt", weights_only=True)
         assert ckpt["hyper_parameters"]["lr"] == lr
     assert sum(s["status"] == "done" for s in summaries.values()) == 6  # 2 trials chosen (then tested), 4 main runs
     deit = next(s for n, s in summaries.items() if n.startswith("deit") and "_s1_" in n)

@@ -182,14 +182,14 @@ def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, 
                  f"--trainer.callbacks.step={kill_after}")
     assert killed.returncode == -9, killed.stderr[-2000:]
     (run_dir,) = (tmp_path / "killed").iterdir()
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == kill_after
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == kill_after
     resumed = fit("killed")
     assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr[-2000:]
 
     (whole,) = (tmp_path / "whole").iterdir()
     assert whole.name == run_dir.name  # the kill switch is not part of the run's identity
-    a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
-    b = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)
+    b = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert a["global_step"] == b["global_step"] == {"equal_steps": 12, "fixed_epochs": 15}[protocol]
     assert a["state_dict"].keys() == b["state_dict"].keys()
     assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
@@ -231,8 +231,8 @@ def test_last_checkpoint_holds_the_final_step(cli, capsys):
             "--trainer.val_check_interval", "4", "--trainer.check_val_every_n_epoch", "null")
     code, run_dir = cli("fit", *args)
     assert code == 0
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 6
-    assert torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)["global_step"] == 4
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
+    assert torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == 4
 
 
 def test_a_folder_holding_another_configuration_is_refused(cli, done_run, capsys):

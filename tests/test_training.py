@@ -67,7 +67,7 @@ def test_teacher_frozen_and_out_of_checkpoint(resnet_ckpt, make_dm, tmp_path):
     optimised = {id(p) for g in trainer.optimizers[0].param_groups for p in g["params"]}
     assert not teacher_ids & optimised
     trainer.save_checkpoint(tmp_path / "student.ckpt")
-    saved = torch.load(tmp_path / "student.ckpt", weights_only=False)["state_dict"]
+    saved = torch.load(tmp_path / "student.ckpt", weights_only=True)["state_dict"]
     assert set(saved) == set(student.state_dict()) and not any("teacher" in k for k in saved)
     assert sum(v.numel() for k, v in saved.items() if k.startswith("model.")) == sum(
         p.numel() for p in student.model.parameters()) + sum(b.numel() for b in student.model.buffers())
@@ -151,7 +151,7 @@ def test_ddp_two_processes_on_cpu(fmnist_dir, tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = next((tmp_path / "ddp").glob("*"))
-    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 2  # 128 images / batch 32 = 4 batches, 2 per rank
     s = _summary(run_dir)
     assert s["devices"] == 2 and s["status"] == "done"
