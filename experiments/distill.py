@@ -33,7 +33,7 @@ from .experiment_lock import hold_experiment
 from .provenance import git_commit, hardware, versions
 from .run_record import read_json, write_json, write_profile_record
 from .spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
-from .sweep import TUNED, choose_lrs, print_plan, run_sweep, run_status
+from .sweep import TUNED, Launches, choose_lrs, print_plan, run_status
 from .trained_runs import load_classifier, load_config, test_images
 
 NAME = "distill"
@@ -273,18 +273,8 @@ def main(argv: list[str]) -> int:
     # finished; the dry run writes nothing, not even the lock file
     with nullcontext() if a.dry_run else hold_experiment(exp_dir):
         start = time.perf_counter()
-        results: dict[str, str] = {}
-
-        launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
-        launcher = _launcher(jobs)
-
-        def counted(r: Run) -> int:
-            launched.append(r.name)
-            return launcher(r)
-
-        def run(runs: list[Run]) -> None:
-            if runs and not a.dry_run:
-                results.update(run_sweep(runs, jobs=jobs, launcher=counted))
+        run = Launches(_launcher(jobs), jobs, a.dry_run)
+        results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
 
         trials = tuning_runs(spec, axes, runs_dir, pool)
         run(trials)

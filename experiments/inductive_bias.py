@@ -41,7 +41,7 @@ from .run_identity import config_hash
 from .run_record import (read_identity, read_json, read_summary, write_json, write_profile_record,
                          write_summary)
 from .spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
-from .sweep import TUNED, choose_lrs, finished, print_plan, run_status, run_sweep, tuning_stage
+from .sweep import TUNED, Launches, choose_lrs, finished, print_plan, run_status, tuning_stage
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -395,17 +395,8 @@ def main(argv: list[str]) -> int:
     # finished; the dry run writes nothing, not even the lock file
     with nullcontext() if a.dry_run else hold_experiment(exp_dir):
         start = time.perf_counter()
-        results: dict[str, str] = {}
-        launched = []  # what this invocation trained or tested: only then is its wall time the experiment's
-        launcher = _launcher(jobs, runs_dir)
-
-        def counted(r: Run) -> int:
-            launched.append(r.name)
-            return launcher(r)
-
-        def run(runs: list[Run]) -> None:
-            if runs and not a.dry_run:
-                results.update(run_sweep(runs, jobs=jobs, launcher=counted))
+        run = Launches(_launcher(jobs, runs_dir), jobs, a.dry_run)
+        results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
 
         plans = []  # per budget: its axes, lr choices, tuning trials, family runs, ablation runs
         for budget in axes["budgets"]:

@@ -227,6 +227,25 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     return results
 
 
+class Launches:
+    """A runner's stages through run_sweep, each run's status in `results` and what was really
+    launched (trained or tested) in `launched`: an invocation that launched nothing leaves its
+    record's wall time as it is. A dry run launches nothing."""
+
+    def __init__(self, launcher: Callable[[Run], int], jobs: int, dry_run: bool = False):
+        self.launcher, self.jobs, self.dry_run = launcher, jobs, dry_run
+        self.results: dict[str, str] = {}
+        self.launched: list[str] = []
+
+    def __call__(self, runs: list[Run]) -> None:
+        if runs and not self.dry_run:
+            self.results.update(run_sweep(runs, jobs=self.jobs, launcher=self._counted))
+
+    def _counted(self, run: Run) -> int:
+        self.launched.append(run.name)
+        return self.launcher(run)
+
+
 def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
     """(family, recipe, fraction) -> the lr with the best validation accuracy among finished trials
     (the smaller lr on a tie), and a record of every trial. Only validation is read."""
