@@ -188,8 +188,8 @@ class SuiteCLI(LightningCLI):
         if path and path != "last" and not Path(path).is_file():
             raise ValueError(f"ckpt_path {path!r} does not exist")
         if path and path != "last":
-            try:
-                read_checkpoint(path)  # weights only, before Lightning reads its hyper-parameters
+            try:  # weights only, before Lightning reads its hyper-parameters; kept for the data check
+                self._saved_hparams = read_checkpoint(path).get("hyper_parameters", {})
             except ValueError as e:
                 raise type(e)(f"ckpt_path {str(e).removeprefix('checkpoint ')}") from None
         try:
@@ -200,8 +200,9 @@ class SuiteCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         # the data is built, nothing else yet: no trainer output, no folder
-        if self.subcommand != "fit":
-            self._check_checkpoint_matches_data()
+        data = self._cfg()["data"]
+        if self.subcommand != "fit" and fixed_shape(data["dataset"], data.get("resize_to")) is None:
+            self._check_checkpoint_matches_data()  # a fixed shape was checked before the data was built
         self.datamodule.check_sizes()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
@@ -289,7 +290,7 @@ class SuiteCLI(LightningCLI):
         path = self._cfg().get("ckpt_path")
         if not path or (shape is None and getattr(self, "datamodule", None) is None):
             return
-        saved = read_checkpoint(path).get("hyper_parameters", {})
+        saved = getattr(self, "_saved_hparams", {})  # read by _parse_ckpt_path (none for "last")
         for key, value in (shape or self.datamodule.shape()).items():
             if key in saved and saved[key] != value:
                 raise ValueError(f"ckpt_path {path!r} was trained with {key}={saved[key]}, but data.dataset "
