@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-# exp-datascale axes; empty = the spec's profile (experiments/specs/datascale.yaml)
+# exp-datascale axes; empty = the spec's profile (experiments/datascale/spec.yaml)
 PROFILE ?=
 FAMILIES ?=
 FRACTIONS ?=
@@ -102,7 +102,7 @@ fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tin
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \
 	  && $(PY) benchmarks/family_throughput.py && $(PY) benchmarks/process_parallelism.py; } | tee results/benchmarks.txt
-	$(PY) -c 'from pathlib import Path; from experiments.readme_blocks import update_readme_block as u; \
+	$(PY) -c 'from pathlib import Path; from experiments.report.readme import update_readme_block as u; \
 	  u(Path("README.md"), "benchmarks", "\n\n```\n" + Path("results/benchmarks.txt").read_text() + "```", Path("results"))'
 
 safety: install ## the bad-input battery against the real CLI, one process per case: exit code, stderr lines, traceback, files left, planted code run (-> results/safety.md)

@@ -4,7 +4,7 @@ with model FLOPs utilisation (MFU) against this device's measured matmul peak.
 Each family at its budget (default tiny), batch 128 (GPU) or 32 (CPU: the cpu profiles') of
 28x28x1 images (synthetic, already on the device: the model is timed, not the loader), in the
 precision the suite trains in
-(experiments.cli.default_precision: bf16 autocast where the hardware has native bf16, else fp32).
+(experiments.runs.cli.default_precision: bf16 autocast where the hardware has native bf16, else fp32).
   single : a plain loop over ImageClassifier.training_loss + AdamW/warmup-cosine + clipping, with the
            attention kernel the suite trains with on this device (fused SDPA on a GPU, explicit
            matmuls on the CPU: ImageClassifier.setup); "other kernel": the same with the other one
@@ -24,8 +24,8 @@ import warnings
 
 import torch
 
-from experiments.cli import default_precision
-from experiments.provenance import hardware, versions
+from experiments.runs.cli import default_precision
+from experiments.runs.provenance import hardware, versions
 from modules import FAMILIES, ImageClassifier
 from modules.optim import adamw_warmup_cosine
 from modules.packed import PackedClassifier, clip_grad_norm_per_member

@@ -6,12 +6,12 @@
   validate   evaluate a checkpoint on the validation split
   test       evaluate a checkpoint on the test split (--ckpt_path)
   fit_packed train K runs that differ only in their seed at once, each into its own run folder
-  sweep      run an experiment spec (experiments/specs/*.yaml), resumably
-  distill    DeiT students against CNN and transformer teachers (specs/distill.yaml), resumably
+  sweep      run an experiment spec (experiments/<name>/spec.yaml), resumably
+  distill    DeiT students against CNN and transformer teachers (experiments/distill/spec.yaml), resumably
   inductive_bias  ViT's position-embedding, pooling and patch ablations and every family's probes
-             (specs/inductive_bias.yaml), resumably
+             (experiments/inductive_bias/spec.yaml), resumably
   probe      the inductive-bias probes (modules.probes) on trained run folders: figures and probes.json
-  complexity measure cost against resolution and position-embedding interpolation (specs/complexity.yaml)
+  complexity measure cost against resolution and position-embedding interpolation (experiments/complexity/spec.yaml)
   tables     regenerate results/<experiment>.{csv,md,png} from the run folders (yours in results/runs,
              else the committed results/reference)
   reference  copy the records of your runs in results/runs over the committed results/reference
@@ -37,34 +37,34 @@ def main(argv: list[str]) -> int:
             from .families import main as families
             families(rest)
         elif command == "run_dir":
-            from .cli import resolve_run_dirs
+            from experiments.runs.cli import resolve_run_dirs
             print(resolve_run_dirs([rest])[0])
         elif command == "fit_packed":
-            from .packed_fit import main as fit_packed
+            from experiments.runs.packed_fit import main as fit_packed
             return fit_packed(rest)
         elif command == "sweep":
-            from .sweep import main as sweep
+            from experiments.runs.sweep import main as sweep
             return sweep(rest)
         elif command == "distill":
-            from .distill import main as distill
+            from experiments.distill.runner import main as distill
             return distill(rest)
         elif command == "inductive_bias":
-            from .inductive_bias import main as inductive_bias
+            from experiments.inductive_bias.runner import main as inductive_bias
             return inductive_bias(rest)
         elif command == "probe":
-            from .probe_run import main as probe
+            from experiments.runs.probe import main as probe
             return probe(rest)
         elif command == "complexity":
-            from .complexity import main as complexity
+            from experiments.complexity.runner import main as complexity
             return complexity(rest)
         elif command == "reference":
-            from .reference_records import main as reference
+            from experiments.runs.reference import main as reference
             return reference(rest)
         elif command == "tables":
             from .tables import main as tables
             return tables(rest)
         elif command in ("fit", "validate", "test"):
-            from .cli import SuiteCLI
+            from experiments.runs.cli import SuiteCLI
             # "Seed set to N" would precede a bad-input error line; the seed is in the run's config.yaml
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)

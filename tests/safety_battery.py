@@ -30,7 +30,7 @@ def run_case(case, scene: Scene, env: dict) -> dict:
     shutil.rmtree(runs, ignore_errors=True)
     scene.paths["pwned"].unlink(missing_ok=True)
     if case.plant:  # the attack sits in the very folder this fit resumes
-        from experiments.cli import resolve_run_dirs
+        from experiments.runs.cli import resolve_run_dirs
         target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
         target.parent.mkdir(parents=True)
         shutil.copy(scene.paths["evil"], target)

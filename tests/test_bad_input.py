@@ -116,7 +116,7 @@ def test_checkpoint_data_mismatch_comes_before_decoding(fmnist_dir, tmp_path, ca
 def test_spec_name_is_one_folder(tmp_path, capsys, command, name):
     spec = {**SPEC, "name": name}
     if command == "distill":
-        spec = {**yaml.safe_load(Path("experiments/specs/distill.yaml").read_text()), "name": name}
+        spec = {**yaml.safe_load(Path("experiments/distill/spec.yaml").read_text()), "name": name}
     path, runs = tmp_path / "bad.yaml", tmp_path / "runs"
     path.write_text(yaml.safe_dump(spec))
     assert_rejected(main([command, "--spec", str(path), "--runs_dir", str(runs)]), capsys, runs,
@@ -130,7 +130,7 @@ def test_tables_experiment_is_one_folder(tmp_path, capsys):
 
 
 def test_inside():
-    from experiments.run_names import inside
+    from experiments.runs.names import inside
     assert inside("runs", "runs/a/b") == Path("runs/a/b")
     with pytest.raises(ValueError, match="is outside"):
         inside("runs", "runs/../x")

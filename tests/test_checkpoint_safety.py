@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from experiments.__main__ import main
-from experiments.packed_fit import group_dir, resolve_members
+from experiments.runs.packed_fit import group_dir, resolve_members
 
 from .conftest import ROOT, SMOKE
 
@@ -86,7 +86,7 @@ def test_planted_last_checkpoint_is_not_resumed(cli, marker, capsys):
 
 
 def test_planted_checkpoint_for_test_probe_and_interpolation(trained, marker, tmp_path, capsys):
-    from experiments.pos_embed_interpolation import load_source
+    from experiments.complexity.pos_embed_interpolation import load_source
     run_dir = Path(shutil.copytree(trained, tmp_path / "runs" / "t" / trained.name))
     bad = _plant(run_dir / "checkpoints" / "best.ckpt", marker)
     capsys.readouterr()
@@ -101,7 +101,7 @@ def test_planted_checkpoint_for_test_probe_and_interpolation(trained, marker, tm
 
 
 def test_planted_packed_group_checkpoint(fmnist_dir, marker, tmp_path, capsys):
-    from experiments.packed_fit import fit_packed
+    from experiments.runs.packed_fit import fit_packed
     args = [["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir", str(tmp_path / "runs"),
              "--experiment", "p", "--seed_everything", str(s), "--data.seed", str(s),
              "--trainer.enable_progress_bar", "false"] for s in (0, 1)]
@@ -160,7 +160,7 @@ def test_full_disk_leaves_no_torn_checkpoint_and_resumes(cli, make_dm, tmp_path,
 
 
 def test_json_record_on_a_full_disk_is_one_line_and_keeps_the_old_record(tmp_path):
-    from experiments.run_record import write_json
+    from experiments.runs.record import write_json
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "64k")
     try:

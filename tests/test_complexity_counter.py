@@ -8,7 +8,7 @@ import torch
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from experiments.paper_models import (MATCH_TOL, PAPER_MODELS, build_paper_model, paper_table, seed_claims,
+from experiments.complexity.paper_models import (MATCH_TOL, PAPER_MODELS, build_paper_model, paper_table, seed_claims,
                                       seed_formula_macs)
 from modules.complexity import count_flops, flop_breakdown
 

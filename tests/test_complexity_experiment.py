@@ -11,9 +11,9 @@ import torch
 import yaml
 
 from experiments.__main__ import main
-from experiments.complexity import PARTS, load_complexity_spec, record_path, source_run
-from experiments.complexity_tables import make_tables
-from experiments.paper_models import PAPER_MODELS, build_paper_model
+from experiments.complexity.runner import PARTS, load_complexity_spec, record_path, source_run
+from experiments.complexity.tables import make_tables
+from experiments.complexity.paper_models import PAPER_MODELS, build_paper_model
 from modules import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -108,7 +108,7 @@ TINY = {
 @pytest.fixture
 def tiny_spec(fmnist_dir, tmp_path, monkeypatch):
     """The tiny spec on the small IDX data; each run is fitted in this process (no start-up cost)."""
-    import experiments.distill as distill
+    import experiments.distill.runner as distill
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
     launched = []
 
@@ -190,7 +190,7 @@ def test_corrupt_record_stops_before_any_run(tiny_spec, capsys):
 
 def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
-    spec = yaml.safe_load((ROOT / "experiments" / "specs" / "distill.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "experiments" / "distill" / "spec.yaml").read_text())
     for profile in spec["profiles"].values():
         profile["val_size"] = 100  # the test data hold 600 training images
     path = tmp_path / "distill.yaml"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.distill_tables import NAME, RECORD, direction, judge, make_tables
-from experiments.seed_statistics import Estimate
+from experiments.distill.tables import NAME, RECORD, direction, judge, make_tables
+from experiments.report.statistics import Estimate
 
 from .test_tensorboard import events
 

@@ -32,7 +32,7 @@ TINY = {
 @pytest.fixture
 def tiny_spec(fmnist_dir, tmp_path, monkeypatch):
     """The tiny spec on the small IDX data; each run is fitted in this process (no start-up cost)."""
-    import experiments.inductive_bias as ib
+    import experiments.inductive_bias.runner as ib
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
     launched = []
 
@@ -182,7 +182,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
     build a model at 28x28 (e.g. a patch size that divides the image)."""
     from modules import build_model
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
-    spec = yaml.safe_load((ROOT / "experiments" / "specs" / "inductive_bias.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "experiments" / "inductive_bias" / "spec.yaml").read_text())
     for options in spec["ablations"].values():
         build_model(spec["ablated"], "tiny", image_size=28, in_chans=1, **{k.split(".")[1]: v for k, v in options.items()})
     for profile in spec["profiles"].values():
@@ -206,7 +206,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
 
 
 def test_untuned_fractions_take_the_lr_of_the_nearest_tuned_one():
-    from experiments.inductive_bias import lr_of, tuned_at
+    from experiments.inductive_bias.runner import lr_of, tuned_at
     axes = {"families": ["resnet", "vit"], "family_fractions": [1.0], "ablated": "vit",
             "ablations": {"learn": [0.01, 1.0], "none": [0.01]}, "tuned_fractions": [1.0]}
     choices = {("vit", "default", 1.0): 0.003, ("resnet", "default", 1.0): 0.01}

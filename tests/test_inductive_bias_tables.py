@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.inductive_bias_tables import FIGURES, NAME, RECORD, make_tables, verdict
-from experiments.seed_statistics import Estimate
+from experiments.inductive_bias.tables import FIGURES, NAME, RECORD, make_tables, verdict
+from experiments.report.statistics import Estimate
 
 T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
 SEEDS = (0, 1, 2)

@@ -44,7 +44,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     (in runs_dir or beside it) and no planted code run."""
     monkeypatch.setenv("FASHION_MNIST_DIR", scene.fill("{fmnist}"))
     if case.plant:
-        from experiments.cli import resolve_run_dirs
+        from experiments.runs.cli import resolve_run_dirs
         target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
         target.parent.mkdir(parents=True)
         target.write_bytes(scene.paths["evil"].read_bytes())

@@ -14,8 +14,8 @@ from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.__main__ import main
-from experiments.packed_fit import fit_packed
-from experiments.sweep import pack_groups
+from experiments.runs.packed_fit import fit_packed
+from experiments.runs.sweep import pack_groups
 from modules import ImageClassifier
 
 from .conftest import SMOKE
@@ -238,7 +238,7 @@ def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch)
 
 
 def test_pack_groups_by_everything_but_the_seed_and_lr():
-    from experiments.spec import Run
+    from experiments.runs.spec import Run
     def run(seed, lr="0.003", fraction="1"):
         args = ("--run_name", f"x_s{seed}", "--seed_everything", str(seed), "--data.seed", str(seed),
                 "--model.lr", lr, "--data.fraction", fraction)

@@ -1,4 +1,4 @@
-"""Position-table resizing for fine-tuning at a higher resolution (experiments/pos_embed_interpolation.py)."""
+"""Position-table resizing for fine-tuning at a higher resolution (experiments/complexity/pos_embed_interpolation.py)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from timm.layers import resample_abs_pos_embed
 
-from experiments.pos_embed_interpolation import METHODS, NATIVE, interpolation_study, load_source, resize_pos_embed
+from experiments.complexity.pos_embed_interpolation import METHODS, NATIVE, interpolation_study, load_source, resize_pos_embed
 from modules import ImageClassifier, build_model
 
 from .conftest import make_images

@@ -9,9 +9,9 @@ import yaml
 
 from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
-from experiments.convergence import plateau
-from experiments.spec import load_spec, nearest_tuned, resolve_axes, steps_for, tuned_fractions
-from experiments.sweep import choose_lrs, run_sweep, tuning_stage
+from experiments.runs.convergence import plateau
+from experiments.runs.spec import load_spec, nearest_tuned, resolve_axes, steps_for, tuned_fractions
+from experiments.runs.sweep import choose_lrs, run_sweep, tuning_stage
 
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipe_args": {"default": {}},
         "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
@@ -58,7 +58,7 @@ def test_spec_profiles_resolve():
 
 def test_choice_reads_validation_only(tmp_path):
     """The lr with the best validation accuracy wins even when another has the better test accuracy."""
-    from experiments.spec import Run
+    from experiments.runs.spec import Run
     runs = []
     for lr, val, test in ((0.001, 0.80, 0.95), (0.003, 0.85, 0.70)):
         d = tmp_path / f"vit_lr{lr}"

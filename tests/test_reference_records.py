@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.reference_records import REFERENCE, RUNS, has_records, refresh, whose_runs
+from experiments.runs.reference import REFERENCE, RUNS, has_records, refresh, whose_runs
 
 from .test_tables import _run
 

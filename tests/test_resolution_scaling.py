@@ -1,4 +1,4 @@
-"""experiments/resolution_scaling.py: a real sweep on CPU, out of memory under an address-space cap,
+"""experiments/complexity/resolution_scaling.py: a real sweep on CPU, out of memory under an address-space cap,
 the skip rule on fake timings, and the log-log fits."""
 import math
 import resource

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.run_identity import config_hash, identity
-from experiments.tables import aggregate, collect
+from experiments.runs.identity import config_hash, identity
+from experiments.datascale.tables import aggregate, collect
 
 from tests.conftest import ROOT, SMOKE
 

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from experiments.__main__ import main
-from experiments.cli import resolve_run_dirs
-from experiments.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
-from experiments.sweep import launch, run_status, run_sweep
-from experiments.tables import aggregate, collect, make_tables, sample_efficiency
+from experiments.runs.cli import resolve_run_dirs
+from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
+from experiments.runs.sweep import launch, run_status, run_sweep
+from experiments.datascale.tables import aggregate, collect, make_tables, sample_efficiency
 
 from .conftest import started_together, tree_hashes
 from .test_tensorboard import events, sweep_view
@@ -309,7 +309,7 @@ def test_sweep_overrides_are_checked():
 
 
 # the sweep's specs (exp-complexity's spec has its own runner and test: tests/test_complexity_experiment.py)
-SPECS = sorted(p.stem for p in (ROOT / "experiments" / "specs").glob("*.yaml")
+SPECS = sorted(p.parent.name for p in (ROOT / "experiments").glob("*/spec.yaml")
                if yaml.safe_load(p.read_text()).get("runner", "sweep") == "sweep")
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.seed_statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
-from experiments.tables import aggregate, collect, make_tables, scaling_reading
+from experiments.report.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
+from experiments.datascale.tables import aggregate, collect, make_tables, scaling_reading
 
 T975_DF2 = 4.302653  # t_{0.975, 2} from a printed table
 

@@ -1,6 +1,6 @@
 """What TensorBoard shows of a run and of a sweep: readable hparams without placeholder metrics,
 no `epoch` or one-off scalars, val/acc under the training-set size, the sweep's layout and
-hparams experiment (experiments/tensorboard_view.py)."""
+hparams experiment (experiments/runs/tensorboard.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import metadata
 
-from experiments.tensorboard_view import write_sweep_view
+from experiments.runs.tensorboard import write_sweep_view
 
 
 def events(folder: Path) -> EventAccumulator:

@@ -1,12 +1,12 @@
-"""The shared verdict vocabulary (experiments/verdicts.py) on hand-made estimates: a direction only
+"""The shared verdict vocabulary (experiments/report/verdicts.py) on hand-made estimates: a direction only
 when the 95% interval excludes 0, "no difference" only inside the stated margin, "cannot tell"
 otherwise, and the edges (an interval touching 0 or the margin, no interval, no pair)."""
 from __future__ import annotations
 
 import pytest
 
-from experiments.seed_statistics import Estimate
-from experiments.verdicts import MARGIN, equivalent, side, verdict
+from experiments.report.statistics import Estimate
+from experiments.report.verdicts import MARGIN, equivalent, side, verdict
 
 
 @pytest.mark.parametrize("est, expected", [

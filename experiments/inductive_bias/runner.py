@@ -1,4 +1,4 @@
-"""`python -m experiments inductive_bias`: what each family's architecture assumes (specs/inductive_bias.yaml).
+"""`python -m experiments inductive_bias`: what each family's architecture assumes (experiments/inductive_bias/spec.yaml).
 
 Four stages, each resumable (finished runs are skipped, interrupted ones resume, failed ones are
 retried; one failing run never stops the others):
@@ -16,7 +16,7 @@ retried; one failing run never stops the others):
 A planned run whose configuration (identity hash) matches a finished run of another experiment in
 runs_dir (exp-datascale, exp-distill) is not trained again: its folder is filled from that one.
 <runs_dir>/inductive_bias/inductive_bias.json records the axes, the tuning trials and choices, and
-which run folders form the tables; `make tables` (experiments/inductive_bias_tables.py) reads only
+which run folders form the tables; `make tables` (experiments/inductive_bias/tables.py) reads only
 these files and the runs' summary.json and probes.json.
 """
 from __future__ import annotations
@@ -34,14 +34,14 @@ from rich.progress import Progress
 from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 
-from .experiment_lock import hold_experiment
-from .probe_run import PARTS, RESULT, probe_run
-from .provenance import git_commit, hardware, versions
-from .run_identity import config_hash
-from .run_record import (read_identity, read_json, read_summary, write_json, write_profile_record,
+from experiments.runs.lock import hold_experiment
+from experiments.runs.probe import PARTS, RESULT, probe_run
+from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.identity import config_hash
+from experiments.runs.record import (read_identity, read_json, read_summary, write_json, write_profile_record,
                          write_summary)
-from .spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
-from .sweep import TUNED, Launches, choose_lrs, finished, print_plan, run_status, tuning_stage
+from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
+from experiments.runs.sweep import TUNED, Launches, choose_lrs, finished, print_plan, run_status, tuning_stage
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -174,7 +174,7 @@ def tuned_at(axes: dict, family: str) -> list[float]:
 
 
 def _folders(runs: list[Run], start: int = 0) -> list[Run]:
-    from .cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
+    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
     dirs = resolve_run_dirs([list(r.args) for r in runs])
     return [replace(r, run_dir=d, index=start + i) for i, (r, d) in enumerate(zip(runs, dirs))]
 
@@ -288,7 +288,7 @@ def cka_against(run_dir: Path, reference_dir: Path, images: torch.Tensor, batch:
     block of the reference's, on the same test images."""
     from modules.probes import layer_names, minibatch_cka
 
-    from .trained_runs import load_classifier
+    from experiments.runs.trained import load_classifier
     a, b = load_classifier(run_dir).model, load_classifier(reference_dir).model
     batches = [x for x in images.split(batch) if len(x) >= 4]
     matrix = minibatch_cka(a, b, batches)               # (blocks of a, blocks of b)
@@ -333,7 +333,7 @@ def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list
         for r, ref in pairs_todo:
             progress.update(task, description=f"cka {r.family} vs {REFERENCE}")
             if cka_images is None:  # the test split is the same for every run of the dataset
-                from .trained_runs import load_config, test_images
+                from experiments.runs.trained import load_config, test_images
                 cka_images = test_images(load_config(ref.run_dir)["data"], images)[0]
             path = cka_file(exp_dir, r, ref)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -437,6 +437,6 @@ def main(argv: list[str]) -> int:
 
 def _launcher(jobs: int, runs_dir: Path):
     """Runs each run as its own process, unless another experiment already trained its twin."""
-    from .sweep import launch
+    from experiments.runs.sweep import launch
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     return lambda r: 0 if reuse_twin(r, runs_dir) else launch(r, threads=threads)

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from .complexity import PARTS
-from .pos_embed_interpolation import NATIVE
-from .readme_blocks import update_readme_block
-from .reference_records import whose_runs
-from .run_record import read_json
-from .resolution_scaling import crossover, local_slope, loglog_slope
-from .tensorboard_view import log_figures
+from experiments.complexity.runner import PARTS
+from experiments.complexity.pos_embed_interpolation import NATIVE
+from experiments.report.readme import update_readme_block
+from experiments.runs.reference import whose_runs
+from experiments.runs.record import read_json
+from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
+from experiments.report.figures import log_figures
 
 MEASUREMENTS = "measurements_*.json"
 NAME = "complexity"

@@ -31,10 +31,10 @@ from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import SafeCheckpointIO, read_checkpoint
 
-from .run_identity import config_hash, evaluation_identity
-from .run_record import RunRecord, read_summary, record_summary
-from .provenance import git_commit
-from .tensorboard_view import SIZE_TAG, readable_hparams, session_start
+from experiments.runs.identity import config_hash, evaluation_identity
+from experiments.runs.record import RunRecord, read_summary, record_summary
+from experiments.runs.provenance import git_commit
+from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
 # augmentation (each member has its own DataModule: the default and strong recipes pack together)
@@ -55,7 +55,7 @@ class Member:
 def resolve_members(arg_lists: list[list[str]]) -> list[Member]:
     """Each member's configuration, identity and folder, as `fit` resolves them; one error line when
     two members differ in anything outside MEMBER_KEYS."""
-    from .cli import _ParseOnly  # builds Lightning's parser: only when members are resolved
+    from experiments.runs.cli import _ParseOnly  # builds Lightning's parser: only when members are resolved
     if not arg_lists:
         raise ValueError("fit_packed: no members given: allowed a list of one or more fit argument lists")
     cli = _ParseOnly(args=["fit", *arg_lists[0]])
@@ -257,7 +257,7 @@ def _evaluation(m: Member, trainer) -> dict:
 
 def _trainer_kwargs(config: dict) -> dict:
     """The members' Trainer settings (theirs are equal), less what this runner supplies itself."""
-    from .cli import default_precision, given_plugins
+    from experiments.runs.cli import default_precision, given_plugins
     t = {k: v for k, v in config["trainer"].items()
          if k not in ("logger", "callbacks", "enable_checkpointing", "default_root_dir", "plugins")}
     t["plugins"] = [*given_plugins(config["trainer"].get("plugins")), SafeCheckpointIO()]  # atomic, weights-only
@@ -268,7 +268,7 @@ def _trainer_kwargs(config: dict) -> dict:
 def fit_packed(arg_lists: list[list[str]], callbacks: tuple = ()) -> dict[str, str]:
     """Trains the members (those not yet finished) packed; returns folder name -> status.
     callbacks: more Lightning callbacks for the group's Trainer."""
-    from .cli import check_folder_identity, lock_run_folder
+    from experiments.runs.cli import check_folder_identity, lock_run_folder
     members = resolve_members(arg_lists)
     for m in members:  # the data's checks (its values, val_size against the pool) before any folder is made
         ImageClassificationDataModule(**m.config["data"]).check_sizes()
@@ -324,7 +324,7 @@ def _train(members: list[Member], callbacks: tuple = ()) -> None:
 
 def _test(m: Member) -> None:
     """The member's best checkpoint on the test split, recorded as its own fit's test would be."""
-    from .cli import default_precision
+    from experiments.runs.cli import default_precision
     c = m.config
     precision = c["trainer"].get("precision") or default_precision()
     best = m.run_dir / "checkpoints" / "best.ckpt"

@@ -35,11 +35,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 
-from .experiment_lock import hold_experiment
-from .run_record import read_summary, write_json, write_summary
-from .spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
+from experiments.runs.lock import hold_experiment
+from experiments.runs.record import read_summary, write_json, write_summary
+from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
-from .tensorboard_view import write_sweep_view
+from experiments.runs.tensorboard import write_sweep_view
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
 TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
@@ -64,7 +64,7 @@ def _run_logged(command: list[str], shown: str, folder: Path, threads: int | Non
         log.write(f"\n$ {shown}\n")
         log.flush()
         return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              cwd=Path(__file__).resolve().parents[1]).returncode
+                              cwd=Path(__file__).resolve().parents[2]).returncode
 
 
 def launch(run: Run, threads: int | None = None) -> int:
@@ -88,7 +88,7 @@ def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
     """Runs that differ only in what packed members may differ in (their seed, lr, augmentation and
     DeiT's teacher: packed_fit.MEMBER_KEYS), in groups of at most `size`, in the order of their first
     run; everything else alone."""
-    from .packed_fit import MEMBER_KEYS
+    from experiments.runs.packed_fit import MEMBER_KEYS
     per_member = {"--run_name", *(f"--{k}" for k in MEMBER_KEYS)}
     groups: dict[tuple, list[list[Run]]] = {}
     order: list[list[Run]] = []
@@ -108,7 +108,7 @@ def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
 def launch_packed(group: list[Run], threads: int | None = None) -> int:
     """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
     member's log.txt says where."""
-    from .packed_fit import group_dir
+    from experiments.runs.packed_fit import group_dir
     gdir = group_dir([r.run_dir for r in group])
     gdir.mkdir(parents=True, exist_ok=True)
     members = gdir / "members.json"
@@ -355,7 +355,7 @@ def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1) -> None:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default="datascale", help="spec name in experiments/specs or a .yaml path (default datascale)")
+    p.add_argument("--spec", default="datascale", help="an experiment with a spec.yaml under experiments/, or a .yaml path (default datascale)")
     p.add_argument("--profile", default=None, help="profile of the spec (default: gpu where a GPU is present, else cpu)")
     p.add_argument("--families", nargs="+", help="override the profile's families")
     p.add_argument("--fractions", nargs="+", type=float, help="override the training fractions, each in (0, 1]")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-from .convergence import plateau
-from .provenance import git_commit, hardware, versions
-from .run_identity import config_hash
+from experiments.runs.convergence import plateau
+from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.identity import config_hash
 
 IDENTITY_FILE = "identity.json"
 EVALUATIONS = "evaluations"  # test results whose settings differ from the run's own

@@ -1,4 +1,4 @@
-"""Experiment specs (experiments/specs/*.yaml) and their expansion into independent runs.
+"""Experiment specs (experiments/<experiment>/spec.yaml) and their expansion into independent runs.
 
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
 the tuning stage trains each family at a grid of learning rates on the profile's smallest and
@@ -20,9 +20,22 @@ import yaml
 from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
 
-from .run_names import checked_name
+from experiments.runs.names import checked_name
 
-SPECS = Path(__file__).parent / "specs"
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # one folder per experiment, each holding its spec.yaml
+
+
+def spec_path(name: str) -> Path:
+    return EXPERIMENTS / name / "spec.yaml"
+
+
+def known_specs() -> list[str]:
+    return sorted(p.parent.name for p in EXPERIMENTS.glob("*/spec.yaml"))
+
+
+def spec_label(path: Path) -> str:
+    """How messages name a spec: datascale/spec.yaml, or the file name of a user's own spec."""
+    return f"{path.parent.name}/{path.name}" if path.name == "spec.yaml" else path.name
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
                 "families", "recipes", "pack", "tuned_fractions", "jobs"}
@@ -56,9 +69,9 @@ class Run:
 def load_spec(name_or_path: str) -> dict:
     path = Path(name_or_path)
     if not path.suffix:
-        path = SPECS / f"{name_or_path}.yaml"
+        path = spec_path(name_or_path)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in SPECS.glob("*.yaml")))
+        known = ", ".join(known_specs())
         raise ValueError(f"unknown experiment spec {name_or_path!r}: allowed {known} or a path to a .yaml spec")
     try:
         spec = yaml.safe_load(path.read_text())
@@ -67,15 +80,15 @@ def load_spec(name_or_path: str) -> dict:
         raise ValueError(f"spec {str(path)!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
                          + f": {getattr(e, 'problem', None) or e}") from None
     if isinstance(spec, dict) and spec.get("runner", "sweep") != "sweep":
-        raise ValueError(f"spec {path.name} is run by `python -m experiments {spec['runner']}` "
+        raise ValueError(f"spec {spec_label(path)} is run by `python -m experiments {spec['runner']}` "
                          f"(make exp-{spec['runner']}), not by sweep")
-    _reject_unknown(spec, TOP_KEYS, f"spec {path.name}", required=("name", "dataset", "families", "profiles",
+    _reject_unknown(spec, TOP_KEYS, f"spec {spec_label(path)}", required=("name", "dataset", "families", "profiles",
                                                                    "recipe_args"))
     if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
-        raise ValueError(f"spec {path.name} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
+        raise ValueError(f"spec {spec_label(path)} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
                          f"to their {', '.join(sorted(PROFILE_KEYS))}")
     for name, profile in spec["profiles"].items():
-        where = f"profile {name!r} of {path.name}"
+        where = f"profile {name!r} of {spec_label(path)}"
         _reject_unknown(profile, PROFILE_KEYS, where, required=PROFILE_REQUIRED)
         for key in ("fractions", "seeds", "lrs"):
             if not isinstance(profile[key], list) or not profile[key]:
@@ -87,10 +100,10 @@ def load_spec(name_or_path: str) -> dict:
             v = profile[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{key}={v!r} in {where}: allowed an integer >= 1")
-    checked_name(f"name in {path.name}", spec["name"])  # the experiment's folder under runs_dir
+    checked_name(f"name in {spec_label(path)}", spec["name"])  # the experiment's folder under runs_dir
     recipes = spec["recipe_args"]
     if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
-        raise ValueError(f"recipe_args in {path.name}: allowed a mapping of recipe names to their fit options, "
+        raise ValueError(f"recipe_args in {spec_label(path)}: allowed a mapping of recipe names to their fit options, "
                          "e.g. {default: {}, strong: {data.randaugment: true}}")
     return spec
 
@@ -100,7 +113,7 @@ def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
     --dry_run); argparse errors become one ValueError line. Each runner adds its own axes."""
     p = argparse.ArgumentParser(prog=f"python -m experiments {runner}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", default=runner, help=f"spec name in experiments/specs or a .yaml path (default {runner})")
+    p.add_argument("--spec", default=runner, help=f"an experiment with a spec.yaml under experiments/, or a .yaml path (default {runner})")
     p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
     p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
     p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
@@ -115,25 +128,25 @@ def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
 
 def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], required: tuple[str, ...],
                      profile_keys: set[str], profile_required: tuple[str, ...]) -> tuple[dict, Path]:
-    """A spec run by its own runner (`python -m experiments <runner>`): found by name in specs/ or
+    """A spec run by its own runner (`python -m experiments <runner>`): found by name (experiments/<name>/spec.yaml) or
     by path, valid YAML, no unknown or missing key at the top or in any profile. Returns (spec, path)."""
     path = Path(name_or_path)
     if not path.suffix:
-        path = SPECS / f"{name_or_path}.yaml"
+        path = spec_path(name_or_path)
     if not path.is_file():
-        raise ValueError(f"{runner} spec {str(path)!r} does not exist: allowed specs/{runner}.yaml or a path to a .yaml")
+        raise ValueError(f"{runner} spec {str(path)!r} does not exist: allowed {runner} (experiments/{runner}/spec.yaml) or a path to a .yaml")
     try:
         spec = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    _reject_unknown(spec, top_keys, f"spec {path.name}", required=required)
+    _reject_unknown(spec, top_keys, f"spec {spec_label(path)}", required=required)
     if spec.get("runner", runner) != runner:
-        raise ValueError(f"spec {path.name} has runner {spec['runner']!r}: allowed {runner!r} for `experiments {runner}`")
+        raise ValueError(f"spec {spec_label(path)} has runner {spec['runner']!r}: allowed {runner!r} for `experiments {runner}`")
     if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
-        raise ValueError(f"spec {path.name} has no profiles")
+        raise ValueError(f"spec {spec_label(path)} has no profiles")
     for name, profile in spec["profiles"].items():
-        _reject_unknown(profile, profile_keys, f"profile {name!r} of {path.name}", required=profile_required)
-    checked_name(f"name in {path.name}", spec["name"])  # every runner requires it: the experiment's folder
+        _reject_unknown(profile, profile_keys, f"profile {name!r} of {spec_label(path)}", required=profile_required)
+    checked_name(f"name in {spec_label(path)}", spec["name"])  # every runner requires it: the experiment's folder
     return spec, path
 
 
@@ -255,7 +268,7 @@ def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fr
 def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
     """Adds each DeiT's teacher checkpoint (teacher_dir: (fraction, seed, recipe) -> the ResNet run's
     folder) and every run's folder, the one `fit` would choose for its arguments."""
-    from .cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
+    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
     out = []
     for r in runs:
         t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if r.family == "deit" else None

@@ -9,7 +9,7 @@ A paired difference (seed_statistics.Estimate: mean, 95% half-width, pairs) earn
 """
 from __future__ import annotations
 
-from .seed_statistics import Estimate
+from experiments.report.statistics import Estimate
 
 MARGIN = 0.01  # one accuracy point: the smallest difference the readings call a difference
 STILL_IMPROVING = "†"  # the mark of a number from a run still improving at its last validation

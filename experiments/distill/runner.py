@@ -1,4 +1,4 @@
-"""`python -m experiments distill`: DeiT students against CNN and transformer teachers (specs/distill.yaml).
+"""`python -m experiments distill`: DeiT students against CNN and transformer teachers (experiments/distill/spec.yaml).
 
 Four stages, each resumable (finished runs are skipped, interrupted ones resume, failed ones are
 retried; one failing run never stops the others):
@@ -12,7 +12,7 @@ retried; one failing run never stops the others):
    with every teacher of its subset and seed, and the cls-dist token cosine after each block
    (<student run>/distill_probes.json).
 <runs_dir>/distill/distill.json records the profile's axes, the tuning trials and choices, and which
-run folders form the table; `make tables` (experiments/distill_tables.py) reads only these files.
+run folders form the table; `make tables` (experiments/distill/tables.py) reads only these files.
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
-from .experiment_lock import hold_experiment
-from .provenance import git_commit, hardware, versions
-from .run_record import read_json, write_json, write_profile_record
-from .spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
-from .sweep import TUNED, Launches, choose_lrs, print_plan, run_status
-from .trained_runs import load_classifier, load_config, test_images
+from experiments.runs.lock import hold_experiment
+from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.record import read_json, write_json, write_profile_record
+from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
+from experiments.runs.sweep import TUNED, Launches, choose_lrs, print_plan, run_status
+from experiments.runs.trained import load_classifier, load_config, test_images
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -109,7 +109,7 @@ def _view(spec: dict, axes: dict) -> dict:
 
 
 def _folders(runs: list[Run], start: int = 0) -> list[Run]:
-    from .cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
+    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
     dirs = resolve_run_dirs([list(r.args) for r in runs])
     return [replace(r, run_dir=d, index=start + i) for i, (r, d) in enumerate(zip(runs, dirs))]
 
@@ -313,6 +313,6 @@ def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:
 
 
 def _launcher(jobs: int):
-    from .sweep import launch
+    from experiments.runs.sweep import launch
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     return lambda r: launch(r, threads=threads)

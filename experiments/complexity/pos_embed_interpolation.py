@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .trained_runs import load_classifier, load_config
+from experiments.runs.trained import load_classifier, load_config
 
 METHODS = ("bicubic", "nearest", "none")
 NATIVE = "native"  # the control: same fine-tune at the source size, no resize

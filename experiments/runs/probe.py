@@ -23,10 +23,10 @@ from rich.progress import Progress
 
 from modules import probes
 
-from .provenance import git_commit, hardware, versions
-from .run_record import read_summary, write_json
-from .trained_runs import load_classifier, load_config, test_images
-from .tensorboard_view import log_figures
+from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.record import read_summary, write_json
+from experiments.runs.trained import load_classifier, load_config, test_images
+from experiments.report.figures import log_figures
 
 RESULT = "probes.json"
 FIGURES = "probes"

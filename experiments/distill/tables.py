@@ -8,7 +8,7 @@ transfers more than a transformer teacher of similar accuracy. A student is `non
 or `variant/teacher` (soft/resnet, hard/vit, ...); each is tested by its class head (cls), its
 distillation head (dist) and the mean of their logits (both, printed cls+dist). Every number is a
 mean over seeds ± the half-width of its 95% Student-t interval, and every comparison is paired by
-seed (the same training subset): experiments/seed_statistics.py. Only the runs the record lists for
+seed (the same training subset): experiments/report/statistics.py. Only the runs the record lists for
 a profile are in its tables; the record alone says which folder is which.
 """
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from .readme_blocks import update_readme_block
-from .run_record import read_json, read_summary
-from .seed_statistics import Estimate, mean_ci, paired_difference
-from .reference_records import whose_runs
-from .tensorboard_view import log_figures
-from .verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
+from experiments.report.readme import update_readme_block
+from experiments.runs.record import read_json, read_summary
+from experiments.report.statistics import Estimate, mean_ci, paired_difference
+from experiments.runs.reference import whose_runs
+from experiments.report.figures import log_figures
+from experiments.report.verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -362,7 +362,7 @@ def judge(est: Estimate | None, claim: str) -> str:
     s = side(est)
     if s is None:
         return f"{said}: one pair has no interval; a single draw, not a finding"
-    if s == 0:  # "no difference" only where the whole interval lies inside the margin (experiments/verdicts.py)
+    if s == 0:  # "no difference" only where the whole interval lies inside the margin (experiments/report/verdicts.py)
         return f"{said}: " + (no_difference(est) if equivalent(est) else "the interval includes 0, not distinguishable "
                               f"from no difference with {_plural(est.n, 'seed')}")
     if s > 0:

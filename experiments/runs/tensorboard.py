@@ -9,9 +9,7 @@
   layout (every family's val/acc, one chart per size) and the hparams experiment: which hparams
   (marked `differs` where the sweep's runs differ: TensorBoard 2.21 puts those first, then sorts
   by name) and which metrics (val/acc_best, and test/acc when the sweep tests).
-- The tables' figures (every experiment's results/*.png) are images of
-  <runs_dir>/<experiment>/tensorboard[/<profile>] (log_figures), one events file each, replaced on
-  every run of the tables; the probes' figures go into their run's own events (probes/<name>).
+- The tables' figures are images in TensorBoard too: experiments/report/figures.py.
 """
 from __future__ import annotations
 
@@ -106,7 +104,7 @@ def write_sweep_view(exp_dir: Path, sizes: list[int], run_dirs: list[Path], test
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import custom_scalars
 
-    from .run_record import read_identity, read_summary
+    from experiments.runs.record import read_identity, read_summary
     exp_dir = Path(exp_dir)
     old = sorted(exp_dir.glob("events.out.tfevents.*"))
     if old and keep_existing:
@@ -130,22 +128,3 @@ def write_sweep_view(exp_dir: Path, sizes: list[int], run_dirs: list[Path], test
         writer._get_file_writer().add_summary(summary)
     writer.close()
     return True
-
-
-def log_figures(figs: dict, log_dir: Path, prefix: str, replace: bool = True) -> None:
-    """The figures ({name: matplotlib Figure}, already saved as .png) as TensorBoard images, tags
-    <prefix>/<name>, in log_dir (closed after). `replace`: log_dir's earlier events files go first,
-    so rerunning the tables leaves one events file holding the current figures (none without
-    figures) rather than one more per run; a run's own folder (probes) keeps its curves: False."""
-    from torch.utils.tensorboard import SummaryWriter
-    log_dir = Path(log_dir)
-    if replace:
-        for old in log_dir.glob("events.out.tfevents.*"):
-            old.unlink()
-    if not figs:
-        return
-    log_dir.mkdir(parents=True, exist_ok=True)
-    writer = SummaryWriter(log_dir=str(log_dir))
-    for name, fig in figs.items():
-        writer.add_figure(f"{prefix}/{name}", fig)
-    writer.close()

@@ -27,13 +27,13 @@ from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
 
-from .run_checkpoint import RunCheckpoint
-from .run_identity import config_hash, evaluation_identity, folder_name, identity
-from .run_names import checked_name, inside
-from .run_record import IDENTITY_FILE, RunRecord, read_identity, read_summary, write_json
-from .tensorboard_view import SuiteTensorBoardLogger, readable_hparams
+from experiments.runs.checkpoint import RunCheckpoint
+from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
+from experiments.runs.names import checked_name, inside
+from experiments.runs.record import IDENTITY_FILE, RunRecord, read_identity, read_summary, write_json
+from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 
-CONFIGS = Path(__file__).parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def default_precision() -> str:

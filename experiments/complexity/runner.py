@@ -1,9 +1,9 @@
-"""`python -m experiments complexity`: what each family costs as images grow (experiments/specs/complexity.yaml).
+"""`python -m experiments complexity`: what each family costs as images grow (experiments/complexity/spec.yaml).
 
 Runs the spec's parts in order and writes their measurements to
 <runs_dir>/complexity/measurements_<profile>.json after each part, so an interrupted or failing part
 loses nothing measured before it; a part run again replaces only its own entry. `make tables` turns
-the file into results/complexity.{md,csv} and the plots (experiments/complexity_tables.py).
+the file into results/complexity.{md,csv} and the plots (experiments/complexity/tables.py).
 
   paper          paper-scale timm models (no weights) at 224 vs timm's published params and GMACs
   scaling        paper-scale models at growing resolution: FLOPs, images/s, peak memory
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from .provenance import git_commit, hardware, versions
-from .run_record import read_json, write_json
-from .spec import SPECS, Run, _reject_unknown
+from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.record import read_json, write_json
+from experiments.runs.spec import spec_label, spec_path, Run, _reject_unknown
 
 PARTS = ("paper", "scaling", "ours", "interpolation")
 EXPERIMENT = "complexity"
@@ -35,12 +35,12 @@ INTERPOLATION_KEYS = {"source", "target_size", "methods", "finetune_steps", "lr"
 SOURCE_KEYS = {"family", "budget", "max_epochs", "args"}  # args: further `fit` options (optional)
 
 
-def load_complexity_spec(path: Path = SPECS / "complexity.yaml") -> dict:
+def load_complexity_spec(path: Path = spec_path("complexity")) -> dict:
     """The spec with every key checked: an unknown or missing key is one error line naming it."""
     spec = yaml.safe_load(Path(path).read_text())
-    _reject_unknown(spec, TOP_KEYS, f"spec {Path(path).name}", required=tuple(sorted(TOP_KEYS)))
+    _reject_unknown(spec, TOP_KEYS, f"spec {spec_label(Path(path))}", required=tuple(sorted(TOP_KEYS)))
     for name, profile in spec["profiles"].items():
-        where = f"profile {name!r} of {Path(path).name}"
+        where = f"profile {name!r} of {spec_label(Path(path))}"
         _reject_unknown(profile, PROFILE_KEYS, where, required=tuple(sorted(PROFILE_KEYS)))
         for key, allowed in (("scaling", SCALING_KEYS), ("ours", OURS_KEYS), ("timing", TIMING_KEYS),
                              ("interpolation", INTERPOLATION_KEYS)):
@@ -61,7 +61,7 @@ def record_path(runs_dir: Path, profile: str) -> Path:
 
 # ---------------- the parts ----------------
 def paper_part(spec: dict, profile: dict, device: torch.device) -> dict:
-    from .paper_models import PUBLISHED_SOURCE, paper_table, seed_claims
+    from experiments.complexity.paper_models import PUBLISHED_SOURCE, paper_table, seed_claims
     return {"image_size": spec["paper_image_size"], "models": paper_table(spec["paper_image_size"]),
             "seed_claims": seed_claims(), "published_source": PUBLISHED_SOURCE}
 
@@ -77,7 +77,7 @@ def _flops_by_resolution(build_meta, resolutions: list[int], in_chans: int) -> l
 
 def _timed(label: str, build, resolutions: list[int], in_chans: int, batch_size: int, device: torch.device,
            timing: dict, flops: list[dict]) -> list[dict]:
-    from .resolution_scaling import sweep_resolutions
+    from experiments.complexity.resolution_scaling import sweep_resolutions
     return sweep_resolutions(label, build, resolutions, in_chans=in_chans, batch_size=batch_size, device=device,
                              warmup=timing["warmup"], reps=timing["reps"],
                              cost_hint={f["resolution"]: f["gflops"] for f in flops},  # predicts a point's time
@@ -86,7 +86,7 @@ def _timed(label: str, build, resolutions: list[int], in_chans: int, batch_size:
 
 
 def scaling_part(spec: dict, profile: dict, device: torch.device) -> dict:
-    from .paper_models import PAPER_MODELS, build_paper_model
+    from experiments.complexity.paper_models import PAPER_MODELS, build_paper_model
     s, timing = profile["scaling"], profile["timing"]
     names = {m.label: m.timm_name for m in PAPER_MODELS}
     unknown = [m for m in s["models"] if m not in names]
@@ -125,7 +125,7 @@ def ours_part(spec: dict, profile: dict, device: torch.device) -> dict:
 def source_run(runs_dir: Path, source: dict) -> Run:
     """The suite-trained ViT the interpolation part starts from: a `fit` run of its own in
     <runs_dir>/complexity, trained once and reused while its configuration is unchanged."""
-    from .cli import resolve_run_dirs
+    from experiments.runs.cli import resolve_run_dirs
     args = ["--experiment", EXPERIMENT, "--runs_dir", str(runs_dir), "--model.family", source["family"],
             "--model.budget", source["budget"], "--trainer.max_epochs", str(source["max_epochs"]),
             *map(str, source.get("args", []))]
@@ -135,8 +135,8 @@ def source_run(runs_dir: Path, source: dict) -> Run:
 
 
 def interpolation_part(spec: dict, profile: dict, device: torch.device, runs_dir: Path) -> dict:
-    from .pos_embed_interpolation import interpolation_study
-    from .sweep import execute, launch
+    from experiments.complexity.pos_embed_interpolation import interpolation_study
+    from experiments.runs.sweep import execute, launch
     p = profile["interpolation"]
     run = source_run(runs_dir, p["source"])
     print(f"source run {run.run_dir} (trained if not finished; output in its log.txt)", file=sys.stderr)
@@ -184,7 +184,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--parts", nargs="+", default=list(PARTS), metavar="PART",
                    help=f"which parts to (re)measure, others kept from the record: {', '.join(PARTS)} (default all)")
     p.add_argument("--runs_dir", default="results/runs", help="default results/runs")
-    p.add_argument("--spec", default=str(SPECS / "complexity.yaml"), help="default experiments/specs/complexity.yaml")
+    p.add_argument("--spec", default=str(spec_path("complexity")), help="default experiments/complexity/spec.yaml")
     a = p.parse_args(argv)
     spec = load_complexity_spec(Path(a.spec))
     profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")

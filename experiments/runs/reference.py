@@ -14,7 +14,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from .run_names import checked_name
+from experiments.runs.names import checked_name
 
 RUNS = Path("results/runs")
 REFERENCE = Path("results/reference")

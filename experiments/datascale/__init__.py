@@ -1,0 +1,1 @@
+"""exp-datascale: accuracy against training-set size per family (spec.yaml; the sweep runs it; tables.py)."""

@@ -1,0 +1,1 @@
+"""exp-inductive-bias: position-embedding ablations and every family's probes (spec.yaml, runner.py, tables.py)."""
