@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from experiments import resolution_scaling as rs
+from experiments.complexity import resolution_scaling as rs
 from modules import build_model
 
 FIT_KW = dict(warmup=1, reps=1, min_seconds=0.01, progress=False)

@@ -5,7 +5,6 @@ in the number of patches grows as resolution^2, global attention's N^2 term as r
 """
 from __future__ import annotations
 
-import csv
 import math
 import re
 from pathlib import Path
@@ -20,7 +19,8 @@ from experiments.report.readme import update_readme_block
 from experiments.runs.reference import whose_runs
 from experiments.runs.record import read_json
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
-from experiments.report.figures import log_figures
+from experiments.report.figures import log_figures, pyplot, save_png
+from experiments.report.table_format import write_csv
 
 MEASUREMENTS = "measurements_*.json"
 NAME = "complexity"
@@ -115,9 +115,7 @@ def _crossover_text(c: dict) -> str:
 
 
 def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: Path) -> "Figure":
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     by = {(s["model"], s["cost"]): s["end_slope"] for s in slope_rows}
     panels = (("GFLOPs", "forward GFLOPs / image"), ("training ms/image", "ms per image (train solid, infer dashed)"),
@@ -142,7 +140,7 @@ def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: P
         ax.legend(fontsize=7)
     fig.suptitle(title + ": log-log; slope 2 = linear in patches, 4 = quadratic")
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
+    save_png(fig, path)
     return fig  # for TensorBoard, which closes it (log_figures)
 
 
@@ -266,13 +264,6 @@ def render_interpolation(part: dict) -> list[str]:
 
 
 # ---------------- files ----------------
-def _write_csv(path: Path, rows: list[dict], columns: tuple[str, ...] | list[str]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-
-
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
     """Every profile's record (cpu first) into one markdown file; csv rows carry the profile."""
     records = [read_json(path) for path in sorted(Path(exp_dir).glob(MEASUREMENTS))]
@@ -314,7 +305,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     for suffix, rows in (("", paper_rows), ("_scaling", scaling_rows), ("_interpolation", interp_rows)):
         path = out_dir / f"{NAME}{suffix}.csv"
         if rows:
-            _write_csv(path, rows, list(dict.fromkeys(k for r in rows for k in r)))
+            write_csv(path, rows, list(dict.fromkeys(k for r in rows for k in r)))
             paths.append(path)
     short += [f"Every size's images/s and peak memory: results/{NAME}.md and results/{NAME}_scaling.csv."]
     # in the README the block sits under a level-3 heading: its headings go below it

@@ -18,7 +18,6 @@ The statistics are in experiments/report/statistics.py. The plot is also an imag
 """
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import math
@@ -37,8 +36,9 @@ from experiments.report.readme import update_readme_block
 from experiments.runs.reference import whose_runs
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
-from experiments.report.figures import log_figures
+from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.verdicts import cannot_tell, equivalent, no_difference, side, verdict
+from experiments.report.table_format import count, fmt, plus_minus, write_csv
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
 AXIS_KEYS = ("model.family", "data.fraction", "data.train_size")  # shown in their own columns
@@ -115,11 +115,7 @@ def _splits_a_size(idents: list[dict], key: str, plain: list[str]) -> bool:
 
 
 def settings_label(ident: dict, keys: list[str]) -> str:
-    return ", ".join(f"{k.split('.', 1)[-1]}={_fmt(ident.get(k))}" for k in keys)
-
-
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return ", ".join(f"{k.split('.', 1)[-1]}={fmt(ident.get(k))}" for k in keys)
 
 
 def comparison_scope(summary: dict) -> str:
@@ -148,7 +144,7 @@ def _one(values: list):
     """The value the runs of a row share; None when none has one; 'a/b' when they differ."""
     if not values:
         return None
-    return values[0] if len(values) == 1 else "/".join(_fmt(v) for v in values)
+    return values[0] if len(values) == 1 else "/".join(fmt(v) for v in values)
 
 
 def _still_improving(s: dict) -> bool:
@@ -251,23 +247,17 @@ def _num(v, digits: int = 4) -> str:
     return "" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, **{k: _num(r[k]) for k in ("test_acc_mean", "test_acc_ci95", "test_acc_std",
-                                                         "delta_vs_resnet", "delta_vs_resnet_ci95")},
-                        **{k: "" if r[k] is None else _fmt(r[k]) for k in ("val_size", "lr", "weight_decay",
-                                                                              "max_steps", "delta_pairs")}})
+def write_rows_csv(rows: list[dict], path: Path) -> None:
+    write_csv(path, ({**r, **{k: _num(r[k]) for k in ("test_acc_mean", "test_acc_ci95", "test_acc_std",
+                                                       "delta_vs_resnet", "delta_vs_resnet_ci95")},
+                      **{k: "" if r[k] is None else fmt(r[k]) for k in ("val_size", "lr", "weight_decay",
+                                                                           "max_steps", "delta_pairs")}}
+                     for r in rows), COLUMNS)
 
 
 def write_slopes_csv(slopes: list[dict], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=SLOPE_COLUMNS, lineterminator="\n")
-        w.writeheader()
-        for s in slopes:
-            w.writerow({**s, "slope": _num(s["slope"]), "slope_ci95": _num(s["slope_ci95"])})
+    write_csv(path, ({**s, "slope": _num(s["slope"]), "slope_ci95": _num(s["slope_ci95"])} for s in slopes),
+              SLOPE_COLUMNS)
 
 
 def _provenance(summaries: list[dict]) -> list[str]:
@@ -288,7 +278,7 @@ def _common_settings(summaries: list[dict]) -> str:
     for k in SHOWN_COMMON:
         vals = {json.dumps(i.get(k)) for i in idents}
         if idents and len(vals) == 1 and idents[0].get(k) not in (None, -1):
-            shown.append(f"{k.split('.', 1)[1]} {_fmt(idents[0][k])}")
+            shown.append(f"{k.split('.', 1)[1]} {fmt(idents[0][k])}")
     seeds = sorted({s.get("seed") for s in summaries if s.get("seed") is not None})
     return ", ".join(shown) + f"; seeds {seeds}"
 
@@ -305,7 +295,7 @@ def _family_settings(summaries: list[dict]) -> list[str]:
             by_value = defaultdict(list)
             for f, v in values.items():
                 by_value[json.loads(next(iter(v)))].append(f)
-            out.append(f"{k.split('.', 1)[1]} " + "; ".join(f"{_fmt(v)} ({', '.join(fs)})" for v, fs in by_value.items()))
+            out.append(f"{k.split('.', 1)[1]} " + "; ".join(f"{fmt(v)} ({', '.join(fs)})" for v, fs in by_value.items()))
     return out
 
 
@@ -486,12 +476,8 @@ def write_tuning_csv(tuning: dict, path: Path) -> None:
         grid += [_short(k) for k in (rec.get("grid") or {"model.lr": []})]
     fixed = [*TUNING_COLUMNS, *dict.fromkeys(grid), *dict.fromkeys(metrics), "plateaued", "status", "run"]
     extra = sorted({k for t in trials for k in t} - set(fixed) - {"chosen"})
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[*fixed, *extra, "chosen"], lineterminator="\n", extrasaction="ignore")
-        w.writeheader()
-        for t in trials:
-            w.writerow({k: "" if v is None else str(v).lower() if isinstance(v, bool) else _fmt(v)
-                        for k, v in t.items()})
+    write_csv(path, ({k: "" if v is None else str(v).lower() if isinstance(v, bool) else fmt(v)
+                      for k, v in t.items()} for t in trials), [*fixed, *extra, "chosen"])
 
 
 def render_tuning(tuning: dict) -> list[str]:
@@ -517,11 +503,11 @@ def render_tuning(tuning: dict) -> list[str]:
             [rec["seed"]] if rec.get("seed") is not None else [])
         out += [(f"Profile {profile}: each" if len(profiles) > 1 else "Each") + f" family trained at every "
                 f"{' x '.join(short)} of the grid at the tuned fractions"
-                + (f" (seed {', '.join(_fmt(s) for s in seeds)})" if seeds else "") + "; "
+                + (f" (seed {', '.join(fmt(s) for s in seeds)})" if seeds else "") + "; "
                 f"the cells are {metric} on the validation images, the test set is never read; **bold**: the "
                 f"one chosen; {STILL_IMPROVING}: still improving at its last validation.", ""]
         head = ["family", *(["recipe"] if len(recipes) > 1 else []), "tuned fraction", "train images", "val images",
-                *(", ".join(f"{k} {_fmt(v)}" for k, v in zip(short, c)) for c in combos)]
+                *(", ".join(f"{k} {fmt(v)}" for k, v in zip(short, c)) for c in combos)]
         out += ["| " + " | ".join(head) + " |", "|---|" + ("---|" if len(recipes) > 1 else "")
                 + "---:|" * (len(head) - 1 - (len(recipes) > 1))]
         cells = defaultdict(list)
@@ -529,9 +515,9 @@ def render_tuning(tuning: dict) -> list[str]:
             cells[t.get("family"), t.get("recipe", "default"), t.get("fraction")].append(t)
         for (family, recipe, fraction), ts in sorted(cells.items(), key=lambda kv: (
                 order.get(kv[0][0], 99), str(kv[0][0]), recipes.index(kv[0][1]), kv[0][2] or 0)):
-            line = [family, *([recipe] if len(recipes) > 1 else []), _fmt(fraction),
-                    _count(_one(_values(ts, lambda t: t.get("train_size")))),
-                    _count(_one(_values(ts, lambda t: t.get("val_size"))))]
+            line = [family, *([recipe] if len(recipes) > 1 else []), fmt(fraction),
+                    count(_one(_values(ts, lambda t: t.get("train_size")))),
+                    count(_one(_values(ts, lambda t: t.get("val_size"))))]
             for c in combos:
                 hit = [t for t in ts if all(_same(t.get(k), v) for k, v in zip(short, c))]
                 line.append("; ".join(_trial_cell(t, metric) for t in hit))
@@ -546,17 +532,13 @@ def render_tuning(tuning: dict) -> list[str]:
             for c in sorted(cs, key=lambda c: c.get("fraction") or 0):
                 parts[json.dumps([c.get(k) for k in short]), json.dumps(c.get("tuned_at"))].append(c.get("fraction"))
             said = "; ".join(
-                ", ".join(f"{k} {_fmt(v)}" for k, v in zip(short, json.loads(vals))) + " at fraction"
-                + ("s " if len(fs) > 1 else " ") + ", ".join(_fmt(f) for f in fs)
-                + (f" (tuned at {_fmt(json.loads(at))})" if json.loads(at) is not None else "")
+                ", ".join(f"{k} {fmt(v)}" for k, v in zip(short, json.loads(vals))) + " at fraction"
+                + ("s " if len(fs) > 1 else " ") + ", ".join(fmt(f) for f in fs)
+                + (f" (tuned at {fmt(json.loads(at))})" if json.loads(at) is not None else "")
                 for (vals, at), fs in parts.items())
             out.append(f"- {family}" + (f" ({recipe})" if len(recipes) > 1 else "") + f": {said}")
         out.append("")
     return out[:-1]
-
-
-def _count(v) -> str:
-    return f"{v:,}" if isinstance(v, int) else "" if v is None else str(v)
 
 
 def _trial_cell(t: dict, metric: str) -> str:
@@ -568,9 +550,7 @@ def _trial_cell(t: dict, metric: str) -> str:
 
 
 def _pm(value: float | None, ci: float | None, signed: bool = False) -> str:
-    if value is None:
-        return ""
-    return (f"{value:+.4f}" if signed else f"{value:.4f}") + (f" ± {ci:.4f}" if ci is not None else " ± n/a")
+    return "" if value is None else plus_minus(value, ci, signed)
 
 
 def planned(summaries: list[dict], sweep: dict) -> tuple[list[dict], list[dict]]:
@@ -636,10 +616,10 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
             delta += f" ({r['delta_pairs']})"
         acc = _pm(r["test_acc_mean"], r["test_acc_ci95"]) + (f" {STILL_IMPROVING}" if r["still_improving"] else "")
         out.append(f"| {r['family']} | " + (f"{r['settings']} | " if with_settings else "")
-                   + f"{r['fraction']:g} | {r['train_size']:,} | {_count(r['val_size'])} | "
-                   + ("" if r["lr"] is None else _fmt(r["lr"])) + " | "
-                   + (f"{'' if r['weight_decay'] is None else _fmt(r['weight_decay'])} | " if with_wd else "")
-                   + f"{_count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
+                   + f"{r['fraction']:g} | {r['train_size']:,} | {count(r['val_size'])} | "
+                   + ("" if r["lr"] is None else fmt(r["lr"])) + " | "
+                   + (f"{'' if r['weight_decay'] is None else fmt(r['weight_decay'])} | " if with_wd else "")
+                   + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
                    f"{r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
     improving = [s["run"] for r in rows for s in r["_runs"] if _still_improving(s)]
     if improving:
@@ -687,9 +667,7 @@ def _threshold(sweep: dict) -> float:
 def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     """Test error (1 - accuracy) against training images, log-log, one line per (family,
     settings), bars the 95% t-interval over seeds where there is one (cut at the axis floor)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
@@ -717,7 +695,7 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
+    save_png(fig, path)
     return fig  # for TensorBoard, which closes it (log_figures)
 
 
@@ -734,7 +712,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
-    write_csv(rows, paths[0])
+    write_rows_csv(rows, paths[0])
     png, figs = None, {}
     if len({r["train_size"] for r in rows}) > 1:
         png = out_dir / f"{name}.png"

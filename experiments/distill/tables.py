@@ -13,7 +13,6 @@ a profile are in its tables; the record alone says which folder is which.
 """
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from collections import defaultdict
@@ -28,8 +27,9 @@ from experiments.report.readme import update_readme_block
 from experiments.runs.record import read_json, read_summary
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose_runs
-from experiments.report.figures import log_figures
+from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
+from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus, write_csv
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -80,18 +80,6 @@ def _test_acc(s: dict):
 def _plateaued(s: dict) -> bool:
     p = s.get("plateau")
     return not (isinstance(p, dict) and p.get("plateaued") is False)
-
-
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _count(v) -> str:
-    return f"{v:,}" if isinstance(v, int) else "?" if v is None else str(v)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 @dataclass
@@ -270,13 +258,13 @@ def _lr(p: Profile, family: str, fraction: float):
     lrs = sorted({c.get("lr") for c in (p.rec.get("tuning") or {}).get("choices") or []
                   if c.get("family") == family and c.get("fraction") is not None
                   and float(c["fraction"]) == fraction and c.get("lr") is not None})
-    return lrs[0] if len(lrs) == 1 else "/".join(_fmt(v) for v in lrs) or None
+    return lrs[0] if len(lrs) == 1 else "/".join(fmt(v) for v in lrs) or None
 
 
 def _one(values):
     """The value the runs share; None when none has one; 'a/b' when they differ."""
     values = sorted({v for v in values if v is not None}, key=lambda v: (str(type(v)), v))
-    return None if not values else values[0] if len(values) == 1 else "/".join(_fmt(v) for v in values)
+    return None if not values else values[0] if len(values) == 1 else "/".join(fmt(v) for v in values)
 
 
 def _row(p: Profile, role: str, name: str, fraction: float, head: str, cell: dict, accs: dict) -> dict:
@@ -346,25 +334,21 @@ def claims(p: Profile) -> list[dict]:
 
 
 # ---------------- the words ----------------
-def _pm(value, ci, signed: bool = False) -> str:
-    return (f"{value:+.4f}" if signed else f"{value:.4f}") + (f" ± {ci:.4f}" if ci is not None else " ± n/a")
-
-
 def _est_text(est: Estimate | None, signed: bool = True) -> str:
-    return MISSING if est is None else _pm(est.value, est.ci95, signed)
+    return MISSING if est is None else plus_minus(est.value, est.ci95, signed)
 
 
 def judge(est: Estimate | None, claim: str) -> str:
     """One sentence's verdict on a paired difference DeiT says is positive."""
     if est is None:
         return "no pair of finished runs"
-    said = f"{_pm(est.value, est.ci95, signed=True)} ({_plural(est.n, 'pair')})"
+    said = f"{plus_minus(est.value, est.ci95, signed=True)} ({plural(est.n, 'pair')})"
     s = side(est)
     if s is None:
         return f"{said}: one pair has no interval; a single draw, not a finding"
     if s == 0:  # "no difference" only where the whole interval lies inside the margin (experiments/report/verdicts.py)
         return f"{said}: " + (no_difference(est) if equivalent(est) else "the interval includes 0, not distinguishable "
-                              f"from no difference with {_plural(est.n, 'seed')}")
+                              f"from no difference with {plural(est.n, 'seed')}")
     if s > 0:
         return f"{said}: {claim}, as DeiT reports"
     return f"{said}: the opposite; the data contradict DeiT's claim that {claim}"
@@ -372,22 +356,17 @@ def judge(est: Estimate | None, claim: str) -> str:
 
 def _cell(cell: dict, accs: dict) -> str:
     est = _estimate(accs)
-    return MISSING if est is None else _pm(est.value, est.ci95) + (f" {STILL_IMPROVING}" if _improving(cell) else "")
-
-
-def _table(head: list[str], rows: list[list[str]], text_columns: int = 1) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * text_columns + "---:|" * (len(head) - text_columns),
-            *("| " + " | ".join(r) + " |" for r in rows)]
+    return MISSING if est is None else plus_minus(est.value, est.ci95) + (f" {STILL_IMPROVING}" if _improving(cell) else "")
 
 
 def provenance(p: Profile) -> list[str]:
     ax, runs = p.axes, p.finished_runs()
-    steps = "; ".join(f"{_fmt(_one(s.get('steps') for s in p.runs_at(f)))} at "
+    steps = "; ".join(f"{fmt(_one(s.get('steps') for s in p.runs_at(f)))} at "
                       f"fraction {f:g} ({p.size_label(f)})" for f in p.fractions)
-    variants = "; ".join(f"{v} (" + ", ".join(f"{k.split('.', 1)[-1]} {_fmt(x)}" for k, x in args.items()) + ")"
+    variants = "; ".join(f"{v} (" + ", ".join(f"{k.split('.', 1)[-1]} {fmt(x)}" for k, x in args.items()) + ")"
                          for v, args in (ax.get("variants") or {}).items())
     out = [f"- data: {ax.get('dataset')}, budget {ax.get('budget')}, batch {ax.get('batch_size')}, "
-           f"{_count(_one(s.get('val_size') for s in runs))} validation images; seeds {ax.get('seeds')}",
+           f"{count(_one(s.get('val_size') for s in runs))} validation images; seeds {ax.get('seeds')}",
            f"- steps per run: {steps}", f"- variants: {variants}", *_lr_lines(p)]
     hardware = sorted({s.get("hardware") for s in runs if s.get("hardware")})
     versions = sorted({", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items() if k in VERSIONS)
@@ -418,16 +397,16 @@ def provenance(p: Profile) -> list[str]:
 def _lr_lines(p: Profile) -> list[str]:
     ax, choices = p.axes, (p.rec.get("tuning") or {}).get("choices") or []
     student = ax.get("student", "deit")
-    grid = ", ".join(_fmt(x) for x in ax.get("lrs") or [])
+    grid = ", ".join(fmt(x) for x in ax.get("lrs") or [])
     out = [f"- learning rate chosen on validation accuracy only (grid {grid} "
            f"at fraction{'s' if len(ax.get('tuned_fractions') or []) > 1 else ''} "
-           f"{', '.join(_fmt(x) for x in ax.get('tuned_fractions') or [])}, first seed; the test split is never read "
+           f"{', '.join(fmt(x) for x in ax.get('tuned_fractions') or [])}, first seed; the test split is never read "
            f"by a choice); the student's on the no-teacher student, used by every variant:"]
     for family in dict.fromkeys([*p.teacher_families, student, *(c.get("family") for c in choices)]):
         mine = sorted((c for c in choices if c.get("family") == family), key=lambda c: c.get("fraction") or 0)
         if mine:
-            out.append(f"  - {family}: " + ", ".join(f"{_fmt(c.get('lr'))} at {_fmt(c.get('fraction'))}"
-                                                     + (f" (tuned at {_fmt(c['tuned_at'])})"
+            out.append(f"  - {family}: " + ", ".join(f"{fmt(c.get('lr'))} at {fmt(c.get('fraction'))}"
+                                                     + (f" (tuned at {fmt(c['tuned_at'])})"
                                                         if c.get("tuned_at") not in (None, c.get("fraction")) else "")
                                                      for c in mine))
     return out
@@ -444,22 +423,22 @@ def main_table(p: Profile) -> list[str]:
                  for f in p.fractions for h in HEADS]
         rows.append([s, teacher_of(s) or NA, *cells])
     improving = sorted({n for cells in (p.teachers, p.students) for cell in cells.values() for n in _improving(cell)})
-    out = _table(head, rows, 2)
+    out = markdown_table(head, rows, 2)
     if improving:
-        out += ["", f"{STILL_IMPROVING} still improving at its last validation: {_plural(len(improving), 'run')} "
+        out += ["", f"{STILL_IMPROVING} still improving at its last validation: {plural(len(improving), 'run')} "
                 f"({', '.join(improving)})"]
     return out
 
 
 def claims_tables(cl: list[dict]) -> list[str]:
-    out = _table(["comparison", "fraction", "difference (mean ± 95% CI)", "pairs"],
+    out = markdown_table(["comparison", "fraction", "difference (mean ± 95% CI)", "pairs"],
                  [[c["label"], f"{c['fraction']:g}", _est_text(c["est"]), str(c["est"].n if c["est"] else 0)]
                   for claim in "ab" for c in cl if c["claim"] == claim])
     third = [c for c in cl if c["claim"] == "c"]
     if third:
         out += ["", "(c) A CNN teacher against a transformer teacher; DeiT's claim is about teachers of similar "
                 "accuracy, so the teachers' own accuracies and their paired difference are beside it:", ""]
-        out += _table(["comparison", "fraction", "student difference", "pairs", "CNN teacher", "transformer teacher",
+        out += markdown_table(["comparison", "fraction", "student difference", "pairs", "CNN teacher", "transformer teacher",
                        "teacher difference"],
                       [[c["label"], f"{c['fraction']:g}", _est_text(c["est"]), str(c["est"].n if c["est"] else 0),
                         f"{c['cnn']} {_est_text(c['cnn_acc'], False)}",
@@ -476,7 +455,7 @@ def agreement_section(p: Profile) -> list[str]:
                      if s["_probes"].get("images")})
     out = [f"Share of {'/'.join(f'{n:,}' for n in images) or 'the'} test images on which the student's reported head "
            "(cls+dist; cls for none) predicts the same class as the teacher run of its fraction and seed; mean over "
-           "seeds ± 95% CI.", "", *_table(head, rows), ""]
+           "seeds ± 95% CI.", "", *markdown_table(head, rows), ""]
     gate = unsettled(p)
     return out + ([f"- {gate}"] if gate else agreement_reading(p))
 
@@ -509,7 +488,7 @@ def cosine_section(p: Profile) -> list[str]:
     first, last = DEIT_PUBLISHED["token_cosine"]
     return [f"cos(class token, distillation token) after blocks 1, {blocks[len(blocks) // 2]} and {depth}, mean over "
             f"images and seeds (DeiT-B: {first} between the learned tokens at the input, {last} after the last block). "
-            "none's distillation token exists but no loss trains it.", "", *_table(head, rows)]
+            "none's distillation token exists but no loss trains it.", "", *markdown_table(head, rows)]
 
 
 def unsettled(p: Profile) -> str | None:
@@ -546,7 +525,7 @@ def confound(c: dict) -> str:
     td = c["teacher_diff"]
     if td is None:
         return "The teachers' accuracies can't be paired with it."
-    said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {_pm(td.value, td.ci95, signed=True)}"
+    said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
     if abs(td.value) > SIMILAR_TEACHERS:
         return (f"{said}, more than {SIMILAR_TEACHERS:.2f} apart: the teachers differ in accuracy, so the comparison "
                 "confounds the teacher's inductive bias with its accuracy.")
@@ -556,7 +535,7 @@ def confound(c: dict) -> str:
 def published_section(p: Profile, cl: list[dict]) -> list[str]:
     pub, models = DEIT_PUBLISHED["rows"], DEIT_PUBLISHED["models"]
     out = [f"Source: {DEIT_PUBLISHED['source']} ({', '.join(models)}; teacher RegNetY-16GF unless named).", "",
-           *_table(["method", *models], [[k, *(f"{x:.1f}" for x in v)] for k, v in pub.items()]), ""]
+           *markdown_table(["method", *models], [[k, *(f"{x:.1f}" for x in v)] for k, v in pub.items()]), ""]
     choice = DEIT_PUBLISHED["teacher_choice"]
     (tr_label, tr), (cnn_label, (lo, hi)) = choice.items()
     out += [f"Teacher choice, DeiT-B student, hard distillation: {tr_label} gives {tr}; {cnn_label} {lo}–{hi}.", "",
@@ -636,7 +615,7 @@ def render_markdown(profiles: list[Profile], pngs: list[str], exp_dir: Path, unp
            f"Generated by `make tables` from {exp_dir.as_posix()}/{RECORD} and the run folders it lists; do not edit "
            "by hand.", whose_runs(exp_dir), ""]
     if unplanned:
-        out += [f"- not in the table: {_plural(len(unplanned), 'finished run')} that {RECORD} does not list: "
+        out += [f"- not in the table: {plural(len(unplanned), 'finished run')} that {RECORD} does not list: "
                 f"{', '.join(unplanned)}", ""]
     for p, png in zip(profiles, pngs):
         out += render_profile(p, png)
@@ -647,9 +626,7 @@ def render_markdown(profiles: list[Profile], pngs: list[str], exp_dir: Path, unp
 def plot(p: Profile, path: Path) -> "Figure":
     """Left: reported-head test accuracy against training images (teachers dashed); right: the
     cls-dist token cosine after each block at the largest fraction."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import MaxNLocator, NullFormatter
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -691,7 +668,7 @@ def plot(p: Profile, path: Path) -> "Figure":
         ax.legend(fontsize=7)
     fig.suptitle(f"{NAME} ({p.name}): {p.axes.get('dataset', '')}, DeiT students", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
+    save_png(fig, path)
     return fig  # for TensorBoard, which closes it (log_figures)
 
 
@@ -701,13 +678,6 @@ def _csv_value(v) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     return repr(round(v, 6)) if isinstance(v, float) else str(v)
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows({k: _csv_value(r.get(k)) for k in COLUMNS} for r in rows)
 
 
 def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
@@ -727,7 +697,7 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     rows = [r for p in profiles for r in csv_rows(p)]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{NAME}.csv", out_dir / f"{NAME}.md"]
-    write_csv(rows, paths[0])
+    write_csv(paths[0], rows, COLUMNS, _csv_value)
     paths[1].write_text(text)
     for p, png in zip(profiles, pngs):
         log_figures({"accuracy_and_token_cosine": plot(p, out_dir / png)}, exp_dir / "tensorboard" / p.name, NAME)

@@ -14,7 +14,6 @@ ablation, attention_distance, pos_embed_similarity, occlusion, shuffle, shift, c
 """
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from collections import defaultdict
@@ -25,8 +24,9 @@ from experiments.report.readme import update_readme_block
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose_runs
-from experiments.report.figures import log_figures
+from experiments.report.figures import log_figures, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, equivalent, not_read, side
+from experiments.report.table_format import fmt, markdown_table, plus_minus, write_csv
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -65,15 +65,10 @@ def _improving(s: dict | None) -> bool:
     return isinstance(p, dict) and p.get("plateaued") is False
 
 
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
 def _pm(est: Estimate | None, digits: int = 3, signed: bool = False) -> str:
     if est is None:
         return "—"
-    v = f"{est.value:+.{digits}f}" if signed else f"{est.value:.{digits}f}"
-    return v + (f" ± {est.ci95:.{digits}f}" if est.ci95 is not None else " (1 seed)")
+    return plus_minus(est.value, est.ci95, signed, digits, no_interval=" (1 seed)")
 
 
 def _est(values) -> Estimate | None:
@@ -301,20 +296,7 @@ def csv_rows(p: Profile) -> list[dict]:
     return out
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r[k]) for k in COLUMNS})
-
-
 # ---------------- markdown ----------------
-def _table(head: list[str], rows: list[list[str]], text_columns: int = 1) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * text_columns + "---:|" * (len(head) - text_columns),
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def _size_label(p: Profile, f: float) -> str:
     n = p.size(f)
     return f"{f:g} ({n:,} images)" if isinstance(n, int) else f"{f:g}"
@@ -327,7 +309,7 @@ def provenance(p: Profile) -> list[str]:
     lrs = ", ".join(f"{c['family']} {c['lr']:g}{edge.get(c['lr'], '')} at {c['fraction']:g}"
                     for c in (p.rec.get("tuning") or {}).get("choices") or []
                     if c.get("tuned_at", c["fraction"]) == c["fraction"])
-    steps = "; ".join(f"{_fmt(_one(s.get('steps') for s in runs if s.get('fraction') == f))} at {_size_label(p, f)}"
+    steps = "; ".join(f"{fmt(_one(s.get('steps') for s in runs if s.get('fraction') == f))} at {_size_label(p, f)}"
                       for f in sorted({s.get("fraction") for s in runs if s.get("fraction") is not None}))
     hardware = sorted({s.get("hardware") for s in runs if s.get("hardware")})
     versions = sorted({", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items() if k in VERSIONS)
@@ -366,7 +348,7 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
     by = {(r["name"], r["fraction"]): r for r in rows}
     table = []
     for v in p.variants():
-        opts = ", ".join(f"{k.split('.', 1)[-1]} {_fmt(x)}" for k, x in (args.get(v) or {}).items()) \
+        opts = ", ".join(f"{k.split('.', 1)[-1]} {fmt(x)}" for k, x in (args.get(v) or {}).items()) \
             or "registry default"
         cells = [(_pm(by[v, f]["acc"]) + (f" {STILL_IMPROVING}" if by[v, f]["still_improving"] else "")
                   if (v, f) in by else "not run") for f in fractions]
@@ -376,7 +358,7 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
     return ["### ViT ablations: position embedding (ViT Table 8), pooling and patch size", "",
             "Test accuracy, mean ± 95% t-interval over seeds; Δ: paired by seed with the `learn` ViT (learned 1D "
             f"table, [CLS] token, patch 4) of the same subset. {STILL_IMPROVING}: a run of the cell was still "
-            "improving at its last validation.", "", *_table(head, table, 2), "",
+            "improving at its last validation.", "", *markdown_table(head, table, 2), "",
             f"Published ({TABLE8['source']}): " + ", ".join(f"{k} {v:.4f}" for k, v in TABLE8["rows"].items())
             + f"; DeiT-T on CIFAR-100 without its position embedding: {TABLE8['deit_t_cifar100'][0]:.3f} -> "
             f"{TABLE8['deit_t_cifar100'][1]:.3f} (Lu et al. 2022).", ""]
@@ -406,7 +388,7 @@ def family_section(p: Profile, rows: list[dict]) -> list[str]:
             "its stages are not comparable with a global ViT's layers), in brackets what uniform attention over "
             "the same keys gives (a head that has learned nothing); grid corr: Pearson correlation of the "
             "position table's patch-to-patch cosine similarity with minus their grid distance.", "",
-            *_table(head, table, 2), ""]
+            *markdown_table(head, table, 2), ""]
 
 
 def _with_uniform(est: Estimate | None, uniform: Estimate | None) -> str:
@@ -423,7 +405,7 @@ def pos_table_section(p: Profile, ablations: list[dict]) -> list[str]:
             "The learned 1D table knows nothing of rows and columns; 2D structure (nearby patches more alike, by "
             "grid distance rather than raster order) must be learned from the images. sincos is 2D by "
             "construction (a positive control).", "",
-            *_table(["table", "fraction", "grid correlation", "2D structure (seeds)"], table, 2), ""]
+            *markdown_table(["table", "fraction", "grid correlation", "2D structure (seeds)"], table, 2), ""]
 
 
 UNIFORM_TOLERANCE = 0.05  # every layer within 5% of its uniform-attention distance: attention not yet learned
@@ -895,11 +877,11 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     rows = [r for p in profiles for r in csv_rows(p)]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{NAME}.csv", out_dir / f"{NAME}.md"]
-    write_csv(rows, paths[0])
+    write_csv(paths[0], rows, COLUMNS)
     paths[1].write_text(text)
     for p, figs, png in zip(profiles, drawn, pngs):
         for name, fig in figs.items():
-            fig.savefig(out_dir / png[name], dpi=90, metadata={"Software": None})
+            save_png(fig, out_dir / png[name], dpi=90)
             paths.append(out_dir / png[name])
         log_figures(figs, exp_dir / "tensorboard" / p.key, NAME)
     if readme is not None and update_readme_block(readme, NAME, text, out_dir):

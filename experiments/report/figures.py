@@ -6,6 +6,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modules import FAMILIES
+
+FAMILY_COLOURS = {f: f"C{i}" for i, f in enumerate(FAMILIES)}  # one colour per family in every figure
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: the tables draw on machines without a display."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_png(fig, path: Path, dpi: float | str = "figure") -> None:
+    """The figure as a PNG without matplotlib's version stamp, so an unchanged figure is byte-identical."""
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+
 
 def log_figures(figs: dict, log_dir: Path, prefix: str, replace: bool = True) -> None:
     """The figures ({name: matplotlib Figure}, already saved as .png) as TensorBoard images, tags

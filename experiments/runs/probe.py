@@ -26,7 +26,7 @@ from modules import probes
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_summary, write_json
 from experiments.runs.trained import load_classifier, load_config, test_images
-from experiments.report.figures import log_figures
+from experiments.report.figures import log_figures, save_png
 
 RESULT = "probes.json"
 FIGURES = "probes"
@@ -173,7 +173,7 @@ def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tupl
     out = Path(run_dir) / FIGURES
     out.mkdir(exist_ok=True)
     for name, fig in figures.items():
-        fig.savefig(out / f"{name}.png", dpi=100, metadata={"Software": None})
+        save_png(fig, out / f"{name}.png", dpi=100)
     log_figures(figures, run_dir, "probes", replace=False)  # the run's folder: its curves stay
     path = Path(run_dir) / RESULT
     write_json(path, {**result, "images": len(y) if needs_images else 0, "split": "test", "patch": patch, "seed": seed,

@@ -1,0 +1,44 @@
+"""Numbers into table cells, markdown tables and CSV files: the format every experiment's tables share."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Callable, Iterable
+
+
+def fmt(v) -> str:
+    """A setting as a table writes it: a float in its shortest form (0.001, 3e-05), anything else as str."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def count(v, missing: str = "") -> str:
+    """An integer with thousands separators (12,900); `missing` for None."""
+    return f"{v:,}" if isinstance(v, int) else missing if v is None else str(v)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def plus_minus(value: float, ci: float | None, signed: bool = False, digits: int = 4,
+               no_interval: str = " ± n/a") -> str:
+    """value ± the half-width of its 95% interval; `no_interval` where there is none (one seed)."""
+    v = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return v + (f" ± {ci:.{digits}f}" if ci is not None else no_interval)
+
+
+def markdown_table(head: list[str], rows: list[list[str]], text_columns: int = 1) -> list[str]:
+    """A markdown table: the first `text_columns` columns left-aligned, the numbers right-aligned."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * text_columns + "---:|" * (len(head) - text_columns),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def write_csv(path: Path, rows: Iterable[dict], columns: Iterable[str], cell: Callable | None = None) -> None:
+    """One row per dict, in `columns` (other keys left out; None and missing keys written empty),
+    each value through `cell` when given; "\\n" line ends whatever the platform, so regenerated
+    files compare byte for byte."""
+    columns = list(columns)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows if cell is None else ({k: cell(r.get(k)) for k in columns} for r in rows))
