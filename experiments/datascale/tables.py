@@ -36,7 +36,7 @@ from experiments.report.readme import update_readme_block
 from experiments.runs.reference import whose_runs
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
-from experiments.report.figures import log_figures, pyplot, save_png
+from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
 from experiments.report.verdicts import cannot_tell, equivalent, no_difference, side, verdict
 from experiments.report.table_format import count, fmt, plus_minus, write_csv
 
@@ -671,9 +671,8 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     from matplotlib.ticker import FuncFormatter
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for j, family in enumerate(dict.fromkeys(r["family"] for r in rows)):
-        color = colors[(FAMILIES.index(family) if family in FAMILIES else j) % len(colors)]
+        color = FAMILY_COLOURS.get(family, f"C{j % 10}")
         for i, st in enumerate(settings):
             pts = [r for r in rows if r["family"] == family and r["settings"] == st]
             if not pts:

@@ -24,7 +24,7 @@ from experiments.report.readme import update_readme_block
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose_runs
-from experiments.report.figures import log_figures, save_png
+from experiments.report.figures import FAMILY_COLOURS, log_figures, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, equivalent, not_read, side
 from experiments.report.table_format import fmt, markdown_table, plus_minus, write_csv
 
@@ -684,7 +684,7 @@ def render_profile(p: Profile, pngs: dict[str, str]) -> list[str]:
 
 # ---------------- figures ----------------
 def _colour(family: str):
-    return {f: f"C{i}" for i, f in enumerate(ORDER)}.get(family, "k")
+    return FAMILY_COLOURS.get(family, "k")  # a family has the same colour in every experiment's figures
 
 
 def _mean_curve(probes: list[dict], x_key: str, y_key: str):
