@@ -102,8 +102,8 @@ fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tin
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \
 	  && $(PY) benchmarks/family_throughput.py && $(PY) benchmarks/process_parallelism.py; } | tee results/benchmarks.txt
-	$(PY) -c 'from pathlib import Path; from experiments.report.readme import update_readme_block as u; \
-	  u(Path("README.md"), "benchmarks", "\n\n```\n" + Path("results/benchmarks.txt").read_text() + "```", Path("results"))'
+	$(PY) -c 'from pathlib import Path; from experiments.report.readme import update_block as u; \
+	  u(Path("docs/benchmarks.md"), "benchmarks", "```\n" + Path("results/benchmarks.txt").read_text() + "```")'
 
 safety: install ## the bad-input battery against the real CLI, one process per case: exit code, stderr lines, traceback, files left, planted code run (-> results/safety.md)
 	set -o pipefail; $(PY) tests/safety_battery.py | tee results/safety.md

@@ -4,7 +4,8 @@ Each experiment's tables are made by its own package (experiments/<experiment>/t
 make_tables); an experiment without one (fit-families, a spec of your own run by `sweep`) gets the
 sweep's table, which is exp-datascale's (experiments/datascale/tables.py). The run folders are yours
 in results/runs where you have run the experiment, else the committed results/reference; each
-table's first lines say which.
+table's first lines say which. With --readme, the README's Findings block is rebuilt from every
+experiment's `findings` (report/findings.py), whichever experiments this call regenerated.
 """
 from __future__ import annotations
 
@@ -12,18 +13,31 @@ import argparse
 import importlib
 from pathlib import Path
 
+from experiments.report.findings import render
+from experiments.report.readme import update_block
 from experiments.runs import reference
 from experiments.runs.names import checked_name
 from experiments.runs.reference import experiments_in, has_records
 
-README = Path("README.md")  # its block between <!-- tables:NAME --> and <!-- /tables:NAME --> is regenerated
+README = Path("README.md")  # its block between <!-- tables:findings --> and <!-- /tables:findings --> is regenerated
 SWEEP_TABLES = "datascale"  # whose make_tables serves every experiment the sweep runs
+FINDINGS_ORDER = ("datascale", "distill", "inductive_bias", "complexity")  # the Findings table's rows, in this order
 
 
 def tables_of(name: str):
     """make_tables of experiments/<name>/tables.py, else the sweep's."""
     own = Path(__file__).parent / name / "tables.py"
     return importlib.import_module(f"experiments.{name if own.is_file() else SWEEP_TABLES}.tables").make_tables
+
+
+def findings_block(roots: list[Path]) -> str:
+    """Every experiment's findings (yours where you ran it, else the reference), as one markdown table."""
+    rows = []
+    for name in FINDINGS_ORDER:
+        exp_dir = next((r / name for r in roots if has_records(r / name)), None)
+        if exp_dir is not None:
+            rows += importlib.import_module(f"experiments.{name}.tables").findings(exp_dir)
+    return render(rows)
 
 
 def main(argv: list[str]) -> int:
@@ -34,7 +48,7 @@ def main(argv: list[str]) -> int:
                    help=f"where the run folders are (default: {reference.RUNS.as_posix()} for each experiment you have run, "
                         f"else the committed {reference.REFERENCE.as_posix()})")
     p.add_argument("--out", default="results", help="where tables and plots go (default results)")
-    p.add_argument("--readme", default=str(README), help="README whose generated blocks to refresh ('' for none)")
+    p.add_argument("--readme", default=str(README), help="README whose Findings block to refresh ('' for none)")
     a = p.parse_args(argv)
     roots = [Path(a.runs_dir)] if a.runs_dir else [reference.RUNS, reference.REFERENCE]  # the user's runs first
     names = a.experiment or sorted(set().union(*(experiments_in(r) for r in roots)))
@@ -46,6 +60,8 @@ def main(argv: list[str]) -> int:
         exp_dir = next((r / name for r in roots if has_records(r / name)), None)
         if exp_dir is None:
             raise ValueError(f"experiment {name!r} has no runs in {' or '.join(r.as_posix() for r in roots)}")
-        for path in tables_of(name)(exp_dir, Path(a.out), Path(a.readme) if a.readme else None):
+        for path in tables_of(name)(exp_dir, Path(a.out)):
             print(f"wrote {path}")
+    if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):
+        print(f"wrote {a.readme}")
     return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.__main__ import main
 from experiments.distill.tables import NAME, RECORD, direction, judge, make_tables
 from experiments.report.statistics import Estimate
 
@@ -140,7 +141,7 @@ def converged(tmp_path_factory):
 
 
 def section(md: str, title: str) -> str:
-    return md.split(f"##### {title}\n", 1)[1].split("\n#####", 1)[0]
+    return md.split(f"### {title}\n", 1)[1].split("\n###", 1)[0]
 
 
 def table(text: str) -> dict[str, dict[str, str]]:
@@ -230,12 +231,12 @@ def test_claims_agreement_and_token_cosine(converged):
 
 def test_runs_outside_the_plan_are_left_out_and_named(made):
     assert f"- not in the table: 1 finished run that {RECORD} does not list: {UNPLANNED}" in made["md"]
-    assert "resnet_7e57e57e" not in made["md"].split("#### Profile")[0]    # a tuning trial is in the record
+    assert "resnet_7e57e57e" not in made["md"].split("## Profile")[0]    # a tuning trial is in the record
     assert not any(r["test_acc_mean"].startswith("0.99") for r in made["rows"])
     none = csv_row(made["rows"], "none", 0.01, "cls")
     assert float(none["test_acc_mean"]) == pytest.approx(0.72, abs=1e-6) and none["seeds"] == "3"
     # the gpu profile has no finished student: no section of its own
-    assert "#### Profile cpu" in made["md"] and "Profile gpu" not in made["md"]
+    assert "## Profile cpu" in made["md"] and "Profile gpu" not in made["md"]
     assert {r["profile"] for r in made["rows"]} == {"cpu"}
 
 
@@ -321,13 +322,21 @@ def test_regeneration_is_byte_identical(made, tmp_path):
     assert events(tb.parent).Tags()["images"] == [f"{NAME}/accuracy_and_token_cosine"]
 
 
-def test_readme_block_is_refreshed(made, tmp_path):
+def test_the_readme_findings_block_is_rebuilt_from_every_experiment(made, tmp_path):
+    """`tables --readme` replaces only the Findings block, with DeiT's three claims from these runs."""
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n<!-- tables:{NAME} -->\nOLD BLOCK TEXT\n<!-- /tables:{NAME} -->\nend\n")
-    paths = make_tables(made["exp"], tmp_path / "results", readme)
+    readme.write_text("intro\n<!-- tables:findings -->\nOLD ROWS\n<!-- /tables:findings -->\nend\n")
+    args = ["tables", "--experiment", NAME, "--runs_dir", str(made["exp"].parent), "--out", str(tmp_path / "out"),
+            "--readme", str(readme)]
+    assert main(args) == 0
     text = readme.read_text()
-    assert paths[-1] == readme and "OLD BLOCK TEXT" not in text and text.endswith(f"<!-- /tables:{NAME} -->\nend\n")
-    assert f"]({(tmp_path / 'results').as_posix()}/{NAME}.png)" in text and "#### Profile cpu" in text
+    assert text.startswith("intro\n<!-- tables:findings -->\n| question |") and text.endswith("-->\nend\n")
+    assert "OLD ROWS" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| Does") or line.startswith("| Hard")]
+    assert [r.split(" | ")[0] for r in rows] == ["| Does distillation beat training alone?",
+                                                  "| Hard or soft distillation?",
+                                                  "| Does a CNN teacher beat a transformer teacher?"]
+    assert all("(results/distill.md) cpu; " in r for r in rows)
 
 
 @pytest.mark.parametrize("record, message", [

@@ -20,7 +20,7 @@ from experiments.__main__ import main
 from experiments.runs.cli import resolve_run_dirs
 from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
 from experiments.runs.sweep import launch, run_status, run_sweep
-from experiments.datascale.tables import aggregate, collect, make_tables, sample_efficiency
+from experiments.datascale.tables import aggregate, collect, findings, make_tables, sample_efficiency
 
 from .conftest import started_together, tree_hashes
 from .test_tensorboard import events, sweep_view
@@ -146,23 +146,21 @@ def _resnet_only(spec: Path) -> None:
 
 
 def test_rerun_of_a_finished_sweep_changes_no_record(sweep_env, tmp_path):
-    """Nothing to train or test: every file of the experiment, and the README block fed by its
-    sweep.json (the last invocation's wall time), stays byte for byte."""
+    """Nothing to train or test: every file of the experiment, and the report fed by its sweep.json
+    (the last invocation's wall time), stays byte for byte."""
     spec, runs = sweep_env
     _resnet_only(spec)
     sweep = ["sweep", "--spec", str(spec), "--runs_dir", str(runs)]
     assert main(sweep) == 0
-    readme = tmp_path / "README.md"
-    readme.write_text("<!-- tables:tiny -->\n<!-- /tables:tiny -->\n")
-    tables = ["tables", "--experiment", "tiny", "--runs_dir", str(runs), "--out", str(tmp_path / "out"),
-              "--readme", str(readme)]
+    report = tmp_path / "out" / "tiny.md"
+    tables = ["tables", "--experiment", "tiny", "--runs_dir", str(runs), "--out", str(tmp_path / "out"), "--readme", ""]
     assert main(tables) == 0
-    before, block = tree_hashes(runs / "tiny"), readme.read_text()
+    before, block = tree_hashes(runs / "tiny"), report.read_text()
     assert {"sweep.json", "tuning.json"} <= set(before) and "invocation ran 2 runs" in block
     assert sum(p.endswith(("/summary.json", "/identity.json", "/config.yaml")) for p in before) == 2 * 3
     assert main(sweep) == 0
     assert tree_hashes(runs / "tiny") == before
-    assert main(tables) == 0 and readme.read_text() == block
+    assert main(tables) == 0 and report.read_text() == block
 
 
 def test_two_sweeps_started_together_train_each_run_once(sweep_env):
@@ -259,16 +257,16 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     assert rows[0]["test_acc_mean"] == pytest.approx(0.63) and rows[0]["test_acc_std"] == pytest.approx(0.0264575, rel=1e-5)
     assert sample_efficiency(rows, 0.75) == {("vit", ""): 1000, ("resnet", ""): 100}
     assert sample_efficiency(rows, 0.95) == {("vit", ""): None, ("resnet", ""): None}
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- tables:hand -->\nold numbers\n<!-- /tables:hand -->\noutro\n")
-    paths = make_tables(exp, tmp_path / "out", readme)
+    paths = make_tables(exp, tmp_path / "out")
     md = paths[1].read_text()
     assert "| vit | 0.1 | 100 |  |  |  | 0.6300 ± 0.0657 | 3 | -0.1700 ± 0.0745 |" in md
     assert "vit_f0.5_s0: diverged" in md and "test machine" in md
-    doc = readme.read_text()
-    assert doc.startswith("intro\n<!-- tables:hand -->\n") and doc.endswith("<!-- /tables:hand -->\noutro\n")
-    assert "old numbers" not in doc and "| vit | 0.1 | 100 |  |  |  | 0.6300 ± 0.0657 | 3 | -0.1700 ± 0.0745 |" in doc
-    assert f"]({(tmp_path / 'out').as_posix()}/hand.png)" in doc
+    # the README's Findings rows: ViT − ResNet at the smallest size, and its change to the largest, paired by seed
+    scarce, grows = findings(exp)
+    assert scarce.ours == "ViT − ResNet at 100 images: -0.1700 ± 0.0745 (3 pairs)"
+    assert scarce.verdict == "ViT below, as published"
+    assert grows.ours == "change of ViT − ResNet from 100 to 1,000 images: +0.1500 ± 0.0657 (3 pairs)"
+    assert grows.verdict == "ViT catches up, as published" and "test machine; commit abc; your runs" in grows.source
 
 
 @pytest.mark.parametrize("bad, match", [

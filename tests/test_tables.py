@@ -284,7 +284,7 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     slopes = {(r["family"], r["settings"]): r for r in csv.DictReader(open(tmp_path / "out" / "hand_slopes.csv"))}
     assert slopes["vit", "randaugment=False"]["points"] == "6"
     assert slopes["vit", "randaugment=True"]["slope"] == ""           # one training-set size
-    assert "#### Slope of log test error vs log n" in md and "| vit | randaugment=True | n/a | 3 | 1 |" in md
+    assert "## Slope of log test error vs log n" in md and "| vit | randaugment=True | n/a | 3 | 1 |" in md
     # one reading per recipe
     assert "randaugment=False: Highest mean test accuracy: resnet at every training-set size" in md
     assert "randaugment=True: Highest mean test accuracy: resnet at 100 images (0.7600)" in md
@@ -338,7 +338,7 @@ def test_tuning_section_and_csv(tmp_path):
     (exp / "tuning.json").write_text(json.dumps(TUNING))
     paths = make_tables(exp, tmp_path / "out")
     md = paths[1].read_text()
-    assert "#### Learning rate, chosen on validation accuracy only" in md
+    assert "## Learning rate, chosen on validation accuracy only" in md
     assert "| family | tuned fraction | train images | val images | lr 0.001 | lr 0.003 |" in md
     assert "| vit | 0.01 | 100 | 1,000 | **0.7120** | 0.6550† |" in md
     assert "| vit | 0.1 | 1,000 | 1,000 | 0.8010 | **0.8340** |" in md

@@ -6,7 +6,6 @@ in the number of patches grows as resolution^2, global attention's N^2 term as r
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,10 +14,10 @@ if TYPE_CHECKING:
 
 from experiments.complexity.runner import PARTS
 from experiments.complexity.pos_embed_interpolation import NATIVE
-from experiments.report.readme import update_readme_block
-from experiments.runs.reference import whose_runs
+from experiments.runs.reference import whose, whose_runs
 from experiments.runs.record import read_json
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
+from experiments.report.findings import Finding
 from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.table_format import write_csv
 
@@ -185,36 +184,35 @@ def reading(points: list[dict], slope_rows: list[dict], cross: list[dict]) -> li
     return out + [f"- {_crossover_text(c)}." for c in cross]
 
 
-def render_group(key: str, title: str, group: dict, png: str, full: bool = True) -> list[str]:
+def render_group(key: str, title: str, group: dict, png: str) -> list[str]:
     points = scaling_points(group)
     slope_rows, cross = slopes(points), crossovers(points, group["crossover"])
-    lines = [f"## {title}: cost against resolution", "",
+    lines = [f"### {title}: cost against resolution", "",
              f"Batch {group['batch_size']}" + (f", budget {group['budget']}" if "budget" in group else "")
              + ". Slopes of log cost against log resolution: 2 = linear in the number of patches, 4 = quadratic "
                "(global attention's N² term). What the numbers say:", ""]
     lines += reading(points, slope_rows, cross)
     lines += ["", f"![{title}]({png})", "", "Slopes, all points / the two largest (resolutions):", ""]
     lines += _slope_table(slope_rows)
-    if full:
-        lines += ["", "Images/s are medians over timed steps. Peak MiB is the memory the timed steps added above the "
-                  "resident model: activations (and gradients when training); weights, optimizer state and one-off "
-                  "first-call allocations are not in it (CUDA: max allocated; CPU: the peak resident set). FLOPs of "
-                  "further sizes are in the csv and the plot.", "",
-                  "| model | res | GFLOPs | attention share | infer img/s | train img/s | infer peak MiB | train peak MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in points:
-            if r["infer_status"] is None and r["train_status"] is None:
-                continue  # FLOPs only
-            share = r["attention_gflops"] / r["gflops"] if r["gflops"] else 0.0
-            lines.append(f"| {r['model']} | {r['resolution']} | {_num(r['gflops'])} | {share:.1%} | "
-                         f"{_status_cell(r, 'infer')} | {_status_cell(r, 'train')} | "
-                         f"{_num(r['infer_peak_mib'], '{:,.0f}')} | {_num(r['train_peak_mib'], '{:,.0f}')} |")
+    lines += ["", "Images/s are medians over timed steps. Peak MiB is the memory the timed steps added above the "
+              "resident model: activations (and gradients when training); weights, optimizer state and one-off "
+              "first-call allocations are not in it (CUDA: max allocated; CPU: the peak resident set). FLOPs of "
+              "further sizes are in the csv and the plot.", "",
+              "| model | res | GFLOPs | attention share | infer img/s | train img/s | infer peak MiB | train peak MiB |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in points:
+        if r["infer_status"] is None and r["train_status"] is None:
+            continue  # FLOPs only
+        share = r["attention_gflops"] / r["gflops"] if r["gflops"] else 0.0
+        lines.append(f"| {r['model']} | {r['resolution']} | {_num(r['gflops'])} | {share:.1%} | "
+                     f"{_status_cell(r, 'infer')} | {_status_cell(r, 'train')} | "
+                     f"{_num(r['infer_peak_mib'], '{:,.0f}')} | {_num(r['train_peak_mib'], '{:,.0f}')} |")
     return lines + [""]
 
 
 # ---------------- the paper-scale table and the seeds' figures ----------------
 def render_paper(paper: dict) -> list[str]:
-    lines = [f"## Paper-scale models at {paper['image_size']}x{paper['image_size']} (timm, built without weights)", "",
+    lines = [f"### Paper-scale models at {paper['image_size']}x{paper['image_size']} (timm, built without weights)", "",
              "FLOPs = 2 x multiply-adds, attention's q·kᵀ and attn·v included, counted by torch's FlopCounterMode "
              "on the meta device. Published: " + paper["published_source"] + ".", "",
              "| model | timm name | params (M) | published | Δ | GMACs | published | Δ | GFLOPs | attention GFLOPs |",
@@ -225,7 +223,7 @@ def render_paper(paper: dict) -> list[str]:
                      f"{_rel(m['gmacs_rel_diff'])} | {m['gflops']:.2f} | {m['attention_gflops']:.2f} |")
     worst = max(max(abs(m["params_rel_diff"]), abs(m["gmacs_rel_diff"])) for m in paper["models"])
     lines += ["", f"Largest difference to timm's published figures: {worst:.2%}.", "",
-              "### The source article's figures (../shared/seeds/001)", "",
+              "#### The source article's figures (../shared/seeds/001)", "",
               "| claim | claimed | article's formula, one layer | x depth | measured GMACs | measured GFLOPs | verdict |",
               "|---|---:|---:|---:|---:|---:|---|"]
     for c in paper["seed_claims"]:
@@ -243,7 +241,7 @@ INTERPOLATION_COLUMNS = ("method", "phase", "resolution", "val_acc", "test_acc",
 def render_interpolation(part: dict) -> list[str]:
     rows = part["rows"]
     source = next(r for r in rows if r["phase"] == "source")
-    lines = ["## Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
+    lines = ["### Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
              f"Source: run `{part['source_run']}` (trained by the suite at {source['resolution']}x{source['resolution']}), "
              f"val {source['val_acc']:.4f}, test {source['test_acc']:.4f} at its own size "
              f"({source['val_images']:,} / {source['test_images']:,} images). At {part['target_size']}x{part['target_size']} "
@@ -264,7 +262,37 @@ def render_interpolation(part: dict) -> list[str]:
 
 
 # ---------------- files ----------------
-def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
+def findings(exp_dir: Path) -> list[Finding]:
+    """The ViT paper's cost claim as measured here: global attention makes a ViT's FLOPs grow with
+    the square of its patches (resolution^4) once attention dominates, Swin's windows keep them
+    linear in the patches (resolution^2). FLOPs are counted, not sampled: no interval."""
+    out = []
+    for path in sorted(Path(exp_dir).glob(MEASUREMENTS)):
+        rec = read_json(path)
+        group = rec["parts"].get("scaling")
+        if not group:
+            continue
+        ends = {r["model"]: r for r in slopes(scaling_points(group)) if r["cost"] == "GFLOPs"}
+        said = "; ".join(f"{m} {r['end_slope']:.2f}" for m, r in ends.items())
+        top = max((r["to"] for r in ends.values()), default="?")
+
+        def regime(x: float) -> str:  # exact counts: the exponent is read against 2 and 4 directly
+            return "linear" if x <= 2.1 else "quadratic" if x >= 3.9 else "in between"
+        words = "; ".join(f"{m} {regime(r['end_slope'])}" for m, r in ends.items())
+        prov = rec["parts"]["scaling"].get("provenance", {})
+        out.append(Finding("How fast does compute grow with resolution?",
+                           "ViT: attention is quadratic in the patches (resolution^4 once it dominates); "
+                           "Swin: linear in the patches (resolution^2) (ViT Sec. 3, Swin Sec. 3.2)",
+                           f"FLOPs ∝ resolution^k between the two largest sizes (up to {top} px): {said} "
+                           "(counted, no interval)",
+                           f"{words} in the patches up to {top} px (a window model's exponent includes its "
+                           "window padding where a size is not window-aligned)",
+                           f"[complexity](results/complexity.md) {rec['profile']}; {prov.get('hardware', '?')}; "
+                           f"commit {prov.get('commit', '?')}; {whose(Path(exp_dir))}"))
+    return out
+
+
+def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     """Every profile's record (cpu first) into one markdown file; csv rows carry the profile."""
     records = [read_json(path) for path in sorted(Path(exp_dir).glob(MEASUREMENTS))]
     if not records:
@@ -273,17 +301,16 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     head = [f"# {NAME}", "", "What each family costs as images grow. Regenerated by `make tables` from "
             f"{Path(exp_dir).as_posix()}/{MEASUREMENTS} (measured by `make exp-complexity`).",
             whose_runs(Path(exp_dir)), ""]
-    text, short = list(head), list(head)  # short: the README's block, without the per-size tables
+    text = list(head)
     paper_rows, scaling_rows, interp_rows, paths = [], [], [], []
     for rec in records:
         prof, parts, figs = rec["profile"], rec["parts"], {}
         total = sum(parts[k]["provenance"]["seconds"] for k in parts)
-        lines = [f"# Profile {prof}", "", f"Measured ({total / 60:.1f} minutes in all):"] \
+        lines = [f"## Profile {prof}", "", f"Measured ({total / 60:.1f} minutes in all):"] \
             + [_provenance_line(k, parts[k]) for k in PARTS if k in parts] + [""]
-        text, short = text + lines, short + lines
+        text += lines
         if "paper" in parts:
             text += render_paper(parts["paper"])
-            short += render_paper(parts["paper"])
             paper_rows += [{"profile": prof, **m} for m in parts["paper"]["models"]]
         for key, title in GROUPS:
             if key in parts:
@@ -292,12 +319,10 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
                 figs[key] = plot_scaling(points, slopes(points), f"{title} ({prof})", out_dir / png)
                 paths.append(out_dir / png)
                 text += render_group(key, title, parts[key], png)
-                short += render_group(key, title, parts[key], png, full=False)
                 scaling_rows += [{"profile": prof, "group": key, **r} for r in points]
         log_figures(figs, Path(exp_dir) / "tensorboard" / prof, NAME)
         if "interpolation" in parts:
             text += render_interpolation(parts["interpolation"])
-            short += render_interpolation(parts["interpolation"])
             interp_rows += [{"profile": prof, **r} for r in parts["interpolation"]["rows"]]
     md = out_dir / f"{NAME}.md"
     md.write_text("\n".join(text).rstrip() + "\n")
@@ -307,9 +332,4 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         if rows:
             write_csv(path, rows, list(dict.fromkeys(k for r in rows for k in r)))
             paths.append(path)
-    short += [f"Every size's images/s and peak memory: results/{NAME}.md and results/{NAME}_scaling.csv."]
-    # in the README the block sits under a level-3 heading: its headings go below it
-    short = [re.sub(r"^#{1,3} ", lambda m: "#" * min(6, len(m[0]) + 2) + " ", line) for line in short]
-    if readme is not None and update_readme_block(readme, NAME, "\n".join(short) + "\n", out_dir):
-        paths.append(readme)
     return paths

@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 
 from modules import FAMILIES
 
-from experiments.report.readme import update_readme_block
-from experiments.runs.reference import whose_runs
+from experiments.runs.reference import whose, whose_runs
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
+from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
 from experiments.report.verdicts import cannot_tell, equivalent, no_difference, side, verdict
 from experiments.report.table_format import count, fmt, plus_minus, write_csv
@@ -484,7 +484,7 @@ def render_tuning(tuning: dict) -> list[str]:
     """The section on the learning rates chosen on validation: per profile a grid (rows family x
     tuned fraction [x recipe], columns the grid's values, cells the validation metric, the chosen
     one in bold) and one line per family with the lr each fraction uses."""
-    out = ["#### Learning rate, chosen on validation accuracy only", ""]
+    out = ["## Learning rate, chosen on validation accuracy only", ""]
     trials = tuning_trials(tuning)
     profiles = tuning.get("profiles") or {}
     order = {f: i for i, f in enumerate(FAMILIES)}
@@ -630,9 +630,9 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
         out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]
         out += [f"- {s['run']}: {s['test'].get('acc_cls', float('nan')):.4f} / "
                 f"{s['test'].get('acc_dist', float('nan')):.4f} / {s['test']['acc']:.4f}" for s in deit]
-    out += ["", "#### What the numbers say", "", *(f"{p}\n" for p in scaling_reading(rows))]
+    out += ["", "## What the numbers say", "", *(f"{p}\n" for p in scaling_reading(rows))]
     slopes = error_slopes(rows) if len({r["train_size"] for r in rows}) > 1 else []  # one size: no slope
-    out += [] if not slopes else ["#### Slope of log test error vs log n", "",
+    out += [] if not slopes else ["## Slope of log test error vs log n", "",
             "Least squares over every finished run (seeds are separate points), ± the half-width of its 95% "
             "t-interval (df = points - 2; n/a with fewer than 3 points or one training-set size). More negative: "
             "the error falls faster as data grows; the paper's claim is a steeper slope for transformers.", "",
@@ -698,10 +698,9 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     return fig  # for TensorBoard, which closes it (log_figures)
 
 
-def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
+def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     """<out>/<name>.csv, .md, _slopes.csv, and .png when the runs span more than one training-set
-    size, _tuning.csv when the sweep left a tuning.json; also the README's block for this
-    experiment, if it has one."""
+    size, _tuning.csv when the sweep left a tuning.json."""
     name = exp_dir.name
     summaries = collect(exp_dir)
     sweep, tuning = read_json(exp_dir / "sweep.json"), read_json(exp_dir / "tuning.json")
@@ -732,6 +731,37 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
         paths.append(stale)
     elif stale.exists():
         stale.unlink()  # the runs no longer have a tuning record: neither has the table
-    if readme is not None and update_readme_block(readme, name, text, out_dir):
-        paths.append(readme)
     return paths
+
+
+def findings(exp_dir: Path) -> list[Finding]:
+    """The ViT paper's two data-scale claims, ViT against the ResNet of the same seeds: below it at
+    the smallest training set both ran (Fig. 4: "ResNets perform better with smaller pre-training
+    datasets"), and the gap's change from the smallest to the largest (they "plateau sooner than
+    ViT"): a trend only from the paired interval of the change."""
+    sweep = read_json(exp_dir / "sweep.json")
+    summaries, _ = planned(collect(exp_dir), sweep)
+    rows = [r for r in aggregate(summaries) if r["family"] in ("vit", REFERENCE)]
+    scope = min((r["_scope"] for r in rows), default=None)  # the first recipe where several ran
+    by = {(r["family"], r["train_size"]): r for r in rows if r["_scope"] == scope and not r["settings"]}
+    sizes = sorted(n for f, n in by if f == "vit" and (REFERENCE, n) in by)
+    if not sizes:
+        return []
+    profiles = ", ".join(sorted((sweep.get("profiles") or {}))) or "?"
+    small, large = sizes[0], sizes[-1]
+    used = [by[f, n] for f in ("vit", REFERENCE) for n in {small, large}]
+    improving, runs = sum(r["still_improving"] for r in used), sum(r["seeds"] for r in used)
+    where = source("datascale", profiles, [s for r in used for s in r["_runs"]], whose(exp_dir))
+    gap = paired_difference(_by_seed(by["vit", small]), _by_seed(by[REFERENCE, small]))
+    out = [Finding("Scarce data: is ViT below the ResNet?",
+                   "yes: ResNets ahead on ImageNet-1k and 9M-30M JFT images (ViT paper Fig. 3-4)",
+                   f"ViT − ResNet at {small:,} images: {estimate_text(gap)}",
+                   read(gap, "ViT above", "ViT below, as published", improving, runs), where)]
+    if large > small:
+        change = _trend(by["vit", small], by[REFERENCE, small], by["vit", large], by[REFERENCE, large])
+        out.append(Finding("As data grows, does ViT catch up?",
+                           "yes: ViT overtakes from ~100M images, ResNets plateau sooner (ViT paper Fig. 4)",
+                           f"change of ViT − ResNet from {small:,} to {large:,} images: {estimate_text(change)}",
+                           read(change, "ViT catches up, as published", "ViT falls behind", improving, runs), where))
+    return out
+

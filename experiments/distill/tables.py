@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from experiments.report.readme import update_readme_block
 from experiments.runs.record import read_json, read_summary
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
-from experiments.runs.reference import whose_runs
+from experiments.runs.reference import whose, whose_runs
+from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus, write_csv
@@ -594,20 +594,20 @@ def direction(est: Estimate | None, published: int | None) -> str:
 def render_profile(p: Profile, png: str) -> list[str]:
     cl = claims(p)
     fractions = ", ".join(f"{f:g} = {p.size_label(f)}" for f in p.fractions)
-    return [f"#### Profile {p.name}", "", *provenance(p), "",
-            "##### Test accuracy by inference head", "",
+    return [f"## Profile {p.name}", "", *provenance(p), "",
+            "### Test accuracy by inference head", "",
             "Mean over seeds ± the half-width of its 95% Student-t interval (n/a with one seed); fractions "
             f"{fractions}. cls: the class head; dist: the distillation head; cls+dist: the mean of their logits (the "
             f"head DeiT reports). none's distillation head never trains: only its cls is reported ({NA}). Teacher "
             "rows: the teacher's own test accuracy, in the cls column.", "", *main_table(p), "",
-            "##### DeiT's claims: paired differences by seed", "",
+            "### DeiT's claims: paired differences by seed", "",
             "(a) each distilled student (cls+dist) minus the student trained alone (cls); (b) hard minus soft from the "
             "same teacher; both on the same training subset and seed.", "", *claims_tables(cl), "",
-            "##### Agreement with each teacher", "", *agreement_section(p), "",
-            "##### Class and distillation tokens", "", *cosine_section(p), "",
+            "### Agreement with each teacher", "", *agreement_section(p), "",
+            "### Class and distillation tokens", "", *cosine_section(p), "",
             f"![test accuracy and token cosine]({png})", "",
-            "##### What the numbers say", "", *reading(p, cl), "",
-            "##### DeiT (published)", "", *published_section(p, cl), ""]
+            "### What the numbers say", "", *reading(p, cl), "",
+            "### DeiT (published)", "", *published_section(p, cl), ""]
 
 
 def render_markdown(profiles: list[Profile], pngs: list[str], exp_dir: Path, unplanned: list[str]) -> str:
@@ -680,11 +680,8 @@ def _csv_value(v) -> str:
     return repr(round(v, 6)) if isinstance(v, float) else str(v)
 
 
-def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
-    """results/distill.csv, .md and .png (a further profile's plot: distill_<profile>.png), and the
-    README's distill block when it has one. Everything is read and computed before the first
-    write, so a missing or corrupt record leaves out_dir as it was."""
-    exp_dir, out_dir = Path(exp_dir), Path(out_dir)
+def load(exp_dir: Path) -> tuple[dict, dict, list[Profile]]:
+    """distill.json, the finished runs and each profile with students (ValueError naming what is missing)."""
     record = read_json(exp_dir / RECORD, HINT)
     check_record(record, exp_dir / RECORD)
     runs = collect(exp_dir)
@@ -692,6 +689,47 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     profiles = [p for p in profiles if p.students]
     if not profiles:
         raise ValueError(f"no finished distill runs in {exp_dir}: run make exp-{NAME} first")
+    return record, runs, profiles
+
+
+def findings(exp_dir: Path) -> list[Finding]:
+    """DeiT's three claims at each profile's largest training set: distillation beats training
+    alone, hard beats soft, a convnet teacher beats a transformer teacher (DeiT-B, ImageNet)."""
+    pub, (tr, (lo, hi)) = DEIT_PUBLISHED["rows"], DEIT_PUBLISHED["teacher_choice"].values()
+    out = []
+    for p in load(exp_dir)[2]:
+        f = p.fractions[-1]
+        cl = [c for c in claims(p) if c["fraction"] == f]
+        runs = p.finished_runs()
+        improving = sum(not _plateaued(s) for s in runs)
+        where = source("distill", p.name, runs, whose(exp_dir))
+        asked = (("a", "Does distillation beat training alone?",
+                  f"yes: hard with token {pub['hard, with token: cls+dist'][2]} against "
+                  f"{pub['no distillation'][2]} (DeiT-B, DeiT Table 3)", "distilled above, as published",
+                  "distilled below"),
+                 ("b", "Hard or soft distillation?",
+                  f"hard: {pub['hard, with token: cls+dist'][2]} against soft {pub['usual soft distillation'][2]} "
+                  "(DeiT-B, DeiT Table 3)", "hard above, as published", "soft above"),
+                 ("c", "Does a CNN teacher beat a transformer teacher?",
+                  f"yes: convnet teachers {lo}-{hi} against {tr} (DeiT-B student, DeiT Table 2)",
+                  "CNN teacher above, as published", "transformer teacher above"))
+        for claim, question, published, higher, lower in asked:
+            c = next((c for c in cl if c["claim"] == claim and variant_of(c.get("student", "hard/")) == "hard"), None) \
+                or next((c for c in cl if c["claim"] == claim), None)
+            if c is not None:
+                ours = f"{c['label']} at {p.size_label(f)}: {estimate_text(c['est'])}"
+                if claim == "c" and c["teacher_diff"] is not None:
+                    ours += f"; teachers differ by {estimate_text(c['teacher_diff'])}"
+                out.append(Finding(question, published, ours, read(c["est"], higher, lower, improving, len(runs)),
+                                   where))
+    return out
+
+
+def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
+    """results/distill.csv, .md and .png (a further profile's plot: distill_<profile>.png). Everything
+    is read and computed before the first write, so a missing or corrupt record leaves out_dir as it was."""
+    exp_dir, out_dir = Path(exp_dir), Path(out_dir)
+    record, runs, profiles = load(exp_dir)
     pngs = [f"{NAME}.png" if i == 0 else f"{NAME}_{p.name}.png" for i, p in enumerate(profiles)]
     text = render_markdown(profiles, pngs, exp_dir, left_out(record, runs))
     rows = [r for p in profiles for r in csv_rows(p)]
@@ -702,6 +740,4 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     for p, png in zip(profiles, pngs):
         log_figures({"accuracy_and_token_cosine": plot(p, out_dir / png)}, exp_dir / "tensorboard" / p.name, NAME)
         paths.append(out_dir / png)
-    if readme is not None and update_readme_block(readme, NAME, text, out_dir):
-        paths.append(readme)
     return paths

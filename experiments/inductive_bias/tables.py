@@ -20,10 +20,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.report.readme import update_readme_block
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
-from experiments.runs.reference import whose_runs
+from experiments.runs.reference import whose, whose_runs
+from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, equivalent, not_read, side
 from experiments.report.table_format import fmt, markdown_table, plus_minus, write_csv
@@ -854,12 +854,8 @@ def draw_figures(p: Profile) -> dict:
 
 
 # ---------------- the command ----------------
-def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> list[Path]:
-    """results/inductive_bias.csv, .md and the figures (a further profile's figures get a _<profile>
-    suffix, _<profile>_<budget> where a profile has several budgets), and the README's block when it
-    has one. Everything is read and drawn before the first write, so a missing or corrupt record
-    leaves out_dir as it was."""
-    exp_dir, out_dir = Path(exp_dir), Path(out_dir)
+def load(exp_dir: Path) -> list[Profile]:
+    """Every profile (and budget) of inductive_bias.json with a finished run (ValueError naming what is missing)."""
     record = read_json(exp_dir / RECORD, HINT)
     if not isinstance(record.get("profiles"), dict):
         raise ValueError(f"{exp_dir / RECORD} has no profiles{HINT}")
@@ -867,6 +863,37 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
     profiles = [p for p in profiles if any(s.get("status") == "done" for s in p.runs.values())]
     if not profiles:
         raise ValueError(f"no finished inductive-bias runs in {exp_dir}: run make exp-inductive-bias first")
+    return profiles
+
+
+def findings(exp_dir: Path) -> list[Finding]:
+    """ViT Table 8's position-embedding claim at each profile's largest ablation size: no position
+    embedding is worse than a learned 1D table, by a little."""
+    out = []
+    for p in load(exp_dir):
+        none = [r for r in ablation_rows(p) if r["name"] == "none" and r["delta"] is not None]
+        if not none:
+            continue
+        r = max(none, key=lambda r: r["fraction"])
+        behind = list({e["run"]: p.runs[e["run"]] for t in ("families", "ablations") for e in p.entries(t)
+                       if _test_acc(p.runs.get(e["run"]))}.values())
+        rows = TABLE8["rows"]
+        out.append(Finding("Does ViT need a position embedding?",
+                           f"a little: none {rows['none']:.4f} against learned 1D {rows['learn']:.4f} "
+                           "(ViT-B/16, ViT paper Table 8)",
+                           f"none − learned 1D at {_size_label(p, r['fraction'])}: {estimate_text(r['delta'])}",
+                           read(r["delta"], "better without", "worse without, as published",
+                                sum(_improving(s) for s in behind), len(behind)),
+                           source("inductive_bias", p.key, behind, whose(exp_dir))))
+    return out
+
+
+def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
+    """results/inductive_bias.csv, .md and the figures (a further profile's figures get a _<profile>
+    suffix, _<profile>_<budget> where a profile has several budgets). Everything is read and drawn
+    before the first write, so a missing or corrupt record leaves out_dir as it was."""
+    exp_dir, out_dir = Path(exp_dir), Path(out_dir)
+    profiles = load(exp_dir)
     drawn = [draw_figures(p) for p in profiles]
     pngs = [{k: f"{k}.png" if i == 0 else f"{k}_{p.key}.png" for k in FIGURES if k in figs}
             for i, (p, figs) in enumerate(zip(profiles, drawn))]
@@ -884,6 +911,4 @@ def make_tables(exp_dir: Path, out_dir: Path, readme: Path | None = None) -> lis
             save_png(fig, out_dir / png[name], dpi=90)
             paths.append(out_dir / png[name])
         log_figures(figs, exp_dir / "tensorboard" / p.key, NAME)
-    if readme is not None and update_readme_block(readme, NAME, text, out_dir):
-        paths.append(readme)
     return paths

@@ -44,6 +44,11 @@ def whose_runs(exp_dir: Path) -> str:
     return f"Built from the runs in {d.as_posix()}."
 
 
+def whose(exp_dir: Path) -> str:
+    """Two words for a table cell: whose runs a number came from."""
+    return "reference runs" if Path(exp_dir).parent.resolve() == REFERENCE.resolve() else "your runs"
+
+
 def refresh(name: str, runs: Path = RUNS, reference: Path = REFERENCE) -> int:
     """Replaces reference/<name> with the records of runs/<name>; returns how many files it copied."""
     source, target = runs / checked_name("experiment", name), reference / name

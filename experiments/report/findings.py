@@ -1,0 +1,53 @@
+"""The README's Findings table: one row per claim of the source papers, each experiment's
+`findings(exp_dir)` (experiments/<experiment>/tables.py) giving its rows from its run records.
+
+A row is the question, the published result, ours (a paired difference by seed with its 95%
+interval), the verdict in the shared vocabulary (report/verdicts.py; "not read" while a run behind
+it was still improving) and where it came from: the profile, the hardware, the commit, and whose
+runs (yours in results/runs or the committed reference)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from experiments.report.statistics import Estimate
+from experiments.report.table_format import plus_minus, plural
+from experiments.report.verdicts import verdict
+
+
+@dataclass(frozen=True)
+class Finding:
+    question: str
+    published: str
+    ours: str
+    verdict: str
+    source: str
+
+
+def estimate_text(est: Estimate | None) -> str:
+    """A paired difference as a table writes it: +0.0123 ± 0.0045 (3 pairs)."""
+    if est is None:
+        return "no pair of finished runs"
+    return f"{plus_minus(est.value, est.ci95, signed=True, no_interval='')} ({plural(est.n, 'pair')})"
+
+
+def read(est: Estimate | None, higher: str, lower: str, improving: int, runs: int) -> str:
+    """The verdict on a paired difference, or "not read" while any of its runs still improved."""
+    if improving:
+        return f"not read: {improving} of {runs} runs still improving (†)"
+    return verdict(est, higher, lower)
+
+
+def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> str:
+    """`datascale` cpu, 2 CPU cores (...), commit abc: where a row's numbers were made."""
+    hardware = sorted({s.get("hardware") for s in summaries if s.get("hardware")})
+    commits = sorted({s.get("commit") for s in summaries if s.get("commit")})
+    return (f"[{experiment}](results/{experiment}.md) {profile}; {'; '.join(hardware) or 'hardware not recorded'}; "
+            f"commit {', '.join(commits) or '?'}; {whose}")
+
+
+def render(findings: list[Finding]) -> str:
+    head = ["question", "published", "ours (paired by seed, 95% interval)", "verdict", "from"]
+    rows = [[f.question, f.published, f.ours, f.verdict, f.source] for f in findings]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+             *("| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows)]
+    return "\n".join(["", "", *lines, ""])
