@@ -79,7 +79,7 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
         assert len(_scalars(b, "val/acc")) == 2
         # TensorBoard as a single fit's logger: the same readable hparams, val/acc also under the size
         assert run_hparams(b) == run_hparams(a) and run_hparams(b)["family"] == family
-        assert _scalars(b, "val_acc_by_size/n96") == _scalars(b, "val/acc")
+        assert _scalars(b, "by_train_size/val_acc_n96") == _scalars(b, "val/acc")
         x = torch.randn(64, 1, 28, 28, generator=torch.Generator().manual_seed(0))
         for ckpt in ("best.ckpt", "last.ckpt"):  # ordinary checkpoints of the same model
             ma, mb = (ImageClassifier.load_from_checkpoint(d / "checkpoints" / ckpt, map_location="cpu").eval()

@@ -83,9 +83,9 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     layout, experiment = sweep_view(runs / "tiny")
     (category,) = layout.category
     charts = {c.title: list(c.multiline.tag) for c in category.chart}
-    assert charts == {f"val/acc, {n} training images": [f"^val_acc_by_size/n{n}$"] for n in (270, 540)}
+    assert charts == {f"val/acc, {n} training images": [f"^by_train_size/val_acc_n{n}$"] for n in (270, 540)}
     for s in done.values():
-        assert f"val_acc_by_size/n{s['train_size']}" in events(_folder(runs / "tiny", s["run"].rsplit("_", 1)[0])).Tags()["scalars"]
+        assert f"by_train_size/val_acc_n{s['train_size']}" in events(_folder(runs / "tiny", s["run"].rsplit("_", 1)[0])).Tags()["scalars"]
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best", "test/acc"]
     shown = sorted(experiment.hparam_infos, key=lambda i: (not i.differs, i.name))  # TensorBoard's column order
     assert shown[0].name == "family" and "fraction" in {i.name for i in shown if i.differs}

@@ -19,9 +19,13 @@ def events(folder: Path) -> EventAccumulator:
     return acc
 
 
-def run_hparams(run_dir: Path) -> dict:
+def session(run_dir: Path):
     content = events(run_dir).PluginTagToContent("hparams")
-    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    return metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+
+
+def run_hparams(run_dir: Path) -> dict:
+    start = session(run_dir)
     return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
 
 
@@ -42,14 +46,20 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
     assert not [k for k in h if "_instantiator" in k or k.endswith(("cache_dir", "data_dir")) or "/" in k]
     # no test ran: no test/acc at all (not a 0); no epoch counter and no one-value scalars
     scalars = events(untested).Tags()["scalars"]
-    assert {"val/acc", "val/acc_best", "val_acc_by_size/n512"} <= set(scalars)
+    assert {"val/acc", "val/acc_best", "by_train_size/val_acc_n512"} <= set(scalars)
     assert not [t for t in scalars if t.startswith("test/") or t == "epoch" or t.startswith("model/")]
     acc = events(untested)
-    assert [e.value for e in acc.Scalars("val_acc_by_size/n512")] == [e.value for e in acc.Scalars("val/acc")]
+    assert [e.value for e in acc.Scalars("by_train_size/val_acc_n512")] == [e.value for e in acc.Scalars("val/acc")]
+    # HPARAMS names the trial after the run's folder, not a hash of its values
+    assert session(untested).group_name == untested.name
 
     code, tested = cli("fit", "--model.family", "vit")
     assert code == 0 and run_hparams(tested)["family"] == "vit"
     assert "test/acc" in events(tested).Tags()["scalars"] and "epoch" not in events(tested).Tags()["scalars"]
+    # SCALARS and TIME SERIES order tag groups (a tag's part before its first "/") by name: the
+    # per-size validation curves come first, before the test's single points
+    groups = sorted({t.split("/")[0] for t in events(tested).Tags()["scalars"]})
+    assert groups[0] == "by_train_size" and {"test", "train", "val"} <= set(groups)
 
     # a sweep's view over these runs, tuning only: its hparams experiment declares val/acc_best alone
     assert write_sweep_view(untested.parent, [512], [untested, tested], tested=False)
@@ -57,4 +67,4 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
     differs = {i.name: i.differs for i in experiment.hparam_infos}
     assert differs["family"] and not differs["budget"] and not differs["lr"]
-    assert [[list(c.multiline.tag) for c in cat.chart] for cat in layout.category] == [[["^val_acc_by_size/n512$"]]]
+    assert [[list(c.multiline.tag) for c in cat.chart] for cat in layout.category] == [[["^by_train_size/val_acc_n512$"]]]

@@ -173,7 +173,7 @@ class MemberRecords(Callback):
             (m.run_dir / "config.yaml").write_text(m.config_yaml)
             dm.save_train_indices(m.run_dir / "train_indices.json")
         for m, w in zip(self.members, self.writers()):  # as a single run's logger: its identity, no metrics
-            w._get_file_writer().add_summary(session_start(readable_hparams(m.identity, pl_module.complexity)))
+            w._get_file_writer().add_summary(session_start(readable_hparams(m.identity, pl_module.complexity), trial_id=m.run_dir.name))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()

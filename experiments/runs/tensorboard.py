@@ -2,9 +2,13 @@
 
 - Each run's hparams are its identity (identity.json) under readable names ("family", "fraction",
   "lr", ...; a trainer setting keeps its "trainer." prefix) plus its parameter count and FLOPs, as
-  one hparams session start; no metric values are written with them (no placeholder 0s).
-- Every run also logs its val/acc under a tag naming its training-set size (SIZE_TAG): custom
-  scalars select series by tag, never by run, so this is the only way to one chart per size.
+  one hparams session start named after the run's folder (the HPARAMS table's "Trial ID", instead
+  of a hash of the values); no metric values are written with them (no placeholder 0s).
+- Every run also logs its val/acc under a tag naming its training-set size (SIZE_TAG,
+  "by_train_size/val_acc_n590"): custom scalars select series by tag, never by run, so this is the
+  only way to one chart per size. Its group, "by_train_size", sorts before "test", "train" and
+  "val" (TensorBoard orders tag groups by name), so SCALARS and TIME SERIES open on every family's
+  validation curve, one chart per size, rather than on the test's single points.
 - A sweep writes, into an events file of <runs_dir>/<experiment>/ itself, the custom-scalars
   layout (every family's val/acc, one chart per size) and the hparams experiment: which hparams
   (marked `differs` where the sweep's runs differ: TensorBoard 2.21 puts those first, then sorts
@@ -19,7 +23,7 @@ from pathlib import Path
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-SIZE_TAG = "val_acc_by_size/n{}"  # val/acc again, under the run's training-set size
+SIZE_TAG = "by_train_size/val_acc_n{}"  # val/acc again, under the run's training-set size; sorts first
 
 
 def readable_hparams(identity: dict, complexity: dict | None = None) -> dict:
@@ -38,10 +42,11 @@ def _value(v):
     return v if isinstance(v, (bool, int, float, str)) else str(v)  # None and lists as text
 
 
-def session_start(hparams: dict):
-    """The hparams session start of a run (a Summary proto), without any metric value."""
+def session_start(hparams: dict, trial_id: str | None = None):
+    """The hparams session start of a run (a Summary proto), without any metric value; `trial_id`
+    (the run's folder name) is what HPARAMS shows as the trial, else a hash of the values."""
     from tensorboard.plugins.hparams import summary_v2
-    return summary_v2.hparams_pb(hparams, start_time_secs=time.time())
+    return summary_v2.hparams_pb(hparams, trial_id=trial_id, start_time_secs=time.time())
 
 
 class SuiteTensorBoardLogger(TensorBoardLogger):
@@ -57,7 +62,7 @@ class SuiteTensorBoardLogger(TensorBoardLogger):
     def log_hyperparams(self, params, metrics=None) -> None:
         super().log_hyperparams(params)  # hparams.yaml only (no metrics: nothing in the events)
         if self.run_hparams and not self._session_written:  # once: Lightning calls this per stage
-            self.experiment._get_file_writer().add_summary(session_start(self.run_hparams))
+            self.experiment._get_file_writer().add_summary(session_start(self.run_hparams, trial_id=self.name))
             self._session_written = True
 
     @rank_zero_only
