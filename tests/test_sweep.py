@@ -145,31 +145,24 @@ def _resnet_only(spec: Path) -> None:
     spec.write_text(yaml.safe_dump(one))
 
 
-def test_rerun_of_a_finished_sweep_changes_no_record(sweep_env, tmp_path):
-    """Nothing to train or test: every file of the experiment, and the report fed by its sweep.json
-    (the last invocation's wall time), stays byte for byte."""
+def test_two_sweeps_together_train_each_run_once_and_a_rerun_changes_no_record(sweep_env, tmp_path):
+    """The second sweep of an experiment waits for the first (its lock), then finds every run
+    finished. A further rerun has nothing to train or test: every file of the experiment, and the
+    report fed by its sweep.json (the last invocation's wall time), stays byte for byte."""
     spec, runs = sweep_env
     _resnet_only(spec)
-    sweep = ["sweep", "--spec", str(spec), "--runs_dir", str(runs)]
-    assert main(sweep) == 0
+    folders = started_together("sweep", spec, runs, "tiny")
+    assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f0.5_s0_lr0.003",
+                                               "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
     report = tmp_path / "out" / "tiny.md"
     tables = ["tables", "--experiment", "tiny", "--runs_dir", str(runs), "--out", str(tmp_path / "out"), "--readme", ""]
     assert main(tables) == 0
     before, block = tree_hashes(runs / "tiny"), report.read_text()
     assert {"sweep.json", "tuning.json"} <= set(before) and "invocation ran 2 runs" in block
     assert sum(p.endswith(("/summary.json", "/identity.json", "/config.yaml")) for p in before) == 2 * 3
-    assert main(sweep) == 0
+    assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
     assert tree_hashes(runs / "tiny") == before
     assert main(tables) == 0 and report.read_text() == block
-
-
-def test_two_sweeps_started_together_train_each_run_once(sweep_env):
-    """The second sweep of an experiment waits for the first (its lock), then finds every run finished."""
-    spec, runs = sweep_env
-    _resnet_only(spec)
-    folders = started_together("sweep", spec, runs, "tiny")
-    assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f0.5_s0_lr0.003",
-                                               "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
 
 
 def run_status_of(run_dir: Path) -> str | None:

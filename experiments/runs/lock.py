@@ -26,4 +26,9 @@ def hold_experiment(exp_dir: Path):
         handle.truncate()
         handle.write(str(os.getpid()))
         handle.flush()
-        yield  # closing the file releases the lock
+        try:
+            yield
+        finally:  # emptied on release: a finished experiment names no holder, and a no-op rerun leaves it as it was
+            handle.seek(0)
+            handle.truncate()
+        # closing the file releases the lock
