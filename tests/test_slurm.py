@@ -83,14 +83,20 @@ def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_en
     out = tmp_path / "tables"
     cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs),
            "--launcher", "submitit-local", "--tables_out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and not list((runs / "tiny").glob("resnet-*/checkpoints/last.ckpt")):
-        time.sleep(0.05)
-    (run_dir,) = (runs / "tiny").glob("resnet-*_????????")
-    fit_pid = int((run_dir / ".lock").read_text())
-    os.kill(_ppid(fit_pid), signal.SIGUSR2)      # the task: what SLURM sends signal_delay_s before the limit
-    output = proc.communicate(timeout=600)[0]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not list((runs / "tiny").glob("resnet-*/checkpoints/last.ckpt")):
+            time.sleep(0.05)
+        (run_dir,) = (runs / "tiny").glob("resnet-*_????????")
+        fit_pid = int((run_dir / ".lock").read_text())
+        os.kill(_ppid(fit_pid), signal.SIGUSR2)      # the task: what SLURM sends signal_delay_s before the limit
+        output = proc.communicate(timeout=400)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)      # the sweep, its job controllers, tasks and runs
+            proc.wait()
     assert proc.returncode == 0, output[-3000:]
     log = (run_dir / "log.txt").read_text()
     assert "the scheduler's warning signal came" in log and "resuming from" in log, log[-3000:]

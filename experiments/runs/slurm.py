@@ -42,7 +42,7 @@ LAUNCHERS = ("local", "submitit-local", "slurm")
 CLUSTER_KEYS = {"partition", "account", "gpus", "cpus", "mem_gb", "time_min", "array_parallelism", "retries",
                 "signal_delay_s"}
 ROOT = Path(__file__).resolve().parents[2]
-POLL_S = 2.0
+POLL_S = 1.0
 
 
 class Submitted(Exception):
@@ -187,9 +187,11 @@ class RunTask(_Checkpointable):
         from submitit.helpers import DelayedSubmission
 
         from experiments.runs.sweep import RUNNING
-        for proc in list(RUNNING):
+        for proc in list(RUNNING):  # not proc.wait(): this handler interrupted a wait that holds its lock
             proc.kill()
-            proc.wait()
+            deadline = time.time() + 60
+            while _alive(proc.pid) and time.time() < deadline:
+                time.sleep(0.1)
         for r in self.runs:
             if r.run_dir.exists():
                 with open(r.run_dir / "log.txt", "a") as log:
@@ -323,7 +325,7 @@ def run_stage(runs: list, units: list[list[list]], opts: ClusterOptions, launche
         previous = jobs
         console.print(f"{stage}: submitted {len(jobs)} task(s) as job array {_array_id(jobs)} "
                       f"({opts.launcher}" + (f", after {dependency.split(':')[1]}" if dependency else "")
-                      + (", after the teachers' jobs" if after else "") + f"); logs in {folder}")
+                      + (", after the teachers' jobs" if after else "") + f"); logs in {folder}", soft_wrap=True)
     jobs = [j for _, j in submitted]
     if not opts.wait:
         command = [sys.executable, "-m", "experiments", opts.runner, *[x for x in opts.argv if x != "--no_wait"],
@@ -381,7 +383,7 @@ def _wait(submitted: list, total: int, stage: str, console) -> dict:
                     for r in unit:
                         results[r.name] = run_status(r)
                         progress.console.print(f"[{stage} {r.index + 1}] {r.name}: {results[r.name] or 'failed'} "
-                                               f"(job {job.job_id})")
+                                               f"(job {job.job_id})", soft_wrap=True)
                         progress.advance(task)
             if pending:
                 time.sleep(POLL_S)
@@ -400,7 +402,7 @@ def report_failed(runs: list, console=None, n: int = 5) -> None:
     for r in runs:
         text = f"failed: {r.name} ({r.run_dir}); last lines of its log.txt:\n" + "\n".join(
             "    " + x for x in tail(r.run_dir / "log.txt", n))
-        (console.print(text, markup=False, highlight=False) if console else print(text))
+        (console.print(text, markup=False, highlight=False, soft_wrap=True) if console else print(text))
 
 
 # ---------------- --status ----------------
