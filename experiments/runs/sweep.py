@@ -431,11 +431,10 @@ def main(argv: list[str]) -> int:
     axes = resolve_axes(spec, profile, families=a.families, fractions=a.fractions, seeds=a.seeds,
                         budget=a.budget, dataset=a.dataset, recipes=a.recipes, lrs=a.lrs)
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
-    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
-
     pack = a.pack or axes["pack"]
     jobs = a.jobs or axes["jobs"]
     cluster = options_from(a, spec["profiles"][profile].get("cluster"), "sweep", argv, jobs)
+    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
     if a.dry_run or a.status:
         stages, waiting_note = [], []
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
