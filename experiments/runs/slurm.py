@@ -62,6 +62,7 @@ class ClusterOptions:
     retries: int = 2                   # a failing run is run again up to this many times, then reported
     signal_delay_s: int = 120
     wait: bool = True
+    chained: bool = False              # a continuation job's invocation: runs that failed (retries spent) stay failed
     runner: str = "sweep"              # the command a continuation job runs again, with argv
     argv: list[str] = field(default_factory=list)
     tables_out: str = "results"
@@ -90,6 +91,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
                                                           "the scheduler chains the stages (watch with --status)")
     g.add_argument("--status", action="store_true", help="print every planned run's state from its folder "
                                                          "(done, running, failed, diverged, pending); run nothing")
+    g.add_argument("--chained", action="store_true", help=argparse.SUPPRESS)  # set by the continuation job
     g.add_argument("--tables_out", default="results", help="where the tables go once a slurm or submitit-local "
                                                            "run is done (default results)")
 
@@ -131,7 +133,8 @@ def options_from(a: argparse.Namespace, profile_cluster: dict | None, runner: st
             c[k] = v
     if a.no_wait and a.launcher == "local":
         raise ValueError("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local")
-    opts = ClusterOptions(launcher=a.launcher, wait=not a.no_wait, runner=runner, argv=list(argv),
+    opts = ClusterOptions(launcher=a.launcher, wait=not a.no_wait, runner=runner, chained=a.chained,
+                          argv=[x for x in argv if x != "--chained"],
                           tables_out=a.tables_out, **{k: v for k, v in c.items() if k in {f.name for f in fields(ClusterOptions)}})
     if opts.array_parallelism is None and opts.launcher == "submitit-local":
         opts.array_parallelism = jobs
@@ -329,7 +332,7 @@ def run_stage(runs: list, units: list[list[list]], opts: ClusterOptions, launche
     jobs = [j for _, j in submitted]
     if not opts.wait:
         command = [sys.executable, "-m", "experiments", opts.runner, *[x for x in opts.argv if x != "--no_wait"],
-                   "--no_wait"]
+                   "--no_wait", "--chained"]
         slurm = opts.launcher == "slurm"
         ex = executor(opts, folder, f"{runs[0].run_dir.parent.name}-next",
                       f"afterany:{','.join(sorted({j.job_id.split('_')[0] for j in jobs}))}" if slurm else None,

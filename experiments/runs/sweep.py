@@ -200,7 +200,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     console = console or Console()
     if cluster is not None and cluster.submitit:
         from experiments.runs.slurm import run_stage
-        todo = [r for r in runs if not finished(r, run_status(r))]
+        # a continuation job does not submit again what failed in the array before it (its retries are spent)
+        todo = [r for r in runs if not finished(r, run_status(r)) and not (cluster.chained and run_status(r) == "failed")]
         results = {r.name: run_status(r) for r in runs if r not in todo}
         console.print(f"{len(runs)} runs: {len(runs) - len(todo)} already finished, {len(todo)} to run")
         if todo:
