@@ -70,11 +70,23 @@ def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _end_processes_under(folder: Path) -> None:
+    """Ends, by pid, any process of this test still running (its command line names the test's folder)."""
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(folder) in stat.read_bytes().decode(errors="replace") and int(stat.parent.name) != os.getpid():
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
 def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_env, tmp_path):
-    """The whole sweep through `--launcher submitit-local`: the tuning task gets the scheduler's
-    warning signal (USR2) mid-run, kills its run and requeues itself; the requeued task resumes from
-    last.ckpt; best.ckpt and last.ckpt hold the weights of the same run trained without a break, the
-    main stage (its test) follows and the tables are regenerated."""
+    """The whole sweep through `--launcher submitit-local --no_wait`: the command returns at once
+    and the scheduler chains the stages (a continuation job after each array runs the command
+    again). The tuning task gets the scheduler's warning signal (USR2) mid-run, kills its run and
+    requeues itself; the requeued task resumes from last.ckpt; best.ckpt and last.ckpt hold the
+    weights of the same run trained without a break; the main stage (its test) follows and the
+    last continuation regenerates the tables."""
     spec, runs = sweep_env
     longer = yaml.safe_load(spec.read_text())
     longer["profiles"]["cpu"].update(epochs=1.0, fractions=[1.0])  # 18 steps, last.ckpt at 9: time to signal
@@ -82,27 +94,29 @@ def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_en
     spec.write_text(yaml.safe_dump(longer))
     out = tmp_path / "tables"
     cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs),
-           "--launcher", "submitit-local", "--tables_out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+           "--launcher", "submitit-local", "--no_wait", "--tables_out", str(out)]
     try:
+        submitted = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert submitted.returncode == 0 and "1 task(s) submitted" in submitted.stdout, submitted.stdout[-3000:]
         deadline = time.time() + 300
         while time.time() < deadline and not list((runs / "tiny").glob("resnet-*/checkpoints/last.ckpt")):
             time.sleep(0.05)
         (run_dir,) = (runs / "tiny").glob("resnet-*_????????")
         fit_pid = int((run_dir / ".lock").read_text())
         os.kill(_ppid(fit_pid), signal.SIGUSR2)      # the task: what SLURM sends signal_delay_s before the limit
-        output = proc.communicate(timeout=400)[0]
+        deadline = time.time() + 400
+        while time.time() < deadline and not (out / "tiny.csv").exists():
+            time.sleep(0.5)
+        logs = "".join(p.read_text() for p in sorted((runs / "tiny" / "submitit").glob("*_log.out")))
+        assert (out / "tiny.csv").exists(), logs[-3000:]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)      # the sweep, its job controllers, tasks and runs
-            proc.wait()
-    assert proc.returncode == 0, output[-3000:]
+        time.sleep(2)  # the last continuation job exits
+        _end_processes_under(tmp_path)
     log = (run_dir / "log.txt").read_text()
+    assert "sweep tiny (cpu, stage all): 1 runs" in logs                 # the chain went to the end
     assert "the scheduler's warning signal came" in log and "resuming from" in log, log[-3000:]
     assert log.count("\n$ python -m experiments fit ") == 3           # trained, resumed, then tested
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "done"
-    assert (out / "tiny.csv").exists()
 
     ref = tmp_path / "ref"                                               # the same run, uninterrupted, locally
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(ref), "--stage", "tune"]) == 0
