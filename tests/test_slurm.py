@@ -89,18 +89,21 @@ def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_en
     last continuation regenerates the tables."""
     spec, runs = sweep_env
     longer = yaml.safe_load(spec.read_text())
-    longer["profiles"]["cpu"].update(epochs=1.0, fractions=[1.0])  # 18 steps, last.ckpt at 9: time to signal
+    # 51 steps, last.ckpt after 17: 34 steps' time to signal the task mid-run
+    longer["profiles"]["cpu"].update(epochs=3.0, val_checks=3, fractions=[1.0])
     longer["families"] = ["resnet"]
     spec.write_text(yaml.safe_dump(longer))
     out = tmp_path / "tables"
     cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs),
            "--launcher", "submitit-local", "--no_wait", "--tables_out", str(out)]
     try:
-        submitted = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert submitted.returncode == 0 and "1 task(s) submitted" in submitted.stdout, submitted.stdout[-3000:]
+        with open(tmp_path / "driver.txt", "w") as driver:  # not a pipe: the jobs it starts outlive it
+            code = subprocess.run(cmd, cwd=ROOT, stdout=driver, stderr=subprocess.STDOUT, timeout=300).returncode
+        said = (tmp_path / "driver.txt").read_text()
+        assert code == 0 and "1 task(s) submitted" in said, said[-3000:]
         deadline = time.time() + 300
         while time.time() < deadline and not list((runs / "tiny").glob("resnet-*/checkpoints/last.ckpt")):
-            time.sleep(0.05)
+            time.sleep(0.01)
         (run_dir,) = (runs / "tiny").glob("resnet-*_????????")
         fit_pid = int((run_dir / ".lock").read_text())
         os.kill(_ppid(fit_pid), signal.SIGUSR2)      # the task: what SLURM sends signal_delay_s before the limit
@@ -123,7 +126,7 @@ def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_en
     whole = _folder(ref / "tiny", run_dir.name.rsplit("_", 2)[0] + "_" + run_dir.name.rsplit("_", 2)[1])
     for name in ("best.ckpt", "last.ckpt"):
         a, b = (torch.load(d / "checkpoints" / name, weights_only=True) for d in (whole, run_dir))
-        assert a["global_step"] == b["global_step"] == {"best.ckpt": a["global_step"], "last.ckpt": 18}[name], name
+        assert a["global_step"] == b["global_step"] == {"best.ckpt": a["global_step"], "last.ckpt": 51}[name], name
         assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"]), name
 
 
