@@ -20,11 +20,29 @@ PARTS ?=
 ABLATIONS ?=
 JOBS ?=
 PACK ?=
+# the launcher of exp-datascale, exp-distill and exp-inductive-bias (experiments/runs/slurm.py):
+# local (default), slurm or submitit-local; PARTITION= ACCOUNT= GPUS= CPUS= MEM_GB= TIME_MIN=
+# ARRAY_PARALLELISM= RETRIES= override the profile's cluster: mapping; NO_WAIT=1 returns at once
+LAUNCHER ?=
+PARTITION ?=
+ACCOUNT ?=
+GPUS ?=
+CPUS ?=
+MEM_GB ?=
+TIME_MIN ?=
+ARRAY_PARALLELISM ?=
+RETRIES ?=
+NO_WAIT ?=
+LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARTITION),--partition $(PARTITION)) \
+	$(if $(ACCOUNT),--account $(ACCOUNT)) $(if $(GPUS),--gpus $(GPUS)) $(if $(CPUS),--cpus $(CPUS)) \
+	$(if $(MEM_GB),--mem_gb $(MEM_GB)) $(if $(TIME_MIN),--time_min $(TIME_MIN)) \
+	$(if $(ARRAY_PARALLELISM),--array_parallelism $(ARRAY_PARALLELISM)) $(if $(RETRIES),--retries $(RETRIES)) \
+	$(if $(NO_WAIT),--no_wait)
 SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
 	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	$(if $(BUDGET),--budget $(BUDGET)) $(if $(DATASET),--dataset $(DATASET)) \
 	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) $(if $(PACK),--pack $(PACK)) \
-	$(if $(JOBS),--jobs $(JOBS))
+	$(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS)
 # fit-families
 EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
@@ -54,19 +72,19 @@ data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub
 test: install ## run the test suite (offline, a few minutes on 2 cores)
 	$(PY) -m pytest
 
-exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK=)
+exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
 
-exp-distill: install ## DeiT students vs CNN and transformer teachers: none/soft/hard, cls/dist/both heads, agreement, token cosine; then tables (PROFILE= SEEDS= FRACTIONS= JOBS=)
+exp-distill: install ## DeiT students vs CNN and transformer teachers: none/soft/hard, cls/dist/both heads, agreement, token cosine; then tables (PROFILE= SEEDS= FRACTIONS= JOBS= LAUNCHER=)
 	$(PY) -m experiments distill $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
-	  $(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(JOBS),--jobs $(JOBS)) || failed=1; \
+	  $(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment distill; exit $${failed:-0}
 
-exp-inductive-bias: install ## ViT position embedding / pooling / patch ablations and every family's probes (attention distance, CKA, shift, shuffle, PatchDrop); then tables (PROFILE= SEEDS= FAMILIES= ABLATIONS= JOBS=)
+exp-inductive-bias: install ## ViT position embedding / pooling / patch ablations and every family's probes (attention distance, CKA, shift, shuffle, PatchDrop); then tables (PROFILE= SEEDS= FAMILIES= ABLATIONS= JOBS= LAUNCHER=)
 	$(PY) -m experiments inductive_bias $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(ABLATIONS),--ablations $(ABLATIONS)) \
-	  $(if $(JOBS),--jobs $(JOBS)) || failed=1; \
+	  $(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment inductive_bias; exit $${failed:-0}
 
 exp-complexity: install ## cost against resolution: paper-scale table vs timm, FLOPs/throughput/memory slopes, pos-embed interpolation (PROFILE= PARTS=)

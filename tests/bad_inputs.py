@@ -120,6 +120,11 @@ SWEEP = [
     Case("sweep", ("--jobs", "abc"), ("argument --jobs: invalid int value: 'abc'",)),
     Case("sweep", ("--seeds", "-1"), ("seed -1 is negative: allowed integers >= 0",)),
     Case("sweep", ("--runs_dir", "{file}/runs"), ("cannot write to runs_dir '{file}/runs'", "is not a folder")),
+    # the launcher (experiments/runs/slurm.py)
+    Case("sweep", ("--launcher", "pbs"), ("argument --launcher: invalid choice: 'pbs'", "slurm", "submitit-local")),
+    Case("sweep", ("--no_wait",), ("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local",)),
+    Case("sweep", ("--launcher", "slurm", "--retries", "-1"), ("--retries -1: allowed an integer >= 0",)),
+    Case("sweep", ("--launcher", "slurm", "--time_min", "0"), ("--time_min 0: allowed an integer >= 1",)),
 ]
 
 CASES = FIT + TEST + SWEEP

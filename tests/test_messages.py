@@ -62,7 +62,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
 @pytest.mark.parametrize("text, expected", [
     ("name: [unclosed\n", ["is not valid YAML (line 2)", "bad.yaml"]),
     ("- a\n- b\n", ["spec bad.yaml is a list, not a mapping", "allowed keys dataset, families, name"]),
-    (yaml.safe_dump({**SPEC, "profiles": {}}), ["spec bad.yaml has no profiles", "batch_size, budget, epochs, families, fractions"]),
+    (yaml.safe_dump({**SPEC, "profiles": {}}), ["spec bad.yaml has no profiles", "batch_size, budget, cluster, epochs, families, fractions"]),
     (yaml.safe_dump({**SPEC, "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0]}}}),
      ["profile 'cpu' of bad.yaml lacks the key 'epochs'", "required budget, fractions, seeds, epochs"]),
     (yaml.safe_dump({k: v for k, v in SPEC.items() if k != "name"}),

@@ -32,6 +32,7 @@ from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 from experiments.runs.lock import hold_experiment
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
+from experiments.runs.slurm import Submitted, options_from, print_status, regenerate_tables
 from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
 from experiments.runs.sweep import TUNED, Launches, choose_lrs, print_plan, run_status
 from experiments.runs.trained import load_classifier, load_config, test_images
@@ -41,7 +42,7 @@ RECORD = "distill.json"
 PROBES = "distill_probes.json"
 TOP_KEYS = {"name", "runner", "dataset", "student", "variants", "profiles"}
 PROFILE_KEYS = {"teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
-                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "jobs"}
+                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "jobs", "cluster"}
 PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                     "lrs", "probe_images")
 STAGES = ("tune", "teachers", "students", "probes")
@@ -266,14 +267,27 @@ def main(argv: list[str]) -> int:
     jobs = a.jobs or axes["jobs"]
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
+    cluster = options_from(a, spec["profiles"][axes["profile"]].get("cluster"), NAME, argv, jobs)
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     read_json(exp_dir / RECORD, hint=f": delete it and run make exp-{NAME} again")  # corrupt: stop before any work
     pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    try:
+        code = _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster)
+    except Submitted as e:  # --no_wait: the scheduler runs the rest
+        print(e)
+        return 0
+    if not (a.dry_run or a.status):
+        regenerate_tables(cluster, spec["name"], runs_dir)
+    return code
+
+
+def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int, jobs: int, cluster) -> int:
     # the plan is made under the experiment's lock, so a second invocation finds the first one's runs
     # finished; the dry run writes nothing, not even the lock file
+    a.dry_run = a.dry_run or a.status
     with nullcontext() if a.dry_run else hold_experiment(exp_dir):
         start = time.perf_counter()
-        run = Launches(_launcher(jobs), jobs, a.dry_run)
+        run = Launches(_launcher(jobs), jobs, a.dry_run, cluster)
         results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
 
         trials = tuning_runs(spec, axes, runs_dir, pool)
@@ -284,10 +298,14 @@ def main(argv: list[str]) -> int:
         students = student_runs(spec, axes, runs_dir, pool, choices, teachers)
         run(students)
         if a.dry_run:
-            for title, runs in (("tune", trials), ("teachers", teachers), ("students", students)):
-                print_plan(title, runs, axes)
+            stages = (("tune", trials), ("teachers", teachers), ("students", students))
             waiting = [f for f in [*axes["teachers"], axes["student"]]
                        if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
+            if a.status:
+                return print_status(list(stages), [f"main runs of {', '.join(waiting)}: listed once their tuning "
+                                                   "is done"] if waiting else [], exp_dir)
+            for title, runs in stages:
+                print_plan(title, runs, axes)
             if waiting:
                 print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
             return 0

@@ -40,6 +40,7 @@ from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.identity import config_hash
 from experiments.runs.record import (read_identity, read_json, read_summary, write_json, write_profile_record,
                          write_summary)
+from experiments.runs.slurm import Submitted, options_from, print_status, regenerate_tables
 from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
 from experiments.runs.sweep import TUNED, Launches, choose_lrs, finished, print_plan, run_status, tuning_stage
 
@@ -51,7 +52,8 @@ BASELINE = "learn"     # the ablated family as the registry builds it: its runs 
 REFERENCE = "resnet"   # every family's CKA is computed against this family
 TOP_KEYS = {"name", "runner", "dataset", "ablated", "ablations", "profiles"}
 PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "val_checks",
-                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "probe_patch", "probes", "jobs"}
+                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "probe_patch", "probes", "jobs",
+                "cluster"}
 PROFILE_REQUIRED = ("families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps",
                     "val_checks", "lrs", "probe_images", "probes")
 
@@ -391,11 +393,24 @@ def main(argv: list[str]) -> int:
     dm = ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])
     check_ablations(spec, axes, dm.image_size, dm.num_channels, dm.num_classes)
     pool = len(dm._splits["pool"])
+    cluster = options_from(a, spec["profiles"][axes["profile"]].get("cluster"), NAME, argv, jobs)
+    try:
+        code = _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster)
+    except Submitted as e:  # --no_wait: the scheduler runs the rest
+        print(e)
+        return 0
+    if not (a.dry_run or a.status):
+        regenerate_tables(cluster, spec["name"], runs_dir)
+    return code
+
+
+def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int, jobs: int, cluster) -> int:
     # the plan is made under the experiment's lock, so a second invocation finds the first one's runs
     # finished; the dry run writes nothing, not even the lock file
+    a.dry_run = a.dry_run or a.status
     with nullcontext() if a.dry_run else hold_experiment(exp_dir):
         start = time.perf_counter()
-        run = Launches(_launcher(jobs, runs_dir), jobs, a.dry_run)
+        run = Launches(_launcher(jobs, runs_dir), jobs, a.dry_run, cluster)
         results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
 
         plans = []  # per budget: its axes, lr choices, tuning trials, family runs, ablation runs
@@ -405,6 +420,16 @@ def main(argv: list[str]) -> int:
             plans.append((ax, choices, trials, family_runs(spec, ax, runs_dir, pool, choices),
                           ablation_runs(spec, ax, runs_dir, pool, choices)))
         every = _unique([r for *_, fam, abl in plans for r in fam + abl])
+        if a.status:
+            stages, waiting = [], []
+            for ax, _, trials, fam, abl in plans:
+                at = f" ({ax['budget']})" if len(plans) > 1 else ""
+                stages += [(f"tune{at}", trials), (f"main{at}", _unique(fam + abl))]
+                missing = [f for f in ax["families"] if f not in {r.family for r in fam}]
+                if missing or not abl:
+                    waiting.append(f"main runs of {', '.join(missing or [ax['ablated'] + ' ablations'])}{at}: "
+                                   "listed once their tuning is done")
+            return print_status(stages, waiting, exp_dir)
         if a.dry_run:
             for ax, _, trials, fam, abl in plans:
                 at = f" (budget {ax['budget']})" if len(plans) > 1 else ""

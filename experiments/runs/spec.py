@@ -21,6 +21,7 @@ from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
 
 from experiments.runs.names import checked_name
+from experiments.runs.slurm import add_options, check_cluster
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]  # one folder per experiment, each holding its spec.yaml
 
@@ -38,7 +39,7 @@ def spec_label(path: Path) -> str:
     return f"{path.parent.name}/{path.name}" if path.name == "spec.yaml" else path.name
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
-                "families", "recipes", "pack", "tuned_fractions", "jobs"}
+                "families", "recipes", "pack", "tuned_fractions", "jobs", "cluster"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
 
@@ -96,6 +97,7 @@ def load_spec(name_or_path: str) -> dict:
         epochs = profile["epochs"]
         if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
             raise ValueError(f"epochs={epochs!r} in {where}: allowed a number > 0")
+        check_cluster(profile.get("cluster"), where)  # the slurm and submitit-local launchers' settings
         for key in ("min_steps", "val_checks"):
             v = profile[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -119,6 +121,7 @@ def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
+    add_options(p)
 
     def one_line(message: str):
         raise ValueError(f"{message} (python -m experiments {runner} --help lists the options)")
@@ -146,6 +149,7 @@ def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], require
         raise ValueError(f"spec {spec_label(path)} has no profiles")
     for name, profile in spec["profiles"].items():
         _reject_unknown(profile, profile_keys, f"profile {name!r} of {spec_label(path)}", required=profile_required)
+        check_cluster(profile.get("cluster"), f"profile {name!r} of {spec_label(path)}")
     checked_name(f"name in {spec_label(path)}", spec["name"])  # every runner requires it: the experiment's folder
     return spec, path
 

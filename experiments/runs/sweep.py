@@ -39,6 +39,7 @@ from experiments.runs.lock import hold_experiment
 from experiments.runs.record import read_summary, write_json, write_summary
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
+from experiments.runs.slurm import Submitted, add_options, options_from, print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
@@ -54,17 +55,26 @@ def run_status(run: Run) -> str | None:
     return s.get("status") if s else None
 
 
+RUNNING: set[subprocess.Popen] = set()  # the run processes started here and not yet ended (a requeued task stops them)
+
+
 def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int:
     """`command` as a process from the project root, its output appended to folder/log.txt."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    from experiments.runs.slurm import child_preexec
     with open(folder / "log.txt", "a") as log:
         log.write(f"\n$ {shown}\n")
         log.flush()
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              cwd=Path(__file__).resolve().parents[2]).returncode
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=Path(__file__).resolve().parents[2], preexec_fn=child_preexec())
+        RUNNING.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            RUNNING.discard(proc)
 
 
 def launch(run: Run, threads: int | None = None) -> int:
@@ -169,13 +179,34 @@ def execute_group(group: list[Run], launcher: Callable[[list[Run]], int]) -> dic
     return out
 
 
+def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
+    """The units (a run, or a packed group) of the runs to do, in two phases: every run without a
+    teacher, then the DeiT students (after every teacher). A run whose training is done (a tuning
+    trial; only its test is left) is not packed."""
+    out = []
+    for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
+        trained = [r for r in phase if run_status(r) == "fitted"]
+        out.append([[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack))
+    return out
+
+
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
               console: Console | None = None, pack: int = 1,
-              packed_launcher: Callable[[list[Run]], int] | None = None) -> dict[str, str]:
+              packed_launcher: Callable[[list[Run]], int] | None = None, cluster=None) -> dict[str, str]:
     """Executes every run (teachers before their DeiT students); returns name -> status. With
     pack > 1, runs that differ only in their seed, lr or augmentation (pack_groups) train up to
-    `pack` at a time in one process."""
+    `pack` at a time in one process. With a submitit launcher (cluster: slurm.ClusterOptions), each
+    phase is one job array (slurm.run_stage)."""
     console = console or Console()
+    if cluster is not None and cluster.submitit:
+        from experiments.runs.slurm import run_stage
+        # a continuation job does not submit again what failed in the array before it (its retries are spent)
+        todo = [r for r in runs if not finished(r, run_status(r)) and not (cluster.chained and run_status(r) == "failed")]
+        results = {r.name: run_status(r) for r in runs if r not in todo}
+        console.print(f"{len(runs)} runs: {len(runs) - len(todo)} already finished, {len(todo)} to run")
+        if todo:
+            results.update(run_stage(runs, phases(todo, pack), cluster, launcher, packed_launcher, console))
+        return results
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     launcher = launcher or (lambda r: launch(r, threads=threads))
     packed_launcher = packed_launcher or (lambda g: launch_packed(g, threads=threads))
@@ -232,14 +263,18 @@ class Launches:
     launched (trained or tested) in `launched`: an invocation that launched nothing leaves its
     record's wall time as it is. A dry run launches nothing."""
 
-    def __init__(self, launcher: Callable[[Run], int], jobs: int, dry_run: bool = False):
-        self.launcher, self.jobs, self.dry_run = launcher, jobs, dry_run
+    def __init__(self, launcher: Callable[[Run], int], jobs: int, dry_run: bool = False, cluster=None):
+        self.launcher, self.jobs, self.dry_run, self.cluster = launcher, jobs, dry_run, cluster
         self.results: dict[str, str] = {}
         self.launched: list[str] = []
 
     def __call__(self, runs: list[Run]) -> None:
         if runs and not self.dry_run:
-            self.results.update(run_sweep(runs, jobs=self.jobs, launcher=self._counted))
+            if self.cluster is not None and self.cluster.submitit:  # the tasks run elsewhere: count here
+                self.launched += [r.name for r in runs if not finished(r, run_status(r))]
+                self.results.update(run_sweep(runs, jobs=self.jobs, launcher=self.launcher, cluster=self.cluster))
+            else:
+                self.results.update(run_sweep(runs, jobs=self.jobs, launcher=self._counted))
 
     def _counted(self, run: Run) -> int:
         self.launched.append(run.name)
@@ -375,7 +410,8 @@ def main(argv: list[str]) -> int:
                         "process, packed (modules/packed.py; default: the profile's pack, else 1 = each run alone)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
     p.add_argument("--only", type=int, nargs="+",
-                   help="with --stage main: run only these run indices (e.g. a SLURM array task id)")
+                   help="with --stage main: run only these run indices")
+    add_options(p)
 
     def one_line(message: str):  # instead of argparse's usage text and exit
         raise ValueError(f"{message} (python -m experiments sweep --help lists the options)")
@@ -396,22 +432,29 @@ def main(argv: list[str]) -> int:
     axes = resolve_axes(spec, profile, families=a.families, fractions=a.fractions, seeds=a.seeds,
                         budget=a.budget, dataset=a.dataset, recipes=a.recipes, lrs=a.lrs)
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
-    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
-
     pack = a.pack or axes["pack"]
     jobs = a.jobs or axes["jobs"]
-    if a.dry_run:
+    cluster = options_from(a, spec["profiles"][profile].get("cluster"), "sweep", argv, jobs)
+    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    if a.dry_run or a.status:
+        stages, waiting_note = [], []
         choices, trials = tuning_stage(spec, axes, runs_dir, pool)
         if a.stage != "main":
-            print_plan("tuning stage", trials, axes, pack)
+            stages.append(("tune", trials))
+            if not a.status:
+                print_plan("tuning stage", trials, axes, pack)
         if a.stage != "tune":
             families = _runnable_families(axes, choices)
             if families:
-                print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
-                            main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)),
-                            axes, pack)
+                planned = main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes))
+                stages.append(("main", planned))
+                if not a.status:
+                    print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
+                               planned, axes, pack)
             waiting = [f for f in axes["families"] if f not in families]
-            if waiting:
+            if waiting and a.status:
+                waiting_note.append(f"main stage of {', '.join(waiting)}: listed once their tuning is done")
+            elif waiting:
                 # the steps do not depend on the learning rate: the stage's cost is known before tuning
                 pending = main_runs(spec, {**axes, "families": waiting}, runs_dir, pool, lambda *key: axes["lrs"][0])
                 tuned = [r for r in pending if r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes)]
@@ -420,12 +463,21 @@ def main(argv: list[str]) -> int:
                       f"trials, then only tested), {new:,} more optimisation steps"
                       + packed_cost([r for r in pending if r not in tuned], pack)
                       + "; their commands are known once their tuning is done")
+        if a.status:
+            return print_status(stages, waiting_note, exp_dir)
         return 0
-    with hold_experiment(exp_dir):
-        return run_stages(a, spec, axes, runs_dir, pool, jobs, pack)
+    try:
+        with hold_experiment(exp_dir):
+            code = run_stages(a, spec, axes, runs_dir, pool, jobs, pack, cluster)
+    except Submitted as e:
+        print(e)
+        return 0
+    regenerate_tables(cluster, spec["name"], runs_dir)
+    return code
 
 
-def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, pool: int, jobs: int, pack: int) -> int:
+def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, pool: int, jobs: int, pack: int,
+               cluster=None) -> int:
     """Runs the stages of `a.stage`; records tuning.json and sweep.json when it trained or tested something."""
     exp_dir, profile = runs_dir / spec["name"], axes["profile"]
     start = time.perf_counter()
@@ -437,7 +489,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
 
     def run(runs: list[Run]) -> None:
         ran.extend(r for r in runs if not finished(r, run_status(r)))
-        results.update(run_sweep(runs, jobs=jobs, pack=pack))
+        results.update(run_sweep(runs, jobs=jobs, pack=pack, cluster=cluster))
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
         write_tuning_record(exp_dir, spec, axes, trials, choices, ran=bool(ran))
