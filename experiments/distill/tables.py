@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+from datamodules.sources import FASHION_MNIST_CLASSES
+
 from experiments.runs.record import read_json, read_summary
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose, whose_runs
@@ -532,10 +534,29 @@ def confound(c: dict) -> str:
     return f"{said}, within {SIMILAR_TEACHERS:.2f}: teachers of similar accuracy, as DeiT's claim requires."
 
 
+def soft_weighting(p: Profile) -> list[str]:
+    """What DeiT's soft loss weighs at this dataset's class count: its KL sum is divided by B x C
+    (modules/distillation.py, as DeiT's code), so against the cross-entropy (a mean over B) the KL
+    term of one image weighs tau^2 / C. At ImageNet's 1,000 classes that is 1,000 / C times lighter."""
+    soft = (p.axes.get("variants") or {}).get("soft")
+    if not soft or not any(variant_of(s) == "soft" for s in p.student_names):
+        return []
+    classes = len(FASHION_MNIST_CLASSES) if p.axes.get("dataset") == "fashion_mnist" else None
+    tau, alpha = soft.get("model.distill_tau", 1.0), soft.get("model.distill_alpha", 0.5)
+    per = f"{tau * tau / classes:.2f}" if classes else "tau^2 / C"
+    heavier = f"{1000 / classes:,.0f}x heavier than" if classes else "1,000 / C times what it weighs"
+    return [f"Soft distillation's weight: DeiT's loss (1 − α) CE + α τ² KL / (B·C), here α = {alpha:g} and τ = "
+            f"{tau:g}, divides the KL sum by the classes C as well as the batch, so per image the KL term weighs "
+            f"τ²/C = {per} against the cross-entropy{f' at C = {classes}' if classes else ''}: {heavier} at "
+            "ImageNet's 1,000 classes, with the same α and τ. A soft student here is pulled toward its teacher "
+            "far harder than DeiT's were.", ""]
+
+
 def published_section(p: Profile, cl: list[dict]) -> list[str]:
     pub, models = DEIT_PUBLISHED["rows"], DEIT_PUBLISHED["models"]
     out = [f"Source: {DEIT_PUBLISHED['source']} ({', '.join(models)}; teacher RegNetY-16GF unless named).", "",
-           *markdown_table(["method", *models], [[k, *(f"{x:.1f}" for x in v)] for k, v in pub.items()]), ""]
+           *markdown_table(["method", *models], [[k, *(f"{x:.1f}" for x in v)] for k, v in pub.items()]), "",
+           *soft_weighting(p)]
     choice = DEIT_PUBLISHED["teacher_choice"]
     (tr_label, tr), (cnn_label, (lo, hi)) = choice.items()
     out += [f"Teacher choice, DeiT-B student, hard distillation: {tr_label} gives {tr}; {cnn_label} {lo}–{hi}.", "",
