@@ -5,6 +5,7 @@ checkpoints, event files or logs) over the reference."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,18 @@ def test_whose_runs_and_has_records(tmp_path):
     assert whose_runs(REFERENCE / "fit-families").startswith(
         "Built from the committed reference records in results/reference/fit-families (hardware and commit below). "
         "`make fit-families` runs your own")
+
+
+def test_the_committed_results_are_what_make_tables_makes_of_the_reference(tmp_path, monkeypatch):
+    """results/ and the README's Findings block are regenerated from results/reference byte for
+    byte: no committed table, plot or finding comes from older code than the tables' own."""
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / REFERENCE, tmp_path / REFERENCE)
+    shutil.copy(root / "README.md", tmp_path / "README.md")
+    monkeypatch.chdir(tmp_path)
+    assert main(["tables"]) == 0
+    made = {p.name for p in (tmp_path / "results").iterdir() if p.is_file()}
+    committed = {p.name for p in (root / "results").iterdir() if p.is_file()} - {"safety.md", "benchmarks.txt"}
+    assert made == committed
+    assert [n for n in sorted(made) if (tmp_path / "results" / n).read_bytes() != (root / "results" / n).read_bytes()] == []
+    assert (tmp_path / "README.md").read_text() == (root / "README.md").read_text()
