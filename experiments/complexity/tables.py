@@ -6,6 +6,7 @@ in the number of patches grows as resolution^2, global attention's N^2 term as r
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,9 @@ from experiments.complexity.pos_embed_interpolation import NATIVE
 from experiments.runs.reference import whose, whose_runs
 from experiments.runs.record import read_json
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
+from experiments.complexity.paper_models import PAPER_MODELS
 from experiments.report.findings import Finding
+from experiments.report.statistics import Estimate, ols_slope
 from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.table_format import write_csv
 
@@ -70,6 +73,47 @@ def _ms_per_image(rows: list[dict], mode: str) -> tuple[list[float], list[float]
     return xs, [1000.0 / y for y in ys]
 
 
+EXPONENT_MARGIN = 0.1  # an exponent's interval within 2 +- this reads "linear" in the patches, within 4 +- it "quadratic"
+
+
+def window_alignment(model: str) -> int | None:
+    """The input size whose patch grid a windowed paper model's windows tile at every stage without
+    padding (Swin: patch x 2^3 mergings x window = 224 for patch 4, window 7); None without windows.
+    The suite's own Swin needs none: its window divides every stage grid by construction."""
+    timm_name = next((m.timm_name for m in PAPER_MODELS if m.label == model), "")
+    found = re.search(r"patch(\d+)_window(\d+)", timm_name)
+    return int(found[1]) * 8 * int(found[2]) if found else None
+
+
+def exponent(model: str, xs: list[float], ys: list[float]) -> tuple[Estimate | None, list[float]]:
+    """The fitted exponent k of cost ∝ resolution^k with its 95% t-interval: least squares of log
+    cost on log resolution over the top half of the range (sizes >= half the largest, at least the
+    three largest), or, for a
+    windowed model, over its window-aligned sizes only, so that window padding does not bend it.
+    Returns it and the sizes it used."""
+    align = window_alignment(model)
+    if align:
+        pts = [(x, y) for x, y in zip(xs, ys) if x % align == 0]
+    else:  # the top half, and at least the three largest sizes, so that there is an interval
+        top = sorted(xs)[-3:]
+        pts = [(x, y) for x, y in zip(xs, ys) if x >= max(xs) / 2 or x in top]
+    return ols_slope([math.log(x) for x, _ in pts], [math.log(y) for _, y in pts]), [x for x, _ in pts]
+
+
+def regime(est: Estimate | None) -> str:
+    """The growth read from the exponent's interval: linear (2) or quadratic (4) in the patches only
+    where the whole interval lies within EXPONENT_MARGIN of it; in between where it lies between."""
+    if est is None or est.ci95 is None:
+        return "cannot tell: fewer than 3 sizes"
+    lo, hi = est.value - est.ci95, est.value + est.ci95
+    for k, name in ((2, "linear in the patches"), (4, "quadratic in the patches")):
+        if k - EXPONENT_MARGIN <= lo and hi <= k + EXPONENT_MARGIN:
+            return name
+    if 2 + EXPONENT_MARGIN < lo and hi < 4 - EXPONENT_MARGIN:
+        return "between linear and quadratic"
+    return f"cannot tell: the interval [{lo:.2f}, {hi:.2f}] is not within ±{EXPONENT_MARGIN} of 2 or 4 nor between them"
+
+
 def slopes(points: list[dict]) -> list[dict]:
     """Per model and cost: the OLS slope over every point and the slope between the two largest."""
     out = []
@@ -79,8 +123,10 @@ def slopes(points: list[dict]) -> list[dict]:
                  "inference ms/image": _ms_per_image(rows, "infer"), "training peak MiB": _ok(rows, "train_peak_mib")}
         for cost, (xs, ys) in costs.items():
             if len(xs) >= 2:
+                fit, used = exponent(model, xs, ys)
                 out.append({"model": model, "cost": cost, "slope": loglog_slope(xs, ys), "end_slope": local_slope(xs, ys),
-                            "from": min(xs), "to": max(xs), "points": len(xs)})
+                            "from": min(xs), "to": max(xs), "points": len(xs), "exponent": fit, "fit_sizes": used,
+                            "aligned_to": window_alignment(model), "ends": sorted(xs)[-2:]})
     return out
 
 
@@ -154,13 +200,35 @@ SLOPE_COSTS = ("GFLOPs", "training ms/image", "inference ms/image", "training pe
 
 
 def _slope_table(slope_rows: list[dict]) -> list[str]:
-    lines = ["| model | " + " | ".join(SLOPE_COSTS) + " |", "|---|" + "---:|" * len(SLOPE_COSTS)]
+    lines = ["| model | " + " | ".join(SLOPE_COSTS) + " | GFLOPs exponent (95% CI), fitted sizes | read |",
+             "|---|" + "---:|" * len(SLOPE_COSTS) + "---:|---|"]
     by = {(r["model"], r["cost"]): r for r in slope_rows}
     for model in dict.fromkeys(r["model"] for r in slope_rows):
         cells = [f"{by[model, c]['slope']:.2f} / {by[model, c]['end_slope']:.2f} ({by[model, c]['from']}-"
                  f"{by[model, c]['to']})" if (model, c) in by else "" for c in SLOPE_COSTS]
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        f = by.get((model, "GFLOPs"))
+        fit = "" if f is None or f["exponent"] is None else \
+            (f"{f['exponent'].value:.2f}" + (f" ± {f['exponent'].ci95:.2f}" if f["exponent"].ci95 is not None else "")
+             + f", {', '.join(map(str, f['fit_sizes']))}" + (" (window-aligned)" if f["aligned_to"] else ""))
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {fit} | {regime(f['exponent']) if f else ''} |")
     return lines
+
+
+def _exponent_text(r: dict) -> str:
+    est, sizes = r["exponent"], r["fit_sizes"]
+    if est is None:
+        return "?"
+    which = (f"its window-aligned sizes {', '.join(map(str, sizes))}" if r["aligned_to"]
+             else f"{min(sizes)}-{max(sizes)} px, the top of its range")
+    return f"{est.value:.2f}" + (f" ± {est.ci95:.2f}" if est.ci95 is not None else "") + f" (fitted over {which})"
+
+
+def _padding(r: dict) -> str:
+    """Names the window padding inside the two largest sizes, where there is some."""
+    a = r["aligned_to"]
+    padded = [x for x in r["ends"] if a and x % a]
+    return (f" (at {', '.join(map(str, padded))} px its windows pad the patch grid: sizes not multiples of {a})"
+            if padded else "")
 
 
 def reading(points: list[dict], slope_rows: list[dict], cross: list[dict]) -> list[str]:
@@ -173,14 +241,12 @@ def reading(points: list[dict], slope_rows: list[dict], cross: list[dict]) -> li
         t = ends.get((model, "training ms/image"))
         if f is None:
             continue
-        regime = "quadratic in the patches" if f["end_slope"] > 3 else "between linear and quadratic" \
-            if f["end_slope"] > 2.3 else "linear in the pixels"
         share = f"attention {rows[0]['attention_gflops'] / rows[0]['gflops']:.0%} of its FLOPs at {rows[0]['resolution']}, " \
                 f"{rows[-1]['attention_gflops'] / rows[-1]['gflops']:.0%} at {rows[-1]['resolution']}"
         timed = (f"; measured training time per image: slope {t['end_slope']:.2f} over its two largest timed sizes "
                  f"(up to {t['to']})") if t else "; training not timed at two sizes"
-        out.append(f"- {model}: FLOPs grow as resolution^{f['end_slope']:.2f} at the top of the range ({regime}; "
-                   f"{share}){timed}.")
+        out.append(f"- {model}: FLOPs grow as resolution^{_exponent_text(f)} ({regime(f['exponent'])}; "
+                   f"{share}); between its two largest sizes, resolution^{f['end_slope']:.2f}{_padding(f)}{timed}.")
     return out + [f"- {_crossover_text(c)}." for c in cross]
 
 
@@ -273,20 +339,14 @@ def findings(exp_dir: Path) -> list[Finding]:
         if not group:
             continue
         ends = {r["model"]: r for r in slopes(scaling_points(group)) if r["cost"] == "GFLOPs"}
-        said = "; ".join(f"{m} {r['end_slope']:.2f}" for m, r in ends.items())
-        top = max((r["to"] for r in ends.values()), default="?")
-
-        def regime(x: float) -> str:  # exact counts: the exponent is read against 2 and 4 directly
-            return "linear" if x <= 2.1 else "quadratic" if x >= 3.9 else "in between"
-        words = "; ".join(f"{m} {regime(r['end_slope'])}" for m, r in ends.items())
+        said = "; ".join(f"{m} {_exponent_text(r)}" for m, r in ends.items())
+        words = "; ".join(f"{m} {regime(r['exponent'])}" for m, r in ends.items())
         prov = rec["parts"]["scaling"].get("provenance", {})
         out.append(Finding("How fast does compute grow with resolution?",
                            "ViT: attention is quadratic in the patches (resolution^4 once it dominates); "
                            "Swin: linear in the patches (resolution^2) (ViT Sec. 3, Swin Sec. 3.2)",
-                           f"FLOPs ∝ resolution^k between the two largest sizes (up to {top} px): {said} "
-                           "(counted, no interval)",
-                           f"{words} in the patches up to {top} px (a window model's exponent includes its "
-                           "window padding where a size is not window-aligned)",
+                           f"FLOPs ∝ resolution^k, k fitted by least squares: {said}",
+                           f"{words} (read from k's interval, ±{EXPONENT_MARGIN} of 2 or 4)",
                            f"[complexity](results/complexity.md) {rec['profile']}; {prov.get('hardware', '?')}; "
                            f"commit {prov.get('commit', '?')}; {whose(Path(exp_dir))}"))
     return out
