@@ -252,3 +252,22 @@ def test_a_profile_with_several_budgets_gets_a_section_and_figures_each(experime
     assert (out / "ablation.png").exists() and (out / "ablation_cpu_small.png").exists()
     budgets = [r["budget"] for r in csv.DictReader(open(out / f"{NAME}.csv"))]
     assert budgets.count("tiny") == budgets.count("small") > 0
+
+
+def test_robustness_is_chance_corrected_and_a_model_answering_one_class_is_named():
+    from experiments.inductive_bias.tables import kept, single_class, _single_class_text
+    from experiments.report.statistics import Estimate
+
+    def e(v):
+        return Estimate(v, 0.01, 3)
+    fams = [{"name": "resnet", "clean": e(0.80), "patchdrop": e(0.20), "majority": e(0.135), "top_share": e(0.4)},
+            {"name": "vit", "clean": e(0.45), "patchdrop": e(0.135), "majority": e(0.135), "top_share": e(1.0)}]
+    shares, words = kept(fams, "patchdrop")
+    assert shares == pytest.approx({"resnet": (0.20 - 0.135) / (0.80 - 0.135), "vit": 0.0})
+    assert words.startswith("share of its clean accuracy above chance")
+    assert single_class(fams) == ["vit"]
+    assert _single_class_text(fams).startswith(" vit answers one class for 99% or more of the images with 50%")
+    old = [{**f, "majority": None, "top_share": None} for f in fams]   # records made before chance was probed
+    shares, words = kept(old, "patchdrop")
+    assert shares == pytest.approx({"resnet": 0.25, "vit": 0.3}) and "uncorrected for chance" in words
+    assert single_class(old) == [] and _single_class_text(old) == ""

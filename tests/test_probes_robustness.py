@@ -256,3 +256,28 @@ def test_robustness_curves_known_answers_and_batching():
     assert small["shift_consistency_circular"] == 1.0 and small["max_shift"] == PATCH
     lengths = {len(small[k]) for k in ("drop_fractions", "patchdrop_accuracy")}
     assert lengths == {10}
+
+
+class _OneClass(nn.Module):
+    """Answers class `c` for every image: what an untrained or collapsed model can do."""
+
+    def __init__(self, c: int, classes: int = 10):
+        super().__init__()
+        self.c, self.classes, self.w = c, classes, nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        out = torch.zeros(x.shape[0], self.classes) + self.w
+        out[:, self.c] = 1.0
+        return out
+
+
+def test_the_curves_record_chance_and_a_model_answering_one_class():
+    from modules.probes.robustness import majority_rate, robustness_curves
+    labels = torch.tensor([3] * 27 + [0] * 10 + [1] * 3)  # 40 images, 27 of class 3: chance is 0.675
+    images = torch.rand(40, 1, 8, 8)
+    assert majority_rate(labels) == pytest.approx(27 / 40)
+    r = robustness_curves(_OneClass(3), images, labels, 4, torch.Generator().manual_seed(0),
+                          drop_fractions=[0.0, 0.5], shuffle_grids=[1], shifts=[0])
+    assert r["majority_rate"] == pytest.approx(0.675) and r["clean_accuracy"] == pytest.approx(0.675)
+    assert r["patchdrop_top_share"] == [1.0, 1.0] and r["patchdrop_accuracy"] == pytest.approx([0.675, 0.675])
+    json.dumps(r)

@@ -212,7 +212,10 @@ def probe_metrics(probes: dict) -> dict:
     out = {}
     if r:
         out["clean"] = r["clean_accuracy"]
+        out["majority"] = r.get("majority_rate")  # absent from records made before it was probed
         out["patchdrop"] = _at(r["drop_fractions"], r["patchdrop_accuracy"], DROP_AT)
+        if r.get("patchdrop_top_share"):
+            out["top_share"] = _at(r["drop_fractions"], r["patchdrop_top_share"], DROP_AT)
         out["shuffle4"] = _at(r["shuffle_grids"], r["shuffle_accuracy"], 4)
         out["shift_patch"] = _at(r["shifts"], r["shift_accuracy"], r["patch"])
         out["consistency"] = r["shift_consistency"]
@@ -253,7 +256,8 @@ def family_rows(p: Profile) -> list[dict]:
                          "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
                          "steps": _one(s.get("steps") for s in cell.values()), "acc": _est(accs(cell).values()),
                          "still_improving": sum(_improving(s) for s in cell.values()),
-                         "clean": m("clean"), "patchdrop": m("patchdrop"), "shuffle4": m("shuffle4"),
+                         "clean": m("clean"), "majority": m("majority"), "top_share": m("top_share"),
+                         "patchdrop": m("patchdrop"), "shuffle4": m("shuffle4"),
                          "shift_patch": m("shift_patch"), "consistency": m("consistency"),
                          "dist_first": m("dist_first"), "dist_last": m("dist_last"), "dist_growth": m("dist_growth"),
                          "uniform_first": m("uniform_first"), "uniform_last": m("uniform_last"),
@@ -468,12 +472,12 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
                                   "ImageNet top-1 and DeiT-S ~70% (Naseer et al. 2021)"),
                                  ("shuffle4", "4x4 shuffle", "transformers are far less hurt by shuffling than CNNs "
                                   "(Naseer et al. 2021)")):
-        rel = {r["name"]: r[key].value / r["clean"].value for r in families
-               if r[key] is not None and r["clean"] is not None and r["clean"].value > 0}
+        rel, words = kept(families, key)
         if rel:
-            out.append(f"- **Robustness to {what}** (accuracy / clean accuracy): "
+            out.append(f"- **Robustness to {what}** ({words}): "
                        + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f". Transformers more robust than "
-                       f"CNNs? {_groups(rel)}. Published: {published}.")
+                       f"CNNs? {_groups(rel)}.{_single_class_text(families) if key == 'patchdrop' else ''} "
+                       f"Published: {published}.")
     # 3. 2D structure of the learned tables
     learned = [r for r in ablations if r["name"] in ("learn", "learn2d") and r["two_d"]]
     if learned:
@@ -568,12 +572,12 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                          for r in ablations if r["name"] in TABLES and r["two_d"]) + "."
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
-        rel = {r["name"]: r[key].value / r["clean"].value for r in families
-               if r[key] is not None and r["clean"] is not None and r["clean"].value > 0}
+        rel, words = kept(families, key)
         what = f"{DROP_AT:.0%} of the cells dropped" if name == "occlusion" else "the 4x4 grid shuffled"
         caveat = f" Note: {_uniform_caveat(families)}" if name == "shuffle" and _uniform_caveat(families) else ""
-        return (f"with {what}, each family keeps this share of its clean accuracy: "
-                + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f"; {_groups(rel)}.{caveat}")
+        single = _single_class_text(families) if name == "occlusion" else ""
+        return (f"with {what}, each family keeps this {words}: "
+                + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f"; {_groups(rel)}.{single}{caveat}")
     if name == "shift":
         parts = []
         for fam in p.families():
@@ -643,14 +647,46 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                 f"partly: the learned 1D table has 2D structure in {hits} of {total} runs.")
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
-        rel = {r["name"]: r[key].value / r["clean"].value for r in families
-               if r[key] is not None and r["clean"] is not None and r["clean"].value > 0}
+        rel, _ = kept(families, key)
         t, c = [v for f, v in rel.items() if f in TRANSFORMERS], [v for f, v in rel.items() if f in CNNS]
         if not t or not c:
             return ""
         return ("agrees: every transformer keeps more of its accuracy than every CNN." if min(t) > max(c) else
                 "disagrees: the transformers are not more robust than the CNNs here.")
     return ""
+
+
+SINGLE_CLASS = 0.99  # a model whose most-predicted class takes this share of the probe images answers one class
+
+
+def kept(families: list[dict], key: str) -> tuple[dict[str, float], str]:
+    """Each family's accuracy under the probe `key` as a share of its clean accuracy, chance-corrected:
+    (acc − m) / (clean − m), m the probe images' majority-class rate (0: no better than always
+    answering the commonest class; 1: nothing lost). Records made before m was probed give acc / clean,
+    and the text says so. Returns the shares and the words for what they are."""
+    rows = [r for r in families if r[key] is not None and r["clean"] is not None]
+    corrected = bool(rows) and all(r.get("majority") is not None for r in rows)
+    shares = {}
+    for r in rows:
+        m = r["majority"].value if corrected else 0.0
+        if r["clean"].value > m:
+            shares[r["name"]] = (r[key].value - m) / (r["clean"].value - m)
+    words = ("share of its clean accuracy above chance, (acc − majority-class rate) / (clean − majority-class rate)"
+             if corrected else "share of its clean accuracy, acc / clean (uncorrected for chance: these probe records "
+             "predate the majority-class rate, so 0 is not where a model answering one class lands)")
+    return shares, words
+
+
+def single_class(families: list[dict]) -> list[str]:
+    """The families whose predictions collapse to one class with DROP_AT of the cells dropped."""
+    return [r["name"] for r in families if r.get("top_share") is not None and r["top_share"].value >= SINGLE_CLASS]
+
+
+def _single_class_text(families: list[dict]) -> str:
+    one = single_class(families)
+    return (f" {', '.join(one)} {'answers' if len(one) == 1 else 'answer'} one class for {SINGLE_CLASS:.0%} or more "
+            f"of the images with {DROP_AT:.0%} of the cells dropped: {'its' if len(one) == 1 else 'their'} accuracy "
+            "there is that class's share, not robustness." if one else "")
 
 
 def _groups(rel: dict[str, float]) -> str:

@@ -187,12 +187,34 @@ def drop_patches(images: torch.Tensor, patch: int, fraction: float, generator: t
     return torch.where(mask, fill, images)
 
 
+def majority_rate(labels: torch.Tensor) -> float:
+    """The share of the most frequent class among the labels: the accuracy of always answering it."""
+    return torch.bincount(labels.cpu().long()).max().item() / max(1, labels.numel())
+
+
+def top_class_share(preds: torch.Tensor) -> float:
+    """The share of the images given the most frequent predicted class (1.0: one class for every image)."""
+    return torch.bincount(preds.long()).max().item() / max(1, preds.numel())
+
+
+def patchdrop(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, patch: int, fraction: float,
+              generator: torch.Generator, draws: int = 3, *, batch_size: int = BATCH) -> tuple[float, float]:
+    """(accuracy, top-class share of the predictions) with a fraction of the patches blanked
+    (PatchDrop, Naseer et al. 2021), each averaged over draws."""
+    _check_count(draws, "draws")
+    _check_labels(images, labels)
+    acc = share = 0.0
+    for _ in range(draws):
+        preds = predict(model, drop_patches(images, patch, fraction, generator), batch_size)
+        acc += (preds == labels.cpu()).float().mean().item()
+        share += top_class_share(preds)
+    return acc / draws, share / draws
+
+
 def patchdrop_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, patch: int, fraction: float,
                        generator: torch.Generator, draws: int = 3, *, batch_size: int = BATCH) -> float:
     """Accuracy with a fraction of the patches blanked (PatchDrop, Naseer et al. 2021), averaged over draws."""
-    _check_count(draws, "draws")
-    return sum(_accuracy(model, drop_patches(images, patch, fraction, generator), labels, batch_size)
-               for _ in range(draws)) / draws
+    return patchdrop(model, images, labels, patch, fraction, generator, draws, batch_size=batch_size)[0]
 
 
 # ---------------- everything at once ----------------
@@ -221,13 +243,15 @@ def robustness_curves(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     multiple = patch_multiple(shifts, patch)
     zero = accuracy_under_shift(model, images, labels, shifts, **kw)
     wrap = accuracy_under_shift(model, images, labels, shifts, circular=True, **kw)
+    dropped = [patchdrop(model, images, labels, patch, f, generator, drop_draws, **kw) for f in fractions]
     return {
         "n_images": int(images.shape[0]),
         "patch": patch,
+        "majority_rate": majority_rate(labels),  # chance for these images: the tables correct accuracies by it
         "clean_accuracy": _accuracy(model, images, labels, batch_size),
         "drop_fractions": fractions,
-        "patchdrop_accuracy": [patchdrop_accuracy(model, images, labels, patch, f, generator, drop_draws, **kw)
-                               for f in fractions],
+        "patchdrop_accuracy": [acc for acc, _ in dropped],
+        "patchdrop_top_share": [share for _, share in dropped],  # 1.0: the model answers one class for all
         "shuffle_grids": list(grids),
         "shuffle_accuracy": [patch_shuffle_accuracy(model, images, labels, g, generator, shuffle_draws, **kw)
                              for g in grids],
