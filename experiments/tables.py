@@ -4,7 +4,8 @@ Each experiment's tables are made by its own package (experiments/<experiment>/t
 make_tables); an experiment without one (fit-families, a spec of your own run by `sweep`) gets the
 sweep's table, which is exp-datascale's (experiments/datascale/tables.py). The run folders are yours
 in results/runs where you have run the experiment, else the committed results/reference; each
-table's first lines say which. With --readme, the README's Findings block is rebuilt from every
+table's first lines say which. results/step_times.csv (runs/estimate.py: what the dry runs
+estimate from) is rebuilt from every experiment's runs. With --readme, the README's Findings block is rebuilt from every
 experiment's `findings` (report/findings.py), whichever experiments this call regenerated.
 """
 from __future__ import annotations
@@ -14,8 +15,10 @@ import importlib
 from pathlib import Path
 
 from experiments.report.findings import render
+from experiments.report.table_format import write_csv
 from experiments.report.readme import update_block
 from experiments.runs import reference
+from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
 from experiments.runs.names import checked_name
 from experiments.runs.reference import experiments_in, has_records
 
@@ -64,4 +67,8 @@ def main(argv: list[str]) -> int:
             print(f"wrote {path}")
     if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):
         print(f"wrote {a.readme}")
+    step_times = Path(a.out) / STEP_TIMES.name  # from every experiment's runs, whichever this call regenerated
+    every = sorted(set().union(*(experiments_in(r) for r in roots)))
+    write_csv(step_times, measured([next(r / n for r in roots if has_records(r / n)) for n in every]), COLUMNS)
+    print(f"wrote {step_times}")
     return 0

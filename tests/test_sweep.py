@@ -340,7 +340,41 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
     assert len(commands) == 6 * 2 * 4 * 2  # families x tuned fractions x lrs x recipes: the tuning stage
     assert all("--trainer.max_steps" in c and "--test_after_fit false" in c for c in commands)
     # 6 families x 7 fractions x 3 seeds x 2 recipes; 6 x 2 tuned fractions x 2 recipes are tuning trials (seed 0)
-    assert out[-1].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: 252 runs (24 of them tuning trials")
+    assert out[-2].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: 252 runs (24 of them tuning trials")
+    assert out[-1] == "## the whole profile: packed groups have no measured group step time yet, so no estimate"
+
+
+def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device(tmp_path):
+    """Steps x the measured ms per step of the run's family, budget and batch on this device, over
+    the runs at a time; finished runs cost nothing; no guess for what was never measured here."""
+    from experiments.runs.estimate import estimate, measured, read_step_times
+    from experiments.runs.spec import Run
+    runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000)
+            for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
+    table = {("dev", "vit", "tiny", 32): 100.0, ("dev", "resnet", "tiny", 32): 50.0}
+    # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min
+    assert estimate(runs[:3], 32, 2, "dev", table) == "; about 12 min on this device (2 at a time)"
+    assert estimate(runs, 32, 1, "dev", table) == ("; about 25 min on this device (1 at a time), not counting swin-tiny "
+                                                   "(no step time measured at batch 32)")
+    assert estimate(runs[3:], 32, 1, "dev", table) == ("; no step time measured on this device for swin-tiny at batch "
+                                                       "32, so no estimate")
+    assert estimate(runs, 32, 1, "an H200", table) == ("; no step times measured on an H200 "
+                                                       "(results/step_times.csv), so no estimate")
+    _write_run(tmp_path / "x", "vit", 0.1, 0, 0.7, 100)  # a finished run: nothing left to train
+    done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
+    assert estimate([done], 32, 1, "dev", table) == "; nothing left to train"
+    # the table make tables writes: the median ms per step over a device's single runs of one configuration
+    exp = tmp_path / "runs" / "exp"
+    for seed, (wall, steps) in enumerate(((60, 600), (90, 600), (300, 1000))):
+        d = exp / f"vit_s{seed}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"status": "done", "family": "vit", "budget": "tiny", "steps": steps,
+                                                    "wall_time_s": wall, "hardware": "dev"}))
+        (d / "identity.json").write_text(json.dumps({"identity": {"data.batch_size": 32}}))
+    (row,) = measured([exp])
+    assert row == {"device": "dev", "family": "vit", "budget": "tiny", "batch_size": 32, "ms_per_step": 150.0,
+                   "runs": 3, "experiments": "exp"}
+    assert read_step_times(tmp_path / "none.csv") == {}
 
 
 def test_tables_never_average_different_configurations(tmp_path):

@@ -41,6 +41,7 @@ from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, ne
                    tuning_runs)
 from experiments.runs.slurm import Submitted, add_options, options_from, print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
+from experiments.runs.estimate import PACKED, estimate
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
 TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
@@ -378,10 +379,11 @@ def packed_cost(runs: list[Run], pack: int) -> str:
     return f", in {len(groups)} packed groups (up to {pack} runs each): {steps:,} group steps"
 
 
-def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1) -> None:
+def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1, jobs: int | None = None) -> None:
     steps = sum(r.steps for r in runs)
     print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images"
-          + packed_cost(runs, pack))
+          + packed_cost(runs, pack)
+          + (PACKED if pack > 1 else estimate(runs, axes["batch_size"], jobs or axes.get("jobs") or 1)))
     for r in runs:
         print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
         print(r.shell())
@@ -442,7 +444,7 @@ def main(argv: list[str]) -> int:
         if a.stage != "main":
             stages.append(("tune", trials))
             if not a.status:
-                print_plan("tuning stage", trials, axes, pack)
+                print_plan("tuning stage", trials, axes, pack, jobs)
         if a.stage != "tune":
             families = _runnable_families(axes, choices)
             if families:
@@ -450,7 +452,7 @@ def main(argv: list[str]) -> int:
                 stages.append(("main", planned))
                 if not a.status:
                     print_plan("main stage" + ("" if families == axes["families"] else f" ({', '.join(families)})"),
-                               planned, axes, pack)
+                               planned, axes, pack, jobs)
             waiting = [f for f in axes["families"] if f not in families]
             if waiting and a.status:
                 waiting_note.append(f"main stage of {', '.join(waiting)}: listed once their tuning is done")
@@ -459,12 +461,16 @@ def main(argv: list[str]) -> int:
                 pending = main_runs(spec, {**axes, "families": waiting}, runs_dir, pool, lambda *key: axes["lrs"][0])
                 tuned = [r for r in pending if r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes)]
                 new = sum(r.steps for r in pending if r not in tuned)
+                rest = [r for r in pending if r not in tuned]
+                stages.append(("main, not yet planned", rest))
                 print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
                       f"trials, then only tested), {new:,} more optimisation steps"
-                      + packed_cost([r for r in pending if r not in tuned], pack)
+                      + (packed_cost(rest, pack) + PACKED if pack > 1 else estimate(rest, axes["batch_size"], jobs))
                       + "; their commands are known once their tuning is done")
         if a.status:
-            return print_status(stages, waiting_note, exp_dir)
+            return print_status([s for s in stages if s[0] != "main, not yet planned"], waiting_note, exp_dir)
+        whole = PACKED if pack > 1 else estimate([r for _, runs in stages for r in runs], axes["batch_size"], jobs)
+        print(f"## the whole profile: {whole.lstrip('; ')}")
         return 0
     try:
         with hold_experiment(exp_dir):
