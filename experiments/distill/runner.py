@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,12 +28,11 @@ from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
-from experiments.runs.lock import hold_experiment
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
-from experiments.runs.slurm import Submitted, options_from, print_status, regenerate_tables
+from experiments.runs.slurm import options_from, print_status, run_then_tables
 from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
-from experiments.runs.sweep import TUNED, Launches, choose_lrs, print_plan, run_status
+from experiments.runs.sweep import TUNED, choose_lrs, launching, print_plan, run_status
 from experiments.runs.trained import load_classifier, load_config, test_images
 
 NAME = "distill"
@@ -271,23 +269,14 @@ def main(argv: list[str]) -> int:
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     read_json(exp_dir / RECORD, hint=f": delete it and run make exp-{NAME} again")  # corrupt: stop before any work
     pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
-    try:
-        code = _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster)
-    except Submitted as e:  # --no_wait: the scheduler runs the rest
-        print(e)
-        return 0
-    if not (a.dry_run or a.status):
-        regenerate_tables(cluster, spec["name"], runs_dir)
-    return code
+    return run_then_tables(lambda: _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster), cluster,
+                           spec["name"], runs_dir, planning_only=a.dry_run or a.status)
 
 
 def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int, jobs: int, cluster) -> int:
-    # the plan is made under the experiment's lock, so a second invocation finds the first one's runs
-    # finished; the dry run writes nothing, not even the lock file
     a.dry_run = a.dry_run or a.status
-    with nullcontext() if a.dry_run else hold_experiment(exp_dir):
+    with launching(exp_dir, _launcher(jobs), jobs, a.dry_run, cluster) as run:
         start = time.perf_counter()
-        run = Launches(_launcher(jobs), jobs, a.dry_run, cluster)
         results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
 
         trials = tuning_runs(spec, axes, runs_dir, pool)

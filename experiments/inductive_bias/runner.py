@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,15 +33,14 @@ from rich.progress import Progress
 from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 
-from experiments.runs.lock import hold_experiment
 from experiments.runs.probe import PARTS, RESULT, probe_run
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.identity import config_hash
 from experiments.runs.record import (read_identity, read_json, read_summary, write_json, write_profile_record,
                          write_summary)
-from experiments.runs.slurm import Submitted, options_from, print_status, regenerate_tables
+from experiments.runs.slurm import options_from, print_status, run_then_tables
 from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
-from experiments.runs.sweep import TUNED, Launches, choose_lrs, finished, print_plan, run_status, tuning_stage
+from experiments.runs.sweep import TUNED, choose_lrs, finished, launching, print_plan, run_status, tuning_stage
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -394,23 +392,14 @@ def main(argv: list[str]) -> int:
     check_ablations(spec, axes, dm.image_size, dm.num_channels, dm.num_classes)
     pool = len(dm._splits["pool"])
     cluster = options_from(a, spec["profiles"][axes["profile"]].get("cluster"), NAME, argv, jobs)
-    try:
-        code = _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster)
-    except Submitted as e:  # --no_wait: the scheduler runs the rest
-        print(e)
-        return 0
-    if not (a.dry_run or a.status):
-        regenerate_tables(cluster, spec["name"], runs_dir)
-    return code
+    return run_then_tables(lambda: _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster), cluster,
+                           spec["name"], runs_dir, planning_only=a.dry_run or a.status)
 
 
 def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int, jobs: int, cluster) -> int:
-    # the plan is made under the experiment's lock, so a second invocation finds the first one's runs
-    # finished; the dry run writes nothing, not even the lock file
     a.dry_run = a.dry_run or a.status
-    with nullcontext() if a.dry_run else hold_experiment(exp_dir):
+    with launching(exp_dir, _launcher(jobs, runs_dir), jobs, a.dry_run, cluster) as run:
         start = time.perf_counter()
-        run = Launches(_launcher(jobs, runs_dir), jobs, a.dry_run, cluster)
         results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
 
         plans = []  # per budget: its axes, lr choices, tuning trials, family runs, ablation runs

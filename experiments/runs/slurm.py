@@ -468,6 +468,20 @@ def print_status(stages: list[tuple[str, list]], waiting: list[str], exp_dir: Pa
     return 0
 
 
+def run_then_tables(stages: Callable[[], int], cluster: ClusterOptions, experiment: str, runs_dir: Path,
+                    planning_only: bool) -> int:
+    """A runner's stages, then (unless it only planned) the tables; after a --no_wait submission,
+    the submission's line and exit 0: the scheduler runs the rest."""
+    try:
+        code = stages()
+    except Submitted as e:
+        print(e)
+        return 0
+    if not planning_only:
+        regenerate_tables(cluster, experiment, runs_dir)
+    return code
+
+
 def regenerate_tables(opts: ClusterOptions, experiment: str, runs_dir: Path) -> None:
     """Once a slurm or submitit-local run is done: `python -m experiments tables` for it."""
     if not opts.submitit:

@@ -15,6 +15,8 @@ the terminal shows which run of how many is going and the time left.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
+
 import argparse
 import functools
 import json
@@ -280,6 +282,14 @@ class Launches:
     def _counted(self, run: Run) -> int:
         self.launched.append(run.name)
         return self.launcher(run)
+
+
+@contextmanager
+def launching(exp_dir: Path, launcher: Callable[[Run], int], jobs: int, dry_run: bool, cluster=None):
+    """A runner's Launches under the experiment's lock, so that a second invocation finds the
+    first one's runs finished; a dry run takes no lock and writes nothing, not even the lock file."""
+    with nullcontext() if dry_run else hold_experiment(exp_dir):
+        yield Launches(launcher, jobs, dry_run, cluster)
 
 
 def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
