@@ -91,10 +91,10 @@ exp-complexity: install ## cost against resolution: paper-scale table vs timm, F
 	$(PY) -m experiments complexity $(if $(PROFILE),--profile $(PROFILE)) $(if $(PARTS),--parts $(PARTS)) || failed=1; \
 	$(PY) -m experiments tables --experiment complexity; exit $${failed:-0}
 
-exp-datascale-commands: install ## print each run's exact command for a cluster scheduler; runs nothing
+exp-datascale-commands: install ## print each run's exact command and each stage's estimated wall time on this device (from results/step_times.csv); runs nothing
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run
 
-tables: install ## regenerate results/*.csv, *.md and *.png from the run folders alone: yours in results/runs, else the committed results/reference
+tables: install ## regenerate results/*.csv, *.md and *.png, results/step_times.csv and the README's Findings from the run folders alone: yours in results/runs, else the committed results/reference
 	$(PY) -m experiments tables
 
 reference: install ## (developers) copy the records of your runs in results/runs over the committed results/reference, then rebuild the tables from it
