@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from experiments.__main__ import main
 from experiments.runs.packed_fit import fit_packed
-from experiments.runs.sweep import pack_groups
+from experiments.runs.execute import pack_groups
 from modules import ImageClassifier
 
 from .conftest import SMOKE

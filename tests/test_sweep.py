@@ -19,7 +19,8 @@ import yaml
 from experiments.__main__ import main
 from experiments.runs.cli import resolve_run_dirs
 from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
-from experiments.runs.sweep import launch, run_status, run_sweep
+from experiments.runs.execute import launch, run_status
+from experiments.runs.sweep import run_sweep
 from experiments.datascale.tables import aggregate, collect, findings, make_tables, sample_efficiency
 
 from .conftest import started_together, tree_hashes

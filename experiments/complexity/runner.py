@@ -136,7 +136,7 @@ def source_run(runs_dir: Path, source: dict) -> Run:
 
 def interpolation_part(spec: dict, profile: dict, device: torch.device, runs_dir: Path) -> dict:
     from experiments.complexity.pos_embed_interpolation import interpolation_study
-    from experiments.runs.sweep import execute, launch
+    from experiments.runs.execute import execute, launch
     p = profile["interpolation"]
     run = source_run(runs_dir, p["source"])
     print(f"source run {run.run_dir} (trained if not finished; output in its log.txt)", file=sys.stderr)

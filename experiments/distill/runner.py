@@ -32,7 +32,8 @@ from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
 from experiments.runs.slurm import options_from, print_status, run_then_tables
 from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
-from experiments.runs.sweep import TUNED, choose_lrs, launching, print_plan, run_status
+from experiments.runs.execute import TUNED, run_status
+from experiments.runs.sweep import choose_lrs, launching, print_plan
 from experiments.runs.trained import load_classifier, load_config, test_images
 
 NAME = "distill"
@@ -320,6 +321,6 @@ def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:
 
 
 def _launcher(jobs: int):
-    from experiments.runs.sweep import launch
+    from experiments.runs.execute import launch
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     return lambda r: launch(r, threads=threads)

@@ -40,7 +40,8 @@ from experiments.runs.record import (read_identity, read_json, read_summary, wri
                          write_summary)
 from experiments.runs.slurm import options_from, print_status, run_then_tables
 from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
-from experiments.runs.sweep import TUNED, choose_lrs, finished, launching, print_plan, run_status, tuning_stage
+from experiments.runs.execute import TUNED, finished, run_status
+from experiments.runs.sweep import choose_lrs, launching, print_plan, tuning_stage
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -451,6 +452,6 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
 
 def _launcher(jobs: int, runs_dir: Path):
     """Runs each run as its own process, unless another experiment already trained its twin."""
-    from experiments.runs.sweep import launch
+    from experiments.runs.execute import launch
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     return lambda r: 0 if reuse_twin(r, runs_dir) else launch(r, threads=threads)

@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from experiments.runs.execute import run_status
 from experiments.runs.provenance import hardware
 from experiments.runs.record import read_identity, read_summary
 
@@ -57,7 +58,6 @@ PACKED = "; packed groups have no measured group step time yet, so no estimate"
 def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
              table: dict[tuple, float] | None = None) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train, or what is missing."""
-    from experiments.runs.sweep import run_status
     device = device or hardware()
     table = read_step_times() if table is None else table
     if not runs:

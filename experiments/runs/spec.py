@@ -21,7 +21,7 @@ from datamodules.splits import resolve_train_size
 from modules import BUDGET_TARGETS, FAMILIES
 
 from experiments.runs.names import checked_name
-from experiments.runs.slurm import add_options, check_cluster
+from experiments.runs.cluster import add_options, check_cluster
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]  # one folder per experiment, each holding its spec.yaml
 

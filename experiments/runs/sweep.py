@@ -18,12 +18,9 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 import argparse
-import functools
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -38,160 +35,15 @@ from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 
 from experiments.runs.lock import hold_experiment
-from experiments.runs.record import read_summary, write_json, write_summary
+from experiments.runs.record import read_summary, write_json
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
-from experiments.runs.slurm import Submitted, add_options, options_from, print_status, regenerate_tables
+from experiments.runs.cluster import Submitted, add_options, options_from
+from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, finished, launch, launch_packed, pack_groups,
+                                      phases, run_cost, run_status)
+from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 from experiments.runs.estimate import PACKED, estimate
-
-FINAL = ("done", "diverged")  # not run again; failed runs are retried
-TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
-
-
-def finished(run: Run, status: str | None) -> bool:
-    return status == "diverged" or status in (TUNED if run.stage == "tune" else ("done",))
-
-
-def run_status(run: Run) -> str | None:
-    s = read_summary(run.run_dir)
-    return s.get("status") if s else None
-
-
-RUNNING: set[subprocess.Popen] = set()  # the run processes started here and not yet ended (a requeued task stops them)
-
-
-def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int:
-    """`command` as a process from the project root, its output appended to folder/log.txt."""
-    folder.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    from experiments.runs.slurm import child_preexec
-    with open(folder / "log.txt", "a") as log:
-        log.write(f"\n$ {shown}\n")
-        log.flush()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=Path(__file__).resolve().parents[2], preexec_fn=child_preexec())
-        RUNNING.add(proc)
-        try:
-            return proc.wait()
-        finally:
-            RUNNING.discard(proc)
-
-
-def launch(run: Run, threads: int | None = None) -> int:
-    """One run as its own process (what a cluster job would run); output appended to log.txt."""
-    return _run_logged(run.command(), run.shell(), run.run_dir, threads)
-
-
-@functools.lru_cache
-def _flops_per_image(family: str, budget: str) -> int:
-    from modules import ImageClassifier  # builds the model once per family and budget
-    return ImageClassifier(family, budget).complexity["flops"]
-
-
-def run_cost(run: Run) -> float:
-    """What ordering runs needs of a run's cost: its steps x its model's forward FLOPs per image
-    (at the default 28x28x1 input). A proxy, not a time: Swin and ConvNeXt are slower per FLOP."""
-    return run.steps * _flops_per_image(run.family, run.budget)
-
-
-def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
-    """Runs that differ only in what packed members may differ in (their seed, lr, augmentation and
-    DeiT's teacher: packed_fit.MEMBER_KEYS), in groups of at most `size`, in the order of their first
-    run; everything else alone."""
-    from experiments.runs.packed_fit import MEMBER_KEYS
-    per_member = {"--run_name", *(f"--{k}" for k in MEMBER_KEYS)}
-    groups: dict[tuple, list[list[Run]]] = {}
-    order: list[list[Run]] = []
-    for r in runs:
-        a = list(r.args)
-        key = (r.stage, tuple(x for i, x in enumerate(a) if x not in per_member
-                              and (i == 0 or a[i - 1] not in per_member)))
-        open_groups = groups.setdefault(key, [])
-        if size > 1 and open_groups and len(open_groups[-1]) < size:
-            open_groups[-1].append(r)
-        else:
-            open_groups.append([r])
-            order.append(open_groups[-1])
-    return order
-
-
-def launch_packed(group: list[Run], threads: int | None = None) -> int:
-    """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
-    member's log.txt says where."""
-    from experiments.runs.packed_fit import group_dir
-    gdir = group_dir([r.run_dir for r in group])
-    gdir.mkdir(parents=True, exist_ok=True)
-    members = gdir / "members.json"
-    members.write_text(json.dumps({"members": [list(r.args) for r in group]}, indent=1) + "\n")
-    for r in group:
-        r.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(r.run_dir / "log.txt", "a") as log:
-            log.write(f"\ntrained packed with {len(group) - 1} other run(s): see {gdir / 'log.txt'}\n")
-    return _run_logged([sys.executable, "-m", "experiments", "fit_packed", str(members)],
-                       f"python -m experiments fit_packed {members}", gdir, threads)
-
-
-def execute(run: Run, launcher: Callable[[Run], int]) -> str:
-    """Runs one run unless it is final; returns its status and makes sure summary.json says it."""
-    status = run_status(run)
-    if finished(run, status):
-        return status
-    if run.teacher is not None and run_status(replace_dir(run, run.teacher)) not in TUNED:
-        _record_failure(run, f"teacher run {run.teacher} is not trained")
-        return "failed"
-    code = launcher(run)
-    status = run_status(run)
-    if code == 0 and finished(run, status):
-        return status
-    if status == "diverged":
-        return status
-    _record_failure(run, f"exit status {code}; see log.txt")
-    return "failed"
-
-
-def replace_dir(run: Run, name: str) -> Run:
-    return replace(run, name=name, run_dir=run.run_dir.parent / name, teacher=None)
-
-
-def _record_failure(run: Run, reason: str) -> None:
-    s = read_summary(run.run_dir) or {"experiment": run.run_dir.parent.name, "run": run.name, "family": run.family,
-                                       "fraction": run.fraction, "seed": run.seed, "recipe": run.recipe}
-    s.update(status="failed", error=s.get("error") if s.get("status") == "failed" and s.get("error") else reason)
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_summary(run.run_dir, s)
-
-
-def execute_group(group: list[Run], launcher: Callable[[list[Run]], int]) -> dict[str, str]:
-    """Runs a packed group (its unfinished members); returns each member's status, as execute does."""
-    todo = [r for r in group if not finished(r, run_status(r))]
-    teachers = [r for r in todo if r.teacher is not None and run_status(replace_dir(r, r.teacher)) not in TUNED]
-    for r in teachers:
-        _record_failure(r, f"teacher run {r.teacher} is not trained")
-    todo = [r for r in todo if r not in teachers]
-    code = launcher(todo) if todo else 0
-    out = {}
-    for r in group:
-        status = run_status(r)
-        if r in todo and not finished(r, status) and status != "diverged":
-            _record_failure(r, f"packed group exit status {code}; see log.txt")
-            status = "failed"
-        out[r.name] = status if r not in teachers else "failed"
-    return out
-
-
-def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
-    """The units (a run, or a packed group) of the runs to do, in two phases: every run without a
-    teacher, then the DeiT students (after every teacher). A run whose training is done (a tuning
-    trial; only its test is left) is not packed."""
-    out = []
-    for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
-        trained = [r for r in phase if run_status(r) == "fitted"]
-        out.append([[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack))
-    return out
-
 
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
               console: Console | None = None, pack: int = 1,
