@@ -18,7 +18,7 @@ import yaml
 
 from experiments.__main__ import main
 from experiments.runs.record import write_summary
-from experiments.runs.slurm import ClusterOptions
+from experiments.runs.cluster import ClusterOptions
 from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuning_runs
 from experiments.runs.sweep import run_sweep
 

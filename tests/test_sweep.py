@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from experiments.__main__ import main
@@ -209,7 +210,7 @@ def test_parallel_sweep_starts_the_costliest_runs_first(sweep_env):
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
     axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[0.5, 1.0])
-    assert axes["jobs"] == 1  # the profile's default
+    assert axes["jobs"] == (os.cpu_count() if not torch.cuda.is_available() else 1)  # the default: one per core
     plan = main_runs(spec, {**axes, "epochs": 8}, runs, 540, lambda *key: 0.003)
     assert [(r.family, r.fraction) for r in plan] == [("resnet", 0.5), ("vit", 0.5), ("resnet", 1.0), ("vit", 1.0)]
     started = []

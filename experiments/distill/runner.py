@@ -30,8 +30,10 @@ from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
-from experiments.runs.slurm import options_from, print_status, run_then_tables
-from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, nearest_tuned, runner_parser, tuned_fractions
+from experiments.runs.cluster import options_from
+from experiments.runs.slurm import print_status, run_then_tables
+from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
+                                   nearest_tuned, runner_parser, tuned_fractions)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import choose_lrs, launching, print_plan
 from experiments.runs.trained import load_classifier, load_config, test_images
@@ -75,7 +77,7 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": int(p["min_steps"]),
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
-            "jobs": int(p.get("jobs", 1))}
+            "jobs": int(p.get("jobs", default_jobs()))}
     if p.get("tuned_fractions"):
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
     for f in [*axes["teachers"], axes["student"]]:

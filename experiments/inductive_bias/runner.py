@@ -38,8 +38,10 @@ from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.identity import config_hash
 from experiments.runs.record import (read_identity, read_json, read_summary, write_json, write_profile_record,
                          write_summary)
-from experiments.runs.slurm import options_from, print_status, run_then_tables
-from experiments.runs.spec import Run, _run, check_axes, load_runner_spec, main_runs, nearest_tuned, runner_parser
+from experiments.runs.cluster import options_from
+from experiments.runs.slurm import print_status, run_then_tables
+from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
+                                   main_runs, nearest_tuned, runner_parser)
 from experiments.runs.execute import TUNED, finished, run_status
 from experiments.runs.sweep import choose_lrs, launching, print_plan, tuning_stage
 
@@ -103,7 +105,7 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
             "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},
-            "jobs": int(p.get("jobs", 1))}
+            "jobs": int(p.get("jobs", default_jobs()))}
     if p.get("tuned_fractions") is not None:
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
         outside = [f for f in axes["tuned_fractions"] if f not in axes["family_fractions"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,13 @@ def spec_path(name: str) -> Path:
 
 def known_specs() -> list[str]:
     return sorted(p.parent.name for p in EXPERIMENTS.glob("*/spec.yaml"))
+
+
+def default_jobs() -> int:
+    """Runs at a time when a profile does not say: one per core on a machine without a GPU (each run
+    then trains on one thread: benchmarks/process_parallelism.py), one with a GPU (packing shares it)."""
+    import torch
+    return 1 if torch.cuda.is_available() else os.cpu_count() or 1
 
 
 def spec_label(path: Path) -> str:
@@ -182,7 +190,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "epochs": p["epochs"], "min_steps": int(p["min_steps"]), "val_checks": int(p["val_checks"]),
         "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
-        "jobs": p.get("jobs", 1),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
+        "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
     if p.get("tuned_fractions") and not fractions:  # default (and with --fractions): the smallest and the largest
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
