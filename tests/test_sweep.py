@@ -262,6 +262,12 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     assert scarce.verdict == "ViT below, as published"
     assert grows.ours == "change of ViT − ResNet from 100 to 1,000 images: +0.1500 ± 0.0657 (3 pairs)"
     assert grows.verdict == "ViT catches up, as published" and "test machine; commit abc; your runs" in grows.source
+    # converged or silent, per reading: a run still improving at the largest size silences the trend only
+    s = json.loads((exp / "vit_f1.0_s2" / "summary.json").read_text())
+    (exp / "vit_f1.0_s2" / "summary.json").write_text(json.dumps({**s, "plateau": {"plateaued": False}}))
+    scarce, grows = findings(exp)
+    assert scarce.verdict == "ViT below, as published"
+    assert grows.verdict == "not read: 1 of 12 runs still improving (†)"
 
 
 @pytest.mark.parametrize("bad, match", [

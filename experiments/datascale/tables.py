@@ -749,15 +749,19 @@ def findings(exp_dir: Path) -> list[Finding]:
         return []
     profiles = ", ".join(sorted((sweep.get("profiles") or {}))) or "?"
     small, large = sizes[0], sizes[-1]
+
+    def behind(*ns):  # the rows a reading rests on: (runs still improving, runs)
+        rows = [by[f, n] for f in ("vit", REFERENCE) for n in ns]
+        return sum(r["still_improving"] for r in rows), sum(r["seeds"] for r in rows)
     used = [by[f, n] for f in ("vit", REFERENCE) for n in {small, large}]
-    improving, runs = sum(r["still_improving"] for r in used), sum(r["seeds"] for r in used)
     where = source("datascale", profiles, [s for r in used for s in r["_runs"]], whose(exp_dir))
     gap = paired_difference(_by_seed(by["vit", small]), _by_seed(by[REFERENCE, small]))
     out = [Finding("Scarce data: is ViT below the ResNet?",
                    "yes: ResNets ahead on ImageNet-1k and 9M-30M JFT images (ViT paper Fig. 3-4)",
                    f"ViT − ResNet at {small:,} images: {estimate_text(gap)}",
-                   read(gap, "ViT above", "ViT below, as published", improving, runs), where)]
+                   read(gap, "ViT above", "ViT below, as published", *behind(small)), where)]
     if large > small:
+        improving, runs = behind(small, large)
         change = _trend(by["vit", small], by[REFERENCE, small], by["vit", large], by[REFERENCE, large])
         out.append(Finding("As data grows, does ViT catch up?",
                            "yes: ViT overtakes from ~100M images, ResNets plateau sooner (ViT paper Fig. 4)",
