@@ -33,7 +33,8 @@ TINY_SPEC = {
     "name": "tiny", "dataset": "fashion_mnist", "families": ["deit", "resnet"],
     "recipes": ["default"], "sample_efficiency_accuracy": 0.2, "recipe_args": {"default": {}},
     "profiles": {"cpu": {"budget": "tiny", "fractions": [0.5, 1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
-                         "val_checks": 2, "batch_size": 32, "lrs": [0.003]}},
+                         "val_checks": 2, "batch_size": 32, "lrs": [0.003],
+                         "jobs": 1}},  # one run at a time: the kill-and-resume tests rely on it
 }
 
 
@@ -210,7 +211,9 @@ def test_parallel_sweep_starts_the_costliest_runs_first(sweep_env):
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
     axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[0.5, 1.0])
-    assert axes["jobs"] == (os.cpu_count() if not torch.cuda.is_available() else 1)  # the default: one per core
+    assert axes["jobs"] == 1  # the profile's
+    without = {**spec, "profiles": {"cpu": {k: v for k, v in spec["profiles"]["cpu"].items() if k != "jobs"}}}
+    assert resolve_axes(without, "cpu")["jobs"] == (1 if torch.cuda.is_available() else os.cpu_count())  # per core
     plan = main_runs(spec, {**axes, "epochs": 8}, runs, 540, lambda *key: 0.003)
     assert [(r.family, r.fraction) for r in plan] == [("resnet", 0.5), ("vit", 0.5), ("resnet", 1.0), ("vit", 1.0)]
     started = []
