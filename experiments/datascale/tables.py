@@ -37,7 +37,7 @@ from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
-from experiments.report.verdicts import cannot_tell, equivalent, no_difference, side, verdict
+from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side, verdict
 from experiments.report.table_format import count, fmt, plus_minus, write_csv
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
@@ -54,7 +54,6 @@ SHOWN_COMMON = ("data.dataset", "model.budget", "data.batch_size", "trainer.max_
 REFERENCE = "resnet"                               # the paired differences are to this family
 TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
 CNNS = ("resnet", "convnext")
-STILL_IMPROVING = "†"
 COLUMNS = ("family", "settings", "fraction", "train_size", "val_size", "lr", "weight_decay", "max_steps",
            "test_acc_mean", "test_acc_ci95", "test_acc_std", "seeds", "delta_vs_resnet", "delta_vs_resnet_ci95",
            "delta_pairs", "still_improving", "params", "flops_per_image", "images_per_sec", "wall_time_s",
@@ -337,17 +336,25 @@ def _reading(rows: list[dict]) -> str:
 
     def _name(row):  # its settings only where the family has several in this scope
         return f"{row['family']} ({row['settings']})" if len(settings[row["family"]]) > 1 else row["family"]
+    improving = {n: sum(r.get("still_improving") or 0 for r in rows if r["train_size"] == n) for n in sizes}
+    silent = [n for n in sizes if improving[n]]  # converged or silent: no winner read at these sizes
     wins = []
-    for n in sizes:
+    for n in (n for n in sizes if not improving[n]):
         at = [r for r in rows if r["train_size"] == n]
         best = _best(at)
         tied = [r for r in at if r["test_acc_mean"] == best["test_acc_mean"]]
         wins.append((" and ".join(_name(r) for r in tied), n, best["test_acc_mean"]))
-    if len(sizes) > 1 and len({w for w, _, _ in wins}) == 1:
+    if len(sizes) > 1 and not silent and len({w for w, _, _ in wins}) == 1:
         text = (f"Highest mean test accuracy: {wins[0][0]} at every training-set size ("
                 + ", ".join(f"{a:.4f} at {n:,} images" for _, n, a in wins) + ").")
     else:
-        text = "Highest mean test accuracy: " + "; ".join(f"{w} at {n:,} images ({a:.4f})" for w, n, a in wins) + "."
+        text = ("Highest mean test accuracy: " + "; ".join(f"{w} at {n:,} images ({a:.4f})" for w, n, a in wins) + "."
+                if wins else "")
+    if silent:
+        text += (" Not read at " + ", ".join(f"{n:,}" for n in silent) + " images: "
+                 + f"{sum(improving[n] for n in silent)} of the runs there were still improving at their last "
+                 f"validation ({STILL_IMPROVING}).")
+        text = text.strip()
     kinds = {_kind(r["family"]) for r in rows} - {None}
     if kinds != {"transformer", "CNN"}:
         have = ", ".join(sorted({r["family"] for r in rows if _kind(r["family"])}))
@@ -370,6 +377,9 @@ def _reading(rows: list[dict]) -> str:
     if len(both) == 1:
         return text + (f" Best transformer minus best CNN: {said(both[0])}; both kinds ran at this one training-set "
                        "size only, so whether the gap narrows can't be told.")
+    used = [r for n in (both[0], both[-1]) for r in gap(n)[1:]]
+    if any(r.get("still_improving") for r in used):  # converged or silent: no gap or trend from these rows
+        return text + " " + not_read(sum(r.get("still_improving") or 0 for r in used), sum(r.get("seeds", 1) for r in used))
     d1, d2 = round(gap(both[0])[0], 4), round(gap(both[-1])[0], 4)   # as printed
     change = _trend(*gap(both[0])[1:], *gap(both[-1])[1:])
     text += (f" Best transformer minus best CNN: {said(both[0])}, {said(both[-1])}. The change of the gap from "
@@ -395,14 +405,10 @@ def _reading(rows: list[dict]) -> str:
         text += (f"the transformer lead narrows from {d1:.4f} to {d2:.4f}: CNNs catch up, {opposite}" if d2 > 0 else
                  f"the transformer lead of {d1:.4f} turns into a CNN lead of {-d2:.4f}: {opposite}")
     text += _each_transformer(rows, both[0], both[-1], _name)
-    used = [r for n in (both[0], both[-1]) for r in gap(n)[1:]]
     if any(r.get("test_acc_ci95") is None for r in used):
         text += " Some of these means rest on one seed (no interval): a single draw, not a measured trend."
     else:
         text += f" The 95% intervals of these means are up to ±{max(r['test_acc_ci95'] for r in used):.4f}."
-    if any(r.get("still_improving") for r in used):
-        text += (" Runs behind these means were still improving at their last validation (†): this is a gap between "
-                 "unconverged models, not yet a finding.")
     return text
 
 
