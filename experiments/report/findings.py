@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.report.statistics import Estimate
-from experiments.report.table_format import plus_minus, plural
+from experiments.report.table_format import markdown_table, plus_minus, plural
 from experiments.report.verdicts import verdict
 
 
@@ -47,7 +47,5 @@ def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> 
 
 def render(findings: list[Finding]) -> str:
     head = ["question", "published", "ours (paired by seed, 95% interval)", "verdict", "from"]
-    rows = [[f.question, f.published, f.ours, f.verdict, f.source] for f in findings]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-             *("| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows)]
-    return "\n".join(["", "", *lines, ""])
+    rows = [[c.replace("|", "/") for c in (f.question, f.published, f.ours, f.verdict, f.source)] for f in findings]
+    return "\n".join(["", "", *markdown_table(head, rows, text_columns=len(head)), ""])
