@@ -191,7 +191,7 @@ def test_members_that_differ_in_more_than_their_seed_are_refused(fmnist_dir, tmp
     assert "is not a members file" in capsys.readouterr().err
 
 
-def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch):
+def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
     """pack 2: the tuning grid's two lrs of each family train as one group, then the main stage's
     two seeds; the records are those of single runs."""
     from .test_sweep import ROOT

@@ -64,7 +64,7 @@ def _folder(exp_dir: Path, readable: str) -> Path:
     return folder
 
 
-def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
+def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path, in_process_launches):
     spec, runs = sweep_env
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
     done = _summaries(runs / "tiny")
@@ -114,7 +114,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path):
     assert sweep_view(runs / "tiny")[0].category  # the sweep's layout is still there
 
 
-def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env):
+def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_process_launches):
     spec, runs = sweep_env
     longer = yaml.safe_load(spec.read_text())
     longer["profiles"]["cpu"]["epochs"] = 1.0  # 18 steps at n=540, a checkpoint after 9: time to kill in between
@@ -173,7 +173,7 @@ def run_status_of(run_dir: Path) -> str | None:
     return json.loads(p.read_text()).get("status") if p.exists() else None
 
 
-def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env):
+def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env, in_process_launches):
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
     axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[1.0])
@@ -196,7 +196,7 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env):
     assert run_sweep(plan, launcher=launcher) == results and launched == []
 
 
-def test_failed_runs_are_retried(sweep_env):
+def test_failed_runs_are_retried(sweep_env, in_process_launches):
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
     plan = main_runs(spec, resolve_axes(spec, "cpu", families=["vit"], fractions=[1.0]), runs, 540, lambda *key: 0.003)
