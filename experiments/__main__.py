@@ -23,9 +23,6 @@ import sys
 
 DIVERGED = 3  # exit status of a run whose loss became NaN or inf
 
-from modules.registry import ConfigError
-from datamodules import DatasetError
-
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
@@ -72,7 +69,7 @@ def main(argv: list[str]) -> int:
             print(f"error: unknown command {command!r}: allowed families, fit, fit_packed, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables, reference",
                   file=sys.stderr)
             return 2
-    except (ConfigError, DatasetError, ValueError) as e:
+    except ValueError as e:  # bad input, modules' ConfigError and datamodules' DatasetError included
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (PermissionError, NotADirectoryError, FileExistsError) as e:  # a folder that cannot be written

@@ -30,7 +30,8 @@ from modules.classifier import check_teacher_checkpoint
 from experiments.runs.checkpoint import RunCheckpoint
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.names import checked_name, inside
-from experiments.runs.record import IDENTITY_FILE, RunRecord, read_identity, read_summary, write_json
+from experiments.runs.record import IDENTITY_FILE, read_identity, read_summary, write_json
+from experiments.runs.recorder import RunRecord
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

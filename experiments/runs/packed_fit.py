@@ -32,7 +32,8 @@ from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import SafeCheckpointIO, read_checkpoint
 
 from experiments.runs.identity import config_hash, evaluation_identity
-from experiments.runs.record import RunRecord, read_summary, record_summary
+from experiments.runs.record import read_summary, record_summary
+from experiments.runs.recorder import RunRecord
 from experiments.runs.provenance import git_commit
 from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
 

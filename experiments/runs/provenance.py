@@ -8,8 +8,6 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import torch
-
 PACKAGES = ("torch", "timm", "lightning", "torchmetrics", "datasets", "numpy")
 
 
@@ -53,6 +51,7 @@ def hardware() -> str:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    import torch  # here, not at the top: a scheduler's task process writes records without torch
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}, {cores} CPU cores ({cpu})"
     return f"{cores} CPU cores ({cpu}, {torch.backends.cpu.get_cpu_capability()}), no GPU"

@@ -1,0 +1,95 @@
+"""RunRecord, the Lightning callback that writes a run's records (runs.record) while it trains:
+train_indices.json at fit start, summary.json after fit and after test."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+from experiments.runs.identity import config_hash
+from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.record import EVALUATIONS, read_summary, record_summary, write_json
+
+
+class RunRecord(Callback):
+    """Writes train_indices.json at fit start and summary.json after fit and after test.
+
+    With `identity` (a fit) the summary is this run's. Without (validate/test of a checkpoint), a
+    test result goes into the checkpoint's run summary only when its `evaluation` settings equal
+    the run's own (same data, test batches, precision and checkpoint); otherwise it goes to
+    evaluations/<checkpoint>_<settings hash>.json, and a finished record is never rewritten.
+    Wall time is kept in the checkpoint (callback state), so a resumed run reports its total."""
+
+    def __init__(self, run_dir: Path, experiment: str, *, evaluation: dict, identity: dict | None = None):
+        self.run_dir, self.experiment = Path(run_dir), experiment
+        self.identity, self.evaluation = identity, evaluation
+        self.commit = git_commit()  # the code this process loaded, whatever HEAD becomes later
+        self.wall_time_s, self._start = 0.0, None
+        self.images_per_sec: float | None = None
+        self.val_history: list[list] = []  # [step, val/acc] of every validation of the fit
+
+    def state_dict(self) -> dict:
+        return {"wall_time_s": self._elapsed(), "val_history": self.val_history}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.wall_time_s = state.get("wall_time_s", 0.0)
+        self.val_history = [list(v) for v in state.get("val_history", [])]
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        acc = trainer.callback_metrics.get("val/acc")
+        if self.identity is None or trainer.sanity_checking or acc is None or trainer.state.fn != "fit":
+            return
+        step = int(trainer.global_step)
+        # a resumed fit may validate the restored step again: keep one entry per step
+        self.val_history = [v for v in self.val_history if v[0] != step] + [[step, round(float(acc), 6)]]
+
+    def _elapsed(self) -> float:
+        return self.wall_time_s + (time.perf_counter() - self._start if self._start else 0.0)
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+        if trainer.is_global_zero and trainer.datamodule is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            trainer.datamodule.save_train_indices(self.run_dir / "train_indices.json")
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        ips = trainer.callback_metrics.get("train/images_per_sec")  # the last epoch's
+        self.images_per_sec = float(ips) if ips is not None else None
+        self.wall_time_s, self._start = self._elapsed(), None
+        self._write(trainer, pl_module, status="fitted")
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, KeyboardInterrupt) or self.identity is None:
+            return  # interrupted, not failed (the next start resumes); or an evaluation, not this run's fit
+        self.wall_time_s, self._start = self._elapsed(), None
+        status = "diverged" if isinstance(exception, FloatingPointError) else "failed"
+        self._write(trainer, pl_module, status=status, error=f"{type(exception).__name__}: {exception}")
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        test = {k.removeprefix("test/"): float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+        settings = config_hash(self.evaluation)
+        own = read_summary(self.run_dir) or {}
+        if self.identity is not None or (own.get("test_settings") == settings and own.get("status") in ("fitted", "done")):
+            self._write(trainer, pl_module, status="done", test=test)
+        elif trainer.is_global_zero:
+            path = self.run_dir / EVALUATIONS / f"{Path(self.evaluation['checkpoint']).stem}_{settings}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, {"test": test, "test_acc": test.get("acc"), "settings": self.evaluation,
+                              "commit": self.commit, "versions": versions(), "hardware": hardware()})
+
+    def _write(self, trainer, pl_module, status: str, test: dict | None = None, error: str | None = None) -> None:
+        if not trainer.is_global_zero:
+            return
+        best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+        fit = None
+        if status == "fitted" or error is not None:
+            fit = {"steps": trainer.global_step, "wall_time_s": self.wall_time_s}
+        if status == "fitted":
+            fit.update(epochs=trainer.current_epoch, images_per_sec=self.images_per_sec,
+                       val_acc_best=float(best) if best is not None else None, max_steps=trainer.max_steps,
+                       val_history=self.val_history)
+        record_summary(self.run_dir, status, experiment=self.experiment, identity=self.identity,
+                       evaluation=self.evaluation, hparams=pl_module.hparams, complexity=pl_module.complexity,
+                       datamodule=trainer.datamodule, precision=str(trainer.precision), devices=trainer.world_size,
+                       commit=self.commit, fit=fit, test=test, error=error)
