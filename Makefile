@@ -69,8 +69,10 @@ data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub
 	  || echo "warning: apt-get install dataset-fashion-mnist failed; the hub copy will be tried"; \
 	else echo "note: no $(FMNIST) and no root apt-get; the hub copy will be tried"; fi
 
+# Python caches the project's bytecode even where the environment says not to: the suite starts
+# ~50 processes, and each would otherwise compile the project's modules again (~1 s of CPU each)
 test: install ## run the test suite (offline, a few minutes on 2 cores)
-	$(PY) -m pytest
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
 exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \

@@ -181,15 +181,17 @@ FIT = ["--model.family", "resnet", "--data.train_size", "160", "--trainer.limit_
 
 def test_moved_run_folder_resumes_under_its_own_names(fmnist_dir, tmp_path):
     """Killed after step 6's checkpoint, moved to another runs_dir and resumed there: the folder
-    holds best.ckpt and last.ckpt only, with the weights of the same run uninterrupted."""
-    args = [sys.executable, "-m", "experiments", "fit", "--config", SMOKE, "--data.data_dir", str(fmnist_dir),
+    holds best.ckpt and last.ckpt only, with the weights of the same run uninterrupted (that one
+    runs in this process; the killed and resumed ones are real processes)."""
+    args = ["fit", "--config", SMOKE, "--data.data_dir", str(fmnist_dir),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *FIT]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def fit(runs, *extra):
-        return subprocess.run([*args, "--runs_dir", str(runs), "--experiment", "m", *extra], cwd=ROOT, env=env,
+        return subprocess.run([sys.executable, "-m", "experiments", *args, "--runs_dir", str(runs),
+                               "--experiment", "m", *extra], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
-    assert fit(tmp_path / "whole").returncode == 0
+    assert main([*args, "--runs_dir", str(tmp_path / "whole"), "--experiment", "m"]) == 0
     killed = fit(tmp_path / "before", "--trainer.callbacks+=tests.kill_switch.KillAfterStep",
                  "--trainer.callbacks.step=6")
     assert killed.returncode == -9, killed.stderr[-2000:]

@@ -62,7 +62,7 @@ def test_committed_profiles_are_runnable(profile, tmp_path, capsys):
     assert main(["run_dir", *run.args]) == 0 and capsys.readouterr().out.strip() == str(run.run_dir)
 
 
-def test_tiny_spec_end_to_end(spec_env, tmp_path):
+def test_tiny_spec_end_to_end(spec_env, tmp_path, in_process_launches):
     spec, runs = spec_env
     assert main(["complexity", "--spec", str(spec), "--profile", "cpu", "--runs_dir", str(runs)]) == 0
     record = json.loads(record_path(runs, "cpu").read_text())

@@ -22,7 +22,7 @@ TINY = {
     "profiles": {"cpu": {"families": ["resnet", "vit", "deit"], "family_fractions": [1.0],
                          "ablations": {"learn": [0.5, 1.0], "none": [0.5, 1.0], "sincos": [1.0], "patch7": [0.5]},
                          "budget": "tiny", "seeds": [0, 1], "epochs": 0.25, "min_steps": 4, "val_checks": 2,
-                         "batch_size": 32, "lrs": [0.003], "probe_images": 48, "probe_patch": 4,
+                         "batch_size": 32, "lrs": [0.003], "probe_images": 16, "probe_patch": 4,
                          "probes": {"families": ["robustness", "cka", "attention", "maps", "pos_embed"],
                                     "ablations": ["pos_embed"]},
                          "jobs": 1}},
@@ -76,7 +76,7 @@ def test_tiny_spec_end_to_end(tiny_spec, tmp_path):
         assert yaml.safe_load((exp / name / "config.yaml").read_text())["model"]["lr"] == 0.003
     # probes: every part on family runs, the position table only on ablation runs
     vit = json.loads((exp / fams[("vit", 0)] / "probes.json").read_text())
-    assert vit["images"] == 48 and len(vit["attention_distance"]) == 4
+    assert vit["images"] == 16 and len(vit["attention_distance"]) == 4
     assert len(vit["attention_maps"]["cls"]) == 4 and len(vit["pos_embed"]["similarity"]) == 7
     resnet = json.loads((exp / fams[("resnet", 0)] / "probes.json").read_text())
     assert set(resnet["not_applicable"]) == {"attention", "maps", "pos_embed"}

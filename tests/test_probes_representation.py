@@ -6,6 +6,7 @@ import copy
 import math
 
 import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -241,6 +242,12 @@ def test_no_position_table_is_a_one_line_error(family, kw, what):
 def test_figures_draw():
     sim = pos_embed_similarity(model("vit", pos_embed="sincos"))
     fig = plot_pos_embed_similarity(sim, title="sincos")
-    assert len(fig.axes) == 49 + 1                             # 7 x 7 tiles and the colour bar
+    assert len(fig.axes) == 1 + 1                              # the mosaic and the colour bar
+    mosaic = fig.axes[0].images[0].get_array()                 # 7 x 7 tiles of 7 x 7, one blank gutter between
+    assert mosaic.shape == (7 * 8 - 1, 7 * 8 - 1)
+    for r, c in ((0, 0), (2, 5), (6, 6)):
+        assert np.allclose(mosaic[r * 8:r * 8 + 7, c * 8:c * 8 + 7], sim[r, c].numpy())
+    assert mosaic.mask[7, :].all() and mosaic.mask[:, 15].all() and mosaic.mask.sum() == 55 * 55 - 49 * 49
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [str(c) for c in range(1, 8)]
     ax = cka_heatmap(torch.rand(4, 3), [f"a{i}" for i in range(4)], [f"b{i}" for i in range(3)], title="CKA")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["b0", "b1", "b2"]

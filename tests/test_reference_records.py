@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.runs.reference import REFERENCE, RUNS, has_records, refresh, whose_runs
+from experiments.runs.reference import REFERENCE, RUNS, has_records, whose_runs
 
 from .test_tables import _run
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.__main__ import main
 from experiments.runs.identity import config_hash, identity
 from experiments.datascale.tables import aggregate, collect
 
@@ -166,8 +167,9 @@ PROTOCOLS = {  # 160 images / batch 32 = 5 steps an epoch
                          ids=["equal_steps-mid_epoch", "fixed_epochs-epoch_end"])
 def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, kill_after):
     """Killed (SIGKILL) right after the checkpoint at step `kill_after` and started again, a run
-    ends with the same weights and metrics as the same run uninterrupted (fp32 on CPU)."""
-    args = [sys.executable, "-m", "experiments", "fit", "--config", SMOKE, "--data.data_dir", str(fmnist_dir),
+    ends with the same weights and metrics as the same run uninterrupted (fp32 on CPU). The killed
+    and resumed runs are real processes; the uninterrupted one runs in this process (same threads)."""
+    args = ["fit", "--config", SMOKE, "--data.data_dir", str(fmnist_dir),
             "--model.family", "vit", "--data.train_size", "160", "--trainer.limit_train_batches", "null",
             "--trainer.precision", "32-true", "--data.randaugment", "true", "--model.drop_path_rate", "0.1",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
@@ -175,9 +177,10 @@ def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def fit(experiment, *extra):
-        return subprocess.run([*args, "--runs_dir", str(tmp_path), "--experiment", experiment, *extra], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "experiments", *args, "--runs_dir", str(tmp_path),
+                               "--experiment", experiment, *extra], cwd=ROOT,
                               env=env, capture_output=True, text=True, timeout=600)
-    assert fit("whole").returncode == 0
+    assert main([*args, "--runs_dir", str(tmp_path), "--experiment", "whole"]) == 0
     killed = fit("killed", "--trainer.callbacks+=tests.kill_switch.KillAfterStep",
                  f"--trainer.callbacks.step={kill_after}")
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -197,31 +200,31 @@ def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, 
     assert (sa["val_acc_best"], sa["test"]) == (sb["val_acc_best"], sb["test"])
 
 
-def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path):
+def test_gpu_profile_dry_run_lists_no_cpu_run_as_finished(tmp_path, monkeypatch, capsys):
     """In a clone of the committed tree, the gpu profile finds none of the committed cpu-profile
     runs finished: their configurations differ, so their folders do; and neither does the cpu
-    profile, whose runs the reference records are, since they are not the user's runs folder."""
+    profile, whose runs the reference records are, since they are not the user's runs folder.
+    (The dry runs run in this process, in the clone: their paths are relative to it.)"""
     if not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists():
         pytest.skip("needs the real Fashion-MNIST pool (make data)")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    env = {k: v for k, v in os.environ.items() if k != "FASHION_MNIST_DIR"}
-    out = subprocess.run([sys.executable, "-m", "experiments", "sweep", "--profile", "gpu", "--dry_run"],
-                         cwd=clone, env={**env, "PYTHONPATH": str(clone)}, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    listed = [line for line in out.stdout.splitlines() if line.startswith("# ")]
+    monkeypatch.delenv("FASHION_MNIST_DIR", raising=False)
+    monkeypatch.chdir(clone)
+    capsys.readouterr()
+    assert main(["sweep", "--profile", "gpu", "--dry_run"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# ")]
     assert len(listed) == 6 * 2 * 4 * 2 and not [line for line in listed if "[new]" not in line]
     committed = list((clone / "results" / "reference" / "datascale").glob("*/summary.json"))
     assert committed, "the clone has no committed cpu-profile runs to confuse with"
     # a newcomer's first run is their own: the committed reference is not their runs folder, so the cpu
     # profile (the very configurations of the reference) has every run still to train as well
     assert not (clone / "results" / "runs").exists()
-    out = subprocess.run([sys.executable, "-m", "experiments", "sweep", "--profile", "cpu", "--dry_run"],
-                         cwd=clone, env={**env, "PYTHONPATH": str(clone)}, capture_output=True, text=True,
-                         timeout=600)
-    listed = [line for line in out.stdout.splitlines() if line.startswith("# ")]
-    assert out.returncode == 0 and listed and not [line for line in listed if "[new]" not in line], out.stdout
+    assert main(["sweep", "--profile", "cpu", "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    listed = [line for line in out.splitlines() if line.startswith("# ")]
+    assert listed and not [line for line in listed if "[new]" not in line], out
+    assert not (clone / "results" / "runs").exists()
 
 
 def test_last_checkpoint_holds_the_final_step(cli, capsys):

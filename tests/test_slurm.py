@@ -22,23 +22,10 @@ from experiments.runs.cluster import ClusterOptions
 from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuning_runs
 from experiments.runs.sweep import run_sweep
 
+from .fake_launch import fake_launch
 from .test_sweep import _folder, sweep_env  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def fake_launch(run) -> int:
-    """A run that takes a second and succeeds (vit fails: its log says why); the log holds when it ran."""
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run.run_dir / "log.txt", "a") as log:
-        log.write(f"start {time.time()!r}\n")
-        time.sleep(1.0)
-        if run.family == "vit":
-            log.write("boom: the fake vit run fails\n")
-            return 1
-        log.write(f"end {time.time()!r}\n")
-    write_summary(run.run_dir, {"run": run.name, "family": run.family, "status": "done", "test_acc": 0.5})
-    return 0
 
 
 def _times(run, word: str) -> list[float]:
@@ -80,7 +67,7 @@ def _end_processes_under(folder: Path) -> None:
             pass
 
 
-def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_env, tmp_path):
+def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_env, tmp_path, in_process_launches):
     """The whole sweep through `--launcher submitit-local --no_wait`: the command returns at once
     and the scheduler chains the stages (a continuation job after each array runs the command
     again). The tuning task gets the scheduler's warning signal (USR2) mid-run, kills its run and
@@ -121,7 +108,7 @@ def test_preempted_task_requeues_and_ends_equal_to_an_uninterrupted_run(sweep_en
     assert log.count("\n$ python -m experiments fit ") == 3           # trained, resumed, then tested
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "done"
 
-    ref = tmp_path / "ref"                                               # the same run, uninterrupted, locally
+    ref = tmp_path / "ref"                 # the same run, uninterrupted, locally (fitted in this process)
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(ref), "--stage", "tune"]) == 0
     whole = _folder(ref / "tiny", run_dir.name.rsplit("_", 2)[0] + "_" + run_dir.name.rsplit("_", 2)[1])
     for name in ("best.ckpt", "last.ckpt"):

@@ -35,6 +35,7 @@ from experiments.runs.recorder import RunRecord
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+_PARSERS: dict = {}  # (CLI class, with subcommands) -> its parsers: see SuiteCLI.setup_parser
 
 
 def default_precision() -> str:
@@ -74,6 +75,17 @@ class SuiteCLI(LightningCLI):
                            **{c: {"default_config_files": [str(CONFIGS / "default.yaml")]}
                               for c in ("fit", "validate", "test")}},
             auto_configure_optimizers=False)
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+        """Built once per process and class: reading every Trainer, model and data signature takes
+        ~0.2 s, and a process may make many CLIs (a sweep's plan, in-process fits, probes). The
+        arguments are always the same, and parsing reads the parser without changing it."""
+        key = (type(self), add_subcommands)
+        if key not in _PARSERS:
+            super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+            _PARSERS[key] = (self.parser, getattr(self, "_subcommand_parsers", None),
+                             getattr(self, "_subcommand_method_arguments", None))
+        self.parser, self._subcommand_parsers, self._subcommand_method_arguments = _PARSERS[key]
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--experiment", default="single", help="group folder under runs_dir")
