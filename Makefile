@@ -119,9 +119,10 @@ fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tin
 	  echo "== $$f"; $(PY) -m experiments fit $$args --model.family $$f $$extra || exit 1; \
 	done
 
-bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread (-> results/benchmarks.txt)
+bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \
-	  && $(PY) benchmarks/family_throughput.py && $(PY) benchmarks/process_parallelism.py; } | tee results/benchmarks.txt
+	  && $(PY) benchmarks/family_throughput.py && $(PY) benchmarks/process_parallelism.py \
+	  && $(PY) benchmarks/compiled_step.py; } | tee results/benchmarks.txt
 	$(PY) -c 'from pathlib import Path; from experiments.report.readme import update_block as u; \
 	  u(Path("docs/benchmarks.md"), "benchmarks", "```\n" + Path("results/benchmarks.txt").read_text() + "```")'
 

@@ -1,0 +1,76 @@
+"""Does torch.compile speed up training on this machine? One run's training step (forward, loss,
+backward, clipping, AdamW + warmup/cosine) eager, against the same step with the network compiled
+(`torch.compile(model)`, inductor: what a user would switch on), in the suite's precision.
+
+Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 128 (GPU) of
+28x28x1 synthetic images already on the device. The first compiled steps pay for compilation; the
+script reports that time apart, then times eager and compiled steps in interleaved repeats (this
+machine's speed drifts between minutes) and gives the median ratio. Default families: vit and
+resnet, the two every cpu profile trains.
+
+    make bench          # or: python benchmarks/compiled_step.py --family vit resnet hybrid --steps 20
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+import warnings
+
+import torch
+
+from experiments.runs.cli import default_precision
+from experiments.runs.provenance import hardware, versions
+from family_throughput import single_step, sync, timed
+from modules import FAMILIES
+
+warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on a CPU
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--family", nargs="+", default=["vit", "resnet"], choices=FAMILIES,
+                   help="families (default vit resnet)")
+    p.add_argument("--budget", default="tiny")
+    p.add_argument("--batch", type=int, default=None, help="images per step (default 128 on a GPU, 32 on a CPU)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per repeat (default 10)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved eager/compiled repeats (default 3)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = p.parse_args()
+    device = torch.device(a.device)
+    a.batch = a.batch or (128 if device.type == "cuda" else 32)
+    fused = device.type == "cuda"  # the attention kernel ImageClassifier.setup picks on this device
+    precision = default_precision()
+    v = versions()
+    print(f"hardware: {hardware()}; torch {v['torch']}, timm {v['timm']}")
+    print(f"{a.budget} budget, batch {a.batch} x 28x28x1 (synthetic, on {device.type}), {precision}; "
+          f"torch.compile(model), inductor; {a.repeats} x {a.steps} timed steps each, interleaved")
+    print(f"{'family':9} {'compile s':>9} {'eager img/s':>11} {'compiled img/s':>14} {'speed-up':>8}  (repeats)")
+    for family in a.family:
+        total = 2 + 2 * a.repeats * a.steps + 4
+        _, eager = single_step(family, a.budget, a.batch, device, precision, total, fused)
+        clf, compiled = single_step(family, a.budget, a.batch, device, precision, total, fused)
+        clf.model = torch.compile(clf.model)  # the same parameters: the optimizer and clipping see them
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(2):  # the first call compiles; the second checks nothing recompiles
+            compiled()
+        sync(device)
+        compile_s = time.perf_counter() - t
+        eager()
+        rates = []
+        for _ in range(a.repeats):
+            e = a.batch * a.steps / timed(eager, a.steps, 0, device)[0]
+            c = a.batch * a.steps / timed(compiled, a.steps, 0, device)[0]
+            rates.append((e, c))
+        e, c = (statistics.median(r[i] for r in rates) for i in (0, 1))
+        ratio = statistics.median(r[1] / r[0] for r in rates)
+        runs = ", ".join(f"{x:.2f}" for x in (r[1] / r[0] for r in rates))
+        print(f"{family:9} {compile_s:9.1f} {e:11,.0f} {c:14,.0f} {ratio:7.2f}x  ({runs})", flush=True)
+        torch._dynamo.reset()
+
+
+if __name__ == "__main__":
+    main()
