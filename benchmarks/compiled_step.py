@@ -3,9 +3,10 @@ backward, clipping, AdamW + warmup/cosine) eager, against the same step with the
 (`torch.compile(model)`, inductor: what a user would switch on), in the suite's precision.
 
 Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 128 (GPU) of
-28x28x1 synthetic images already on the device. The first compiled steps pay for compilation; the
-script reports that time apart, then times eager and compiled steps in interleaved repeats (this
-machine's speed drifts between minutes) and gives the median ratio. Default families: vit and
+28x28x1 synthetic images already on the device. The first compiled steps pay for compilation
+(cold: a fresh inductor cache unless TORCHINDUCTOR_CACHE_DIR is set); the script reports that time
+apart, then times eager and compiled steps in interleaved repeats (this machine's speed drifts
+between minutes) and gives the median ratio. Default families: vit and
 resnet, the two every cpu profile trains.
 
     make bench          # or: python benchmarks/compiled_step.py --family vit resnet hybrid --steps 20
@@ -14,11 +15,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
+import tempfile
 import time
 import warnings
 
-import torch
+# a cold compile, what a first run pays: inductor's on-disk cache would make a second `make bench` ~20x
+# faster; this one is removed when the script ends
+_CACHE = tempfile.TemporaryDirectory(prefix="compiled_step-inductor-")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
+import torch  # noqa: E402
 
 from experiments.runs.cli import default_precision
 from experiments.runs.provenance import hardware, versions
