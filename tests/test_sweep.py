@@ -154,15 +154,17 @@ def test_two_sweeps_together_train_each_run_once_and_a_rerun_changes_no_record(s
     report fed by its sweep.json (the last invocation's wall time), stays byte for byte."""
     spec, runs = sweep_env
     _resnet_only(spec)
+    one = yaml.safe_load(spec.read_text())
+    one["profiles"]["cpu"]["fractions"] = [1.0]  # one run: the lock is the experiment's, whatever its runs
+    spec.write_text(yaml.safe_dump(one))
     folders = started_together("sweep", spec, runs, "tiny")
-    assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f0.5_s0_lr0.003",
-                                               "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
+    assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
     report = tmp_path / "out" / "tiny.md"
     tables = ["tables", "--experiment", "tiny", "--runs_dir", str(runs), "--out", str(tmp_path / "out"), "--readme", ""]
     assert main(tables) == 0
     before, block = tree_hashes(runs / "tiny"), report.read_text()
-    assert {"sweep.json", "tuning.json"} <= set(before) and "invocation ran 2 runs" in block
-    assert sum(p.endswith(("/summary.json", "/identity.json", "/config.yaml")) for p in before) == 2 * 3
+    assert {"sweep.json", "tuning.json"} <= set(before) and "invocation ran 1 run in" in block
+    assert sum(p.endswith(("/summary.json", "/identity.json", "/config.yaml")) for p in before) == 1 * 3
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
     assert tree_hashes(runs / "tiny") == before
     assert main(tables) == 0 and report.read_text() == block

@@ -38,7 +38,7 @@ from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci,
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
 from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side, verdict
-from experiments.report.table_format import count, fmt, plus_minus, write_csv
+from experiments.report.table_format import count, fmt, plural, plus_minus, write_csv
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
 AXIS_KEYS = ("model.family", "data.fraction", "data.train_size")  # shown in their own columns
@@ -605,7 +605,7 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
     for profile, rec in sorted((sweep.get("profiles") or {}).items()):
         last = rec.get("last_invocation")
         if last:
-            out.append(f"- the last `sweep --profile {profile}` invocation ran {last['runs']} runs in "
+            out.append(f"- the last `sweep --profile {profile}` invocation ran {plural(last['runs'], 'run')} in "
                        f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time"
                        + (f", up to {last['pack']} packed per process" if last.get("pack", 1) > 1 else ""))
     out += [*_provenance(summaries), ""]
