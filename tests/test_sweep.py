@@ -142,20 +142,15 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
         "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003": "done", "resnet-tiny_fashion_mnist_f1_s0_lr0.003": "done"}
 
 
-def _resnet_only(spec: Path) -> None:
-    one = yaml.safe_load(spec.read_text())
-    one["families"] = ["resnet"]  # 2 tuning trials, each the winner: the main stage only tests them
-    spec.write_text(yaml.safe_dump(one))
-
-
 def test_two_sweeps_together_train_each_run_once_and_a_rerun_changes_no_record(sweep_env, tmp_path):
     """The second sweep of an experiment waits for the first (its lock), then finds every run
     finished. A further rerun has nothing to train or test: every file of the experiment, and the
     report fed by its sweep.json (the last invocation's wall time), stays byte for byte."""
     spec, runs = sweep_env
-    _resnet_only(spec)
     one = yaml.safe_load(spec.read_text())
-    one["profiles"]["cpu"]["fractions"] = [1.0]  # one run: the lock is the experiment's, whatever its runs
+    # one run (the lock is the experiment's, whatever its runs): a tuning trial that wins, so the
+    # main stage only tests it
+    one["families"], one["profiles"]["cpu"]["fractions"] = ["resnet"], [1.0]
     spec.write_text(yaml.safe_dump(one))
     folders = started_together("sweep", spec, runs, "tiny")
     assert [_readable(f) for f in folders] == ["resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
