@@ -48,7 +48,7 @@ EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
+.PHONY: help install data test exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench safety reference clean-venv
 
 help: ## list the targets
@@ -88,6 +88,15 @@ exp-inductive-bias: install ## ViT position embedding / pooling / patch ablation
 	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(ABLATIONS),--ablations $(ABLATIONS)) \
 	  $(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment inductive_bias; exit $${failed:-0}
+
+exp-all: install ## the four cpu profiles in dependency order (exp-datascale's ResNet and ViT runs are exp-distill's teachers and exp-inductive-bias's family runs, trained once), then every table; prints each one's minutes
+	@failed=0; all=$$(date +%s); \
+	for t in exp-datascale exp-distill exp-inductive-bias exp-complexity; do \
+	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || failed=1; \
+	  echo "== $$t: $$(( ($$(date +%s) - s + 30) / 60 )) min"; \
+	done; \
+	echo "== exp-all: $$(( ($$(date +%s) - all + 30) / 60 )) min$$( [ $$failed = 0 ] || echo ', some runs failed (see above)')"; \
+	exit $$failed
 
 exp-complexity: install ## cost against resolution: paper-scale table vs timm, FLOPs/throughput/memory slopes, pos-embed interpolation (PROFILE= PARTS=)
 	$(PY) -m experiments complexity $(if $(PROFILE),--profile $(PROFILE)) $(if $(PARTS),--parts $(PARTS)) || failed=1; \

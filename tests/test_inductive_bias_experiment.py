@@ -38,8 +38,6 @@ def tiny_spec(fmnist_dir, tmp_path, monkeypatch):
 
     def launcher(jobs, runs_dir):
         def in_process(run):
-            if ib.reuse_twin(run, runs_dir):
-                return 0
             launched.append(run.name)
             return main(["fit", *run.args, "--trainer.enable_model_summary", "false"])
         return in_process
@@ -103,9 +101,9 @@ def test_tiny_spec_end_to_end(tiny_spec, tmp_path):
         assert (out / name).stat().st_size > 500, name
 
 
-def test_a_finished_run_of_another_experiment_is_reused(tiny_spec, tmp_path):
-    """A planned run whose configuration another experiment already trained is filled from that
-    folder (nothing trained, the other folder untouched)."""
+def test_a_finished_run_of_another_experiment_is_not_trained_again(tiny_spec, tmp_path):
+    """A planned run whose configuration another experiment already trained is that run: the record
+    names it where it lives, nothing is trained or copied, its summary is left as it was."""
     spec, runs, launched = tiny_spec
     small = json.loads(json.dumps(TINY))
     small["profiles"]["cpu"].update(families=["resnet"], ablations={"learn": [1.0]}, seeds=[0])
@@ -115,15 +113,20 @@ def test_a_finished_run_of_another_experiment_is_reused(tiny_spec, tmp_path):
     other["name"] = "elsewhere"
     first.write_text(yaml.safe_dump(other))
     assert main(["inductive_bias", "--spec", str(first), "--runs_dir", str(runs)]) == 0
-    done = {p.name: p.read_bytes() for p in sorted((runs / "elsewhere").glob("*/summary.json"))}
+    done = {p.parent.name: p.read_bytes() for p in sorted((runs / "elsewhere").glob("*/summary.json"))}
     n = len(launched)
     launched.clear()
     assert main(["inductive_bias", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
     assert launched == [] and n > 0                                   # every run came from the other experiment
-    mine = sorted((runs / "inductive_bias").glob("*/summary.json"))
-    assert {p.parent.name for p in mine} == {p.parent.name for p in (runs / "elsewhere").glob("*/summary.json")}
-    assert all(json.loads(p.read_text())["reused_from"].startswith("elsewhere/") for p in mine)
-    assert {p.name: p.read_bytes() for p in sorted((runs / "elsewhere").glob("*/summary.json"))} == done
+    assert not list((runs / "inductive_bias").glob("*/summary.json"))  # and none was copied
+    record = json.loads((runs / "inductive_bias" / "inductive_bias.json").read_text())["profiles"]["cpu"]
+    named = {e["run"] for t in ("families", "ablations") for e in record[t]}
+    assert named == {f"elsewhere/{name}" for name in done}
+    assert {p.parent.name: p.read_bytes() for p in sorted((runs / "elsewhere").glob("*/summary.json"))} == done
+    out = tmp_path / "results"
+    assert main(["tables", "--experiment", "inductive_bias", "--runs_dir", str(runs), "--out", str(out),
+                 "--readme", ""]) == 0
+    assert "resnet" in (out / "inductive_bias.csv").read_text()
 
 
 @pytest.mark.parametrize("change, message", [

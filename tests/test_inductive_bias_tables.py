@@ -271,3 +271,35 @@ def test_robustness_is_chance_corrected_and_a_model_answering_one_class_is_named
     shares, words = kept(old, "patchdrop")
     assert shares == pytest.approx({"resnet": 0.25, "vit": 0.3}) and "uncorrected for chance" in words
     assert single_class(old) == [] and _single_class_text(old) == ""
+
+
+@pytest.mark.parametrize("ratios, expected", [
+    # ViT's mean distance / uniform at 118 and at 590 images, per seed
+    (((1.00, 0.99, 1.01), (0.90, 0.88, 0.92)), "more local with more data"),
+    (((0.90, 0.88, 0.92), (1.00, 0.99, 1.01)), "less local with more data"),
+    (((1.000, 0.990, 1.010), (1.002, 0.991, 1.013)), "no difference: the whole 95% interval"),
+    (((1.00, 0.95, 1.02), (0.99, 0.99, 0.99)), "cannot tell: the 95% interval"),
+])
+def test_locality_against_training_set_size_is_read_from_the_paired_change(ratios, expected):
+    """The change of ViT's attention distance over the uniform distance, largest size − smallest,
+    paired by seed (hand-made probes: uniform distance 10 px in every layer)."""
+    from experiments.inductive_bias.tables import Profile, locality, locality_text
+    rec, runs, probes = {"families": []}, {}, {}
+    for f, by_seed in zip((0.002, 0.01), ratios):
+        for seed, r in enumerate(by_seed):
+            name = f"vit_f{f}_s{seed}"
+            rec["families"].append({"family": "vit", "fraction": f, "seed": seed, "run": name})
+            runs[name] = {"train_size": int(f * 59000)}
+            probes[name] = {"attention_distance": [[10 * r, 10 * r], [10 * r, 10 * r]],
+                            "attention_distance_uniform": [[10.0, 10.0], [10.0, 10.0]]}
+    p = Profile("cpu", rec, Path("."), runs=runs, probes=probes)
+    loc = locality(p)
+    diffs = [b - a for a, b in zip(*ratios)]
+    half = T975_DF2 * statistics.stdev(diffs) / math.sqrt(3)
+    assert loc["change"].value == pytest.approx(statistics.fmean(diffs))
+    assert loc["change"].ci95 == pytest.approx(half)
+    assert loc["per_size"][0.002].value == pytest.approx(statistics.fmean(ratios[0]))
+    text = locality_text(p, loc)
+    assert text.startswith("vit's mean attention distance over the uniform-attention distance")
+    assert "0.002 (118 images)" in text and "0.01 (590 images)" in text
+    assert text.rstrip().endswith(expected) if not expected.endswith("interval") else expected in text

@@ -360,10 +360,13 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000)
             for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
     table = {("dev", "vit", "tiny", 32): 100.0, ("dev", "resnet", "tiny", 32): 50.0}
-    # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min
-    assert estimate(runs[:3], 32, 2, "dev", table) == "; about 12 min on this device (2 at a time)"
-    assert estimate(runs, 32, 1, "dev", table) == ("; about 25 min on this device (1 at a time), not counting swin-tiny "
-                                                   "(no step time measured at batch 32)")
+    # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min; with 8 cores no
+    # less than the longest run (a ViT's 10 min)
+    assert estimate(runs[:3], 32, 2, "dev", table) == ("; about 12 min on this device (2 at a time), about 10 min "
+                                                       "with 8 such cores")
+    assert estimate(runs, 32, 1, "dev", table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
+                                                   "such cores, not counting swin-tiny (no step time measured at batch 32)")
+    assert estimate(runs[:1] * 20, 32, 8, "dev", table) == "; about 25 min on this device (8 at a time)"
     assert estimate(runs[3:], 32, 1, "dev", table) == ("; no step time measured on this device for swin-tiny at batch "
                                                        "32, so no estimate")
     assert estimate(runs, 32, 1, "an H200", table) == ("; no step times measured on an H200 "

@@ -34,6 +34,7 @@ from modules import FAMILIES
 
 from experiments.runs.reference import whose, whose_runs
 from experiments.runs.record import read_identity, read_json, read_summary
+from experiments.runs.shared import located, shared_entries
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
@@ -66,9 +67,11 @@ def collect(exp_dir: Path) -> list[dict]:
     """Each run folder's summary, with its identity (the settings its folder hash covers) under
     'identity' when the folder has one."""
     out = []
-    for d in sorted(Path(exp_dir).iterdir()):
+    shared = {located(exp_dir, e): e for e in shared_entries(exp_dir)}  # another experiment's runs its record names
+    for d in [*sorted(Path(exp_dir).iterdir()), *shared]:
         if d.is_dir() and (s := read_summary(d)):
             ident = read_identity(d)
+            s = {**s, "run": shared[d]} if d in shared else s  # as the record names it
             out.append({**s, "identity": grouping_identity(ident)} if ident is not None else s)
     return out
 

@@ -29,11 +29,12 @@ from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import read_json, write_json, write_profile_record
+from experiments.runs.record import read_json, read_summary, write_json, write_profile_record
 from experiments.runs.cluster import options_from
+from experiments.runs.shared import entry
 from experiments.runs.slurm import print_status, run_then_tables
 from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
-                                   nearest_tuned, runner_parser, tuned_fractions)
+                                   nearest_tuned, runner_parser, tuned_fractions, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import choose_lrs, launching, print_plan
 from experiments.runs.trained import load_classifier, load_config, test_images
@@ -42,12 +43,22 @@ NAME = "distill"
 RECORD = "distill.json"
 PROBES = "distill_probes.json"
 TOP_KEYS = {"name", "runner", "dataset", "student", "variants", "profiles"}
-PROFILE_KEYS = {"teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
+PROFILE_KEYS = {"teachers", "matched", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                 "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "jobs", "cluster"}
 PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                     "lrs", "probe_images")
-STAGES = ("tune", "teachers", "students", "probes")
+STAGES = ("tune", "teachers", "matched", "students", "probes")
 NO_TEACHER = "none"   # the student variant trained alone
+MATCHED = "-at-"      # resnet-at-vit: the ResNet teacher stopped where it reaches the ViT teacher's best validation accuracy
+
+
+def matched_name(family: str, target: str) -> str:
+    return f"{family}{MATCHED}{target}"
+
+
+def family_of(teacher: str) -> str:
+    """The family of a teacher name (resnet of resnet-at-vit)."""
+    return teacher.split(MATCHED)[0]
 
 
 # ---------------- the spec ----------------
@@ -77,7 +88,7 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": int(p["min_steps"]),
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
-            "jobs": int(p.get("jobs", default_jobs()))}
+            "jobs": int(p.get("jobs", default_jobs())), "matched": dict(p.get("matched") or {})}
     if p.get("tuned_fractions"):
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
     for f in [*axes["teachers"], axes["student"]]:
@@ -86,13 +97,19 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
     if axes["student"] != "deit":
         raise ValueError(f"student {axes['student']!r}: allowed 'deit' (the family with a distillation token)")
     check_axes(axes)
+    for family, target in axes["matched"].items():
+        if family not in axes["teachers"] or target not in axes["teachers"] or family == target:
+            raise ValueError(f"matched {family}: {target} in profile {profile!r}: allowed a teacher family mapped to "
+                             f"another teacher family of the profile ({', '.join(axes['teachers'])}), whose best "
+                             "validation accuracy it is stopped at")
+    teachers = [*axes["teachers"], *(matched_name(f, t) for f, t in axes["matched"].items())]
     for student in axes["students"]:
         variant, _, teacher = student.partition("/")
         if variant not in axes["variants"] or (variant == NO_TEACHER) != (teacher == "") \
-                or (teacher and teacher not in axes["teachers"]):
+                or (teacher and teacher not in teachers):
             raise ValueError(f"student {student!r}: allowed {NO_TEACHER!r} or variant/teacher with a variant of "
                              f"{', '.join(v for v in axes['variants'] if v != NO_TEACHER)} and a teacher of the "
-                             f"profile ({', '.join(axes['teachers'])})")
+                             f"profile ({', '.join(teachers)})")
     return axes
 
 
@@ -110,19 +127,13 @@ def _view(spec: dict, axes: dict) -> dict:
     return {"name": spec["name"], "recipe_args": recipes}
 
 
-def _folders(runs: list[Run], start: int = 0) -> list[Run]:
-    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
-    dirs = resolve_run_dirs([list(r.args) for r in runs])
-    return [replace(r, run_dir=d, index=start + i) for i, (r, d) in enumerate(zip(runs, dirs))]
-
-
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
     """Each teacher family and the no-teacher student at every lr, at the tuned fractions, first seed."""
     view, seed = _view(spec, axes), axes["seeds"][0]
     runs = [_run(view, axes, runs_dir, pool, family, f, seed, recipe, lr, "tune")
             for family, recipe in [(t, "default") for t in axes["teachers"]] + [(axes["student"], NO_TEACHER)]
             for f in tuned_fractions(axes) for lr in axes["lrs"]]
-    return _folders(runs)
+    return with_folders(runs)
 
 
 def lr_of(choices: dict, axes: dict, family: str, fraction: float) -> float | None:
@@ -135,15 +146,42 @@ def teacher_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
     runs = [_run(view, axes, runs_dir, pool, t, f, s, "default", lr_of(choices, axes, t, f), "main")
             for t in axes["teachers"] for f in axes["fractions"] for s in axes["seeds"]
             if lr_of(choices, axes, t, f) is not None]
-    return _folders(runs)
+    return with_folders(runs)
+
+
+def target_acc(run: Run) -> float | None:
+    """The best validation accuracy of a finished teacher run (what its matched teacher stops at)."""
+    s = read_summary(run.run_dir) or {}
+    return s.get("val_acc_best") if s.get("status") in ("fitted", "done") else None
+
+
+def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict, teachers: list[Run]) -> list[Run]:
+    """For each matched pair (e.g. resnet: vit) x fraction x seed: the family's teacher run again,
+    same configuration and schedule, stopped at the first validation whose accuracy reaches the
+    target teacher's best validation accuracy (fit --stop_at_val_acc); chosen on validation only.
+    Listed once the target teacher has finished."""
+    target = {(r.family, r.fraction, r.seed): r for r in teachers}
+    runs = []
+    for family, to in axes["matched"].items():
+        name = matched_name(family, to)
+        for f in axes["fractions"]:
+            for s in axes["seeds"]:
+                t, lr = target.get((to, f, s)), lr_of(choices, axes, family, f)
+                acc = target_acc(t) if t is not None else None
+                if acc is None or lr is None:
+                    continue
+                view = {"name": spec["name"], "recipe_args": {name: {"stop_at_val_acc": acc}}}
+                runs.append(_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main"))
+    return with_folders(runs)
 
 
 def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict,
                  teachers: list[Run]) -> list[Run]:
     """Every student of the profile x fraction x seed at the no-teacher student's lr, each
-    distilling from the teacher run of its subset and seed."""
+    distilling from the teacher run of its subset and seed (teachers: the family teachers and the
+    matched ones, whose recipe is their teacher name)."""
     view, family = _view(spec, axes), axes["student"]
-    teacher_dir = {(r.family, r.fraction, r.seed): r.run_dir for r in teachers}
+    teacher_dir = {(r.recipe if MATCHED in r.recipe else r.family, r.fraction, r.seed): r.run_dir for r in teachers}
     runs = []
     for f in axes["fractions"]:
         lr = lr_of(choices, axes, family, f)
@@ -158,9 +196,14 @@ def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                     if t is None:
                         continue  # its teacher has no chosen lr yet
                     run = replace(run, args=run.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
-                                  teacher=t.name)
+                                  teacher=entry(t, spec["name"]))
                 runs.append(run)
-    return _folders(runs)
+    return with_folders(runs)
+
+
+def teacher_name(run: Run) -> str:
+    """resnet, vit, or a matched teacher's name (resnet-at-vit)."""
+    return run.recipe if MATCHED in run.recipe else run.family
 
 
 def student_of(run: Run) -> str:
@@ -213,7 +256,7 @@ def probe_student(student_dir: Path, teacher_dirs: dict[str, Path], x: torch.Ten
 def probes_stage(students: list[Run], teachers: list[Run], limit: int) -> dict[str, str]:
     """distill_probes.json for every tested student that lacks one for its current teachers;
     returns run name -> probed (now) or done (before)."""
-    teacher_dir = {(r.family, r.fraction, r.seed): r.run_dir for r in teachers if run_status(r) == "done"}
+    teacher_dir = {(teacher_name(r), r.fraction, r.seed): r.run_dir for r in teachers if run_status(r) == "done"}
     cache: dict[str, torch.Tensor] = {}
     images: torch.Tensor | None = None
     results = {}
@@ -249,10 +292,11 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, trials: list[
         "axes": {**{k: v for k, v in axes.items() if k not in ("profile", "jobs")},
                  "tuned_fractions": tuned_fractions(axes), "pool_size": pool},
         "tuning": {"trials": records, "choices": uses},
-        "teachers": [{"family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name} for r in teachers],
+        "teachers": [{"family": teacher_name(r), "fraction": r.fraction, "seed": r.seed, "run": r.entry}
+                     for r in teachers],
         "students": [{"student": student_of(r), "variant": student_of(r).partition("/")[0],
                       "teacher": student_of(r).partition("/")[2] or None, "fraction": r.fraction, "seed": r.seed,
-                      "run": r.run_dir.name, "teacher_run": r.teacher} for r in students],
+                      "run": r.entry, "teacher_run": r.teacher} for r in students],
     }
     return write_profile_record(exp_dir / RECORD, spec["name"], axes["profile"], entry, invocation,
                                 hint=f": delete it and run make exp-{NAME} again", ran=ran)
@@ -287,10 +331,14 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
         choices, _ = choose_lrs(trials)
         teachers = teacher_runs(spec, axes, runs_dir, pool, choices)
         run(teachers)
+        matched = matched_runs(spec, axes, runs_dir, pool, choices, teachers)
+        run(matched)
+        teachers = teachers + matched
         students = student_runs(spec, axes, runs_dir, pool, choices, teachers)
         run(students)
         if a.dry_run:
-            stages = (("tune", trials), ("teachers", teachers), ("students", students))
+            stages = (("tune", trials), ("teachers", teachers[:len(teachers) - len(matched)]), ("matched", matched),
+                      ("students", students))
             waiting = [f for f in [*axes["teachers"], axes["student"]]
                        if any(lr_of(choices, axes, f, fr) is None for fr in axes["fractions"])]
             if a.status:
@@ -317,9 +365,10 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
 
 
 def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:
-    """Whether some planned run could not even be listed (no lr chosen for its family)."""
+    """Whether some planned run could not even be listed (no lr chosen for its family, or no
+    finished target for a matched teacher)."""
     n = len(axes["fractions"]) * len(axes["seeds"])
-    return len(teachers) < n * len(axes["teachers"]) or len(students) < n * len(axes["students"])
+    return len(teachers) < n * (len(axes["teachers"]) + len(axes["matched"])) or len(students) < n * len(axes["students"])
 
 
 def _launcher(jobs: int):

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.runs.record import read_json, read_summary
+from experiments.runs.shared import located, shared_entries
+from experiments.distill.runner import MATCHED, family_of
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
@@ -154,10 +156,12 @@ def reported(student: str) -> str:
 
 
 def collect(exp_dir: Path) -> dict[str, dict]:
-    """Every run folder's summary, by folder name (unreadable ones are skipped, as tables.collect does)."""
+    """Every run folder's summary, by folder name, and every shared run the record names, by
+    <experiment>/<folder> (unreadable ones are skipped, as tables.collect does)."""
     if not exp_dir.is_dir():
         return {}
-    return {d.name: s for d in sorted(exp_dir.iterdir()) if d.is_dir() and (s := read_summary(d))}
+    own = {d.name: s for d in sorted(exp_dir.iterdir()) if d.is_dir() and (s := read_summary(d))}
+    return {**own, **{e: s for e in shared_entries(exp_dir) if (s := read_summary(located(exp_dir, e)))}}
 
 
 def check_record(record, path: Path) -> None:
@@ -183,7 +187,7 @@ def load_profile(name: str, rec: dict, runs: dict, exp_dir: Path) -> Profile:
             teachers[key[:2]][e["seed"]] = runs[e["run"]]
     for e in rec.get("students") or []:
         if _finished(runs.get(e["run"])):
-            probes = read_json(exp_dir / e["run"] / PROBES, HINT)   # {} when absent
+            probes = read_json(located(exp_dir, e["run"]) / PROBES, HINT)   # {} when absent
             probes = probes if isinstance(probes, dict) else {}
             students[e["student"], float(e["fraction"])][e["seed"]] = {**runs[e["run"]], "_entry": e, "_probes": probes}
     return Profile(name, rec, runs, dict(teachers), dict(students), plan_teacher)
@@ -211,6 +215,10 @@ def student_accs(p: Profile, student: str, fraction: float, head: str) -> dict:
         if v is not None:
             out[seed] = v
     return out
+
+
+def teacher_accs_runs(p: Profile, teacher: str, fraction: float) -> list[dict]:
+    return [p.teachers[teacher, fraction][seed] for seed in sorted(p.teachers.get((teacher, fraction)) or {})]
 
 
 def teacher_accs(p: Profile, family: str, fraction: float) -> dict:
@@ -258,7 +266,7 @@ def _improving(cell: dict) -> list[str]:
 
 def _lr(p: Profile, family: str, fraction: float):
     lrs = sorted({c.get("lr") for c in (p.rec.get("tuning") or {}).get("choices") or []
-                  if c.get("family") == family and c.get("fraction") is not None
+                  if c.get("family") == family_of(family) and c.get("fraction") is not None
                   and float(c["fraction"]) == fraction and c.get("lr") is not None})
     return lrs[0] if len(lrs) == 1 else "/".join(fmt(v) for v in lrs) or None
 
@@ -324,7 +332,7 @@ def claims(p: Profile) -> list[dict]:
                 out.append({"claim": "b", "fraction": f, "label": f"hard/{t} − soft/{t} (cls+dist)", "teacher": t,
                             "est": paired_difference(student_accs(p, f"hard/{t}", f, "both"),
                                                      student_accs(p, f"soft/{t}", f, "both"))})
-        for c in (t for t in p.teacher_families if t in CNNS and f"hard/{t}" in names):
+        for c in (t for t in p.teacher_families if family_of(t) in CNNS and f"hard/{t}" in names):
             for v in (t for t in p.teacher_families if t in TRANSFORMERS and f"hard/{t}" in names):
                 ca, va = teacher_accs(p, c, f), teacher_accs(p, v, f)
                 out.append({"claim": "c", "fraction": f, "label": f"hard/{c} − hard/{v} (cls+dist)", "cnn": c,
@@ -374,6 +382,14 @@ def provenance(p: Profile) -> list[str]:
     versions = sorted({", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items() if k in VERSIONS)
                        for s in runs} - {""})
     commits = sorted({s.get("commit") for s in runs if s.get("commit")})
+    for t in (t for t in p.teacher_families if MATCHED in t):
+        stops = [(s.get("stopped") or {}, s) for f in p.fractions for s in teacher_accs_runs(p, t, f)]
+        out.append(f"- {t}: the {family_of(t)} teacher run again and stopped at the first validation reaching the "
+                   f"{t.split(MATCHED)[1]} teacher's best validation accuracy of its subset and seed (chosen on "
+                   "validation only): " + "; ".join(
+                       f"seed {s.get('seed')} at step {st.get('step')}, validation {fmt(s.get('val_acc_best'))} "
+                       f"against {fmt(st.get('at_val_acc'))}" + ("" if st.get("reached", True) else " (never reached)")
+                       for st, s in stops))
     out += [f"- hardware: {'; '.join(hardware) or 'not recorded'}",
             f"- versions: {'; '.join(versions) or 'not recorded'}",
             f"- commit{'s' if len(commits) > 1 else ''}: {', '.join(commits) or 'not recorded'}"]
@@ -735,8 +751,9 @@ def findings(exp_dir: Path) -> list[Finding]:
                   f"yes: convnet teachers {lo}-{hi} against {tr} (DeiT-B student, DeiT Table 2)",
                   "CNN teacher above, as published", "transformer teacher above"))
         for claim, question, published, higher, lower in asked:
-            c = next((c for c in cl if c["claim"] == claim and variant_of(c.get("student", "hard/")) == "hard"), None) \
-                or next((c for c in cl if c["claim"] == claim), None)
+            c = next((c for c in cl if c["claim"] == claim and MATCHED in c.get("cnn", "")), None) \
+                or next((c for c in cl if c["claim"] == claim and variant_of(c.get("student", "hard/")) == "hard"), None) \
+                or next((c for c in cl if c["claim"] == claim), None)  # c: teachers of matched accuracy first
             if c is not None:
                 ours = f"{c['label']} at {p.size_label(f)}: {estimate_text(c['est'])}"
                 if claim == "c" and c["teacher_diff"] is not None:

@@ -13,8 +13,8 @@ retried; one failing run never stops the others):
 4. probes, on the first `probe_images` test images (reporting only): the spec's probe parts on each
    family run and each ablation run (<run>/probes.json, figures, TensorBoard), and minibatch CKA of
    every family against the ResNet of the first seed (<runs_dir>/inductive_bias/cka/*.json).
-A planned run whose configuration (identity hash) matches a finished run of another experiment in
-runs_dir (exp-datascale, exp-distill) is not trained again: its folder is filled from that one.
+A planned run whose configuration another experiment in runs_dir already trained (exp-datascale's
+ResNet and ViT runs) is not trained again: the record names it where it lives (runs/shared.py).
 <runs_dir>/inductive_bias/inductive_bias.json records the axes, the tuning trials and choices, and
 which run folders form the tables; `make tables` (experiments/inductive_bias/tables.py) reads only
 these files and the runs' summary.json and probes.json.
@@ -22,7 +22,6 @@ these files and the runs' summary.json and probes.json.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,14 +34,12 @@ from modules import FAMILIES
 
 from experiments.runs.probe import PARTS, RESULT, probe_run
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.identity import config_hash
-from experiments.runs.record import (read_identity, read_json, read_summary, write_json, write_profile_record,
-                         write_summary)
+from experiments.runs.record import read_json, write_json, write_profile_record
 from experiments.runs.cluster import options_from
 from experiments.runs.slurm import print_status, run_then_tables
 from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
-                                   main_runs, nearest_tuned, runner_parser)
-from experiments.runs.execute import TUNED, finished, run_status
+                                   main_runs, nearest_tuned, runner_parser, with_folders)
+from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import choose_lrs, launching, print_plan, tuning_stage
 
 NAME = "inductive_bias"
@@ -176,12 +173,6 @@ def tuned_at(axes: dict, family: str) -> list[float]:
     return sorted(_tuned(axes, sorted(trains)) or axes.get("tuned_fractions") or trains)
 
 
-def _folders(runs: list[Run], start: int = 0) -> list[Run]:
-    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when runs are expanded
-    dirs = resolve_run_dirs([list(r.args) for r in runs])
-    return [replace(r, run_dir=d, index=start + i) for i, (r, d) in enumerate(zip(runs, dirs))]
-
-
 def _unique(runs: list[Run]) -> list[Run]:
     """The runs with each folder once (the ablated family's baseline is also a family run)."""
     seen, out = set(), []
@@ -190,38 +181,6 @@ def _unique(runs: list[Run]) -> list[Run]:
             seen.add(r.run_dir)
             out.append(replace(r, index=len(out)))
     return out
-
-
-def twin_of(run: Run, runs_dir: Path) -> Path | None:
-    """A finished folder of another experiment holding exactly the configuration `run` would train
-    (same identity, whose hash ends both folder names), with its best checkpoint; else None."""
-    digest = run.run_dir.name.rsplit("_", 1)[-1]
-    for other in sorted(Path(runs_dir).glob(f"*/*_{digest}")):
-        ident = read_identity(other)
-        if other.resolve() != run.run_dir.resolve() and ident is not None and config_hash(ident) == digest \
-                and (other / "checkpoints" / "best.ckpt").is_file() \
-                and finished(run, (read_summary(other) or {}).get("status")):
-            return other
-    return None
-
-
-def reuse_twin(run: Run, runs_dir: Path) -> bool:
-    """Fills the run's folder from its twin (twin_of): records copied, checkpoints and event files
-    hard-linked where the file system allows; the twin is left as it is. False when there is none."""
-    twin = twin_of(run, runs_dir)
-    if twin is None or run.run_dir.exists() and any(run.run_dir.iterdir()):
-        return False
-
-    def link(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-    shutil.copytree(twin, run.run_dir, copy_function=link, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(".lock", "log.txt", "*.tmp", RESULT, "probes"))
-    summary = read_summary(run.run_dir)
-    write_summary(run.run_dir, {**summary, "reused_from": twin.relative_to(runs_dir).as_posix()})
-    return True
 
 
 def plan_tuning(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) -> tuple[dict, list[Run]]:
@@ -264,7 +223,7 @@ def ablation_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: di
     runs = [_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, axes, family, f), "main")
             for v, fractions in axes["ablations"].items() for f in fractions for s in axes["seeds"]
             if lr_of(choices, axes, family, f) is not None]
-    return _folders(runs)
+    return with_folders(runs)
 
 
 def variant_of(run: Run) -> str:
@@ -362,10 +321,10 @@ def write_record(exp_dir: Path, spec: dict, axes: dict, pool: int, plans: list[t
                  for x in (sorted({*ax["family_fractions"], *_ablation_fractions(ax)})
                            if f == ax["ablated"] else ax["family_fractions"])
                  if lr_of(choices, ax, f, x) is not None]
-        families += [{"budget": b, "family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.run_dir.name,
+        families += [{"budget": b, "family": r.family, "fraction": r.fraction, "seed": r.seed, "run": r.entry,
                       "teacher_run": r.teacher} for r in fam]
         ablations += [{"budget": b, "variant": variant_of(r), "fraction": r.fraction, "seed": r.seed,
-                       "run": r.run_dir.name} for r in abl]
+                       "run": r.entry} for r in abl]
         names = {r.run_dir.name for r in fam}
         cka += [q.relative_to(exp_dir).as_posix() for q in (exp_dir / CKA_DIR).glob("*.json")
                 if q.name.split("__")[0] in names]
@@ -453,7 +412,6 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
 
 
 def _launcher(jobs: int, runs_dir: Path):
-    """Runs each run as its own process, unless another experiment already trained its twin."""
     from experiments.runs.execute import launch
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    return lambda r: 0 if reuse_twin(r, runs_dir) else launch(r, threads=threads)
+    return lambda r: launch(r, threads=threads)

@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from experiments.runs.record import read_identity, read_json, read_summary
+from experiments.runs.shared import located
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, equivalent, not_read, side
+from experiments.report.verdicts import verdict as interval_verdict  # verdict(): a figure's, below
 from experiments.report.table_format import fmt, markdown_table, plus_minus, write_csv
 
 NAME = "inductive_bias"
@@ -153,13 +155,14 @@ def load_profiles(name: str, rec: dict, exp_dir: Path) -> list[Profile]:
         sub = {**rec, **mine, "tuning": tuning, "axes": {**axes, "budget": budget}}
         p = Profile(name, sub, exp_dir, budget, len(budgets) > 1)
         for e in mine["families"] + mine["ablations"]:
-            s = read_summary(exp_dir / e["run"])
+            run_dir = located(exp_dir, e["run"])  # its own, or a shared run of another experiment
+            s = read_summary(run_dir)
             if s is not None:
-                p.runs[e["run"]] = {**s, "identity": read_identity(exp_dir / e["run"]) or s.get("identity") or {}}
-            probes = read_json(exp_dir / e["run"] / PROBES, HINT)
+                p.runs[e["run"]] = {**s, "identity": read_identity(run_dir) or s.get("identity") or {}}
+            probes = read_json(run_dir / PROBES, HINT)
             if probes:
                 p.probes[e["run"]] = probes
-        family_runs = {e["run"] for e in mine["families"]}
+        family_runs = {e["run"].rsplit("/", 1)[-1] for e in mine["families"]}  # a CKA record names the folder
         p.cka = [c for c in (read_json(exp_dir / path, HINT) for path in rec.get("cka") or [])
                  if c and c.get("run") in family_runs]
         out.append(p)
@@ -228,7 +231,7 @@ def probe_metrics(probes: dict) -> dict:
         if uniform:  # each layer's mean distance over its uniform-attention distance (1: nothing learned)
             ref = _layer_means(uniform)
             out.update(uniform_first=ref[0], uniform_last=ref[-1], rel_first=layers[0] / ref[0],
-                       rel_last=layers[-1] / ref[-1])
+                       rel_last=layers[-1] / ref[-1], rel_mean=statistics.fmean(d / u for d, u in zip(layers, ref)))
     if probes.get("pos_embed"):
         out["grid"] = probes["pos_embed"]["grid_correlation"]
         out["two_d"] = probes["pos_embed"]["two_d"]
@@ -431,6 +434,34 @@ def _uniform_caveat(families: list[dict]) -> str:
             "little about a learned inductive bias (the [CLS] maps show where attention is not flat: it is not local).")
 
 
+LOCALITY_MARGIN = 0.02  # a change in distance / uniform below 2% is called no change (UNIFORM_TOLERANCE's scale)
+
+
+def locality(p: Profile, family: str = "vit") -> dict | None:
+    """How far `family`'s heads attend relative to uniform attention (mean over layers of mean
+    distance / uniform distance; 1: not learned where to look, below 1: local), per family
+    training-set size, and its change from the smallest to the largest size paired by seed.
+    None without probed runs at two sizes."""
+    sizes = p.fractions("families")
+    by = {f: {seed: v for seed, x in p.probe_cell(family, f).items()
+              if (v := probe_metrics(x).get("rel_mean")) is not None} for f in sizes}
+    sizes = [f for f in sizes if by[f]]
+    if len(sizes) < 2:
+        return None
+    small, large = sizes[0], sizes[-1]
+    return {"family": family, "small": small, "large": large, "per_size": {f: _est(by[f].values()) for f in sizes},
+            "change": paired_difference(by[large], by[small])}
+
+
+def locality_text(p: Profile, loc: dict) -> str:
+    per = "; ".join(f"{_size_label(p, f)} {_pm(e, 3)}" for f, e in loc["per_size"].items())
+    change = loc["change"]
+    return (f"{loc['family']}'s mean attention distance over the uniform-attention distance (mean of its layers; "
+            f"1: uniform, below 1: local): {per}. Change from {_size_label(p, loc['small'])} to "
+            f"{_size_label(p, loc['large'])}, paired by seed: {_pm(change, 3, signed=True)}: "
+            + interval_verdict(change, "less local with more data", "more local with more data", LOCALITY_MARGIN))
+
+
 def _verdict(est: Estimate | None, positive: str, negative: str, neither: str) -> str:
     if est is None:
         return "not measured"
@@ -493,6 +524,11 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             f"({_verdict(r['delta'], 'better without', 'worse without', 'not distinguishable')})" for r in none)
             + f". The ViT paper: {TABLE8['rows']['none'] - TABLE8['rows']['learn']:+.4f} (none − learned 1D, "
             "ImageNet 5-shot); the gap is small because patches carry much of the spatial information themselves.")
+    loc = locality(p)
+    if loc:
+        out.append(f"- **Locality against training-set size**: {locality_text(p, loc)}. The ViT paper (Fig. 7 "
+                   "right, JFT-300M) finds local heads in the lower layers; Raghu et al. 2021 find that with less "
+                   "pre-training data the lower layers do not learn to attend locally.")
     if _uniform_caveat(families):
         out.append(f"- **Caveat**: {_uniform_caveat(families)[0].upper()}{_uniform_caveat(families)[1:]}")
     return out + [""]
@@ -904,23 +940,32 @@ def load(exp_dir: Path) -> list[Profile]:
 
 def findings(exp_dir: Path) -> list[Finding]:
     """ViT Table 8's position-embedding claim at each profile's largest ablation size: no position
-    embedding is worse than a learned 1D table, by a little."""
+    embedding is worse than a learned 1D table, by a little; and whether ViT's attention becomes
+    local from the smallest to the largest family training set (paired by seed)."""
     out = []
     for p in load(exp_dir):
-        none = [r for r in ablation_rows(p) if r["name"] == "none" and r["delta"] is not None]
-        if not none:
-            continue
-        r = max(none, key=lambda r: r["fraction"])
         behind = list({e["run"]: p.runs[e["run"]] for t in ("families", "ablations") for e in p.entries(t)
                        if _test_acc(p.runs.get(e["run"]))}.values())
-        rows = TABLE8["rows"]
-        out.append(Finding("Does ViT need a position embedding?",
-                           f"a little: none {rows['none']:.4f} against learned 1D {rows['learn']:.4f} "
-                           "(ViT-B/16, ViT paper Table 8)",
-                           f"none − learned 1D at {_size_label(p, r['fraction'])}: {estimate_text(r['delta'])}",
-                           read(r["delta"], "better without", "worse without, as published",
-                                sum(_improving(s) for s in behind), len(behind)),
-                           source("inductive_bias", p.key, behind, whose(exp_dir))))
+        improving, where = sum(_improving(s) for s in behind), source("inductive_bias", p.key, behind, whose(exp_dir))
+        none = [r for r in ablation_rows(p) if r["name"] == "none" and r["delta"] is not None]
+        if none:
+            r = max(none, key=lambda r: r["fraction"])
+            rows = TABLE8["rows"]
+            out.append(Finding("Does ViT need a position embedding?",
+                               f"a little: none {rows['none']:.4f} against learned 1D {rows['learn']:.4f} "
+                               "(ViT-B/16, ViT paper Table 8)",
+                               f"none − learned 1D at {_size_label(p, r['fraction'])}: {estimate_text(r['delta'])}",
+                               read(r["delta"], "better without", "worse without, as published", improving,
+                                    len(behind)), where))
+        loc = locality(p)
+        if loc and loc["change"] is not None:
+            out.append(Finding("Does ViT's attention become local as its training set grows?",
+                               "yes, with enough data: local heads in the lower layers after JFT-300M (ViT paper "
+                               "Fig. 7); fewer with less data (Raghu et al. 2021)",
+                               f"attention distance / uniform, {_size_label(p, loc['large'])} − "
+                               f"{_size_label(p, loc['small'])}: {estimate_text(loc['change'])}",
+                               read(loc["change"], "less local with more data", "more local with more data",
+                                    improving, len(behind), LOCALITY_MARGIN), where))
     return out
 
 

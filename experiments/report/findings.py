@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import markdown_table, plus_minus, plural
-from experiments.report.verdicts import verdict
+from experiments.report.verdicts import MARGIN, verdict
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,11 @@ def estimate_text(est: Estimate | None) -> str:
     return f"{plus_minus(est.value, est.ci95, signed=True, no_interval='')} ({plural(est.n, 'pair')})"
 
 
-def read(est: Estimate | None, higher: str, lower: str, improving: int, runs: int) -> str:
+def read(est: Estimate | None, higher: str, lower: str, improving: int, runs: int, margin: float = MARGIN) -> str:
     """The verdict on a paired difference, or "not read" while any of its runs still improved."""
     if improving:
         return f"not read: {improving} of {runs} runs still improving (†)"
-    return verdict(est, higher, lower)
+    return verdict(est, higher, lower, margin)
 
 
 def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> str:

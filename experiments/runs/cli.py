@@ -15,9 +15,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
-from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.callbacks import Callback, EarlyStopping, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -95,6 +96,10 @@ class SuiteCLI(LightningCLI):
                                  "a hash of the run's configuration is always appended")
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="fit: evaluate the best checkpoint on the test split afterwards")
+        parser.add_argument("--stop_at_val_acc", type=Optional[float], default=None,
+                            help="fit: stop at the first validation whose accuracy reaches this value (its best.ckpt "
+                                 "is that validation's weights: exp-distill's teacher of matched accuracy); part of "
+                                 "the run's identity")
         # the model is shaped by the data
         parser.link_arguments("data.image_size", "model.image_size", apply_on="instantiate")
         parser.link_arguments("data.num_channels", "model.in_chans", apply_on="instantiate")
@@ -150,6 +155,9 @@ class SuiteCLI(LightningCLI):
         checked_name("experiment", c.get("experiment"))
         if c.get("run_name") is not None:
             checked_name("run_name", c.get("run_name"))
+        stop = c.get("stop_at_val_acc")
+        if stop is not None and not 0 < stop <= 1:
+            raise ValueError(f"stop_at_val_acc={stop}: allowed an accuracy in (0, 1]")
 
     def before_instantiate_classes(self) -> None:
         """fit: trainer limits that would train nothing, and a run folder that cannot be written,
@@ -243,7 +251,13 @@ class SuiteCLI(LightningCLI):
         c = self._cfg()
         precision = trainer_cfg.get("precision") or kwargs["precision"]
         if self.subcommand == "fit":
-            callbacks.append(RunRecord(run_dir, c["experiment"], identity=self.identity(),
+            stop = c.get("stop_at_val_acc")
+            if stop is not None:  # the whole schedule stays that of the full run: same weights up to the stop
+                # EarlyStopping stops when val/acc > threshold; reaching `stop` counts: accuracies on fewer
+                # than 100,000 images lie >= 1e-5 apart, so 1e-6 below lets no lower accuracy through
+                callbacks.append(EarlyStopping(monitor="val/acc", mode="max", stopping_threshold=stop - 1e-6,
+                                               patience=2**31, check_on_train_epoch_end=False, verbose=False))
+            callbacks.append(RunRecord(run_dir, c["experiment"], identity=self.identity(), stop_at_val_acc=stop,
                                        evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt")))
         else:  # a checkpoint's run keeps its config.yaml; the result goes beside its summary unless settings match
             self.save_config_callback = None

@@ -53,6 +53,13 @@ def read_step_times(path: Path = STEP_TIMES) -> dict[tuple, float]:
 
 
 PACKED = "; packed groups have no measured group step time yet, so no estimate"
+MORE_CORES = 8  # the dry run also says what a machine with this many cores of this kind would take
+
+
+def _wall(minutes: list[float], jobs: int) -> float:
+    """Wall minutes of runs taking `minutes` each, `jobs` at a time: the work over the jobs, or the
+    longest run when that is longer."""
+    return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
 
 
 def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
@@ -71,7 +78,9 @@ def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
     known = [r for r in todo if (device, r.family, r.budget, batch_size) in table]
     if not known:
         return f"; no step time measured on this device for {', '.join(missing)} at batch {batch_size}, so no estimate"
-    ms = sum(r.steps * table[device, r.family, r.budget, batch_size] for r in known)
-    text = f"; about {ms / 1000 / 60 / max(1, jobs):.0f} min on this device ({jobs} at a time)"
+    each = [r.steps * table[device, r.family, r.budget, batch_size] / 1000 / 60 for r in known]  # minutes
+    text = f"; about {_wall(each, jobs):.0f} min on this device ({jobs} at a time)"
+    if jobs < MORE_CORES:  # a run per core, each at the speed measured here: no stage is shorter than its longest run
+        text += f", about {_wall(each, MORE_CORES):.0f} min with {MORE_CORES} such cores"
     return text + (f", not counting {', '.join(missing)} (no step time measured at batch {batch_size})"
                    if missing else "")

@@ -20,6 +20,7 @@ from typing import Callable
 
 from experiments.runs.record import read_summary, write_summary
 from experiments.runs.spec import Run
+from experiments.runs.shared import located
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
 TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
@@ -128,7 +129,8 @@ def execute(run: Run, launcher: Callable[[Run], int]) -> str:
 
 
 def replace_dir(run: Run, name: str) -> Run:
-    return replace(run, name=name, run_dir=run.run_dir.parent / name, teacher=None)
+    """The run named `name` by run's experiment: a folder beside it, or <experiment>/<folder> (shared.py)."""
+    return replace(run, name=name.rsplit("/", 1)[-1], run_dir=located(run.run_dir.parent, name), teacher=None)
 
 
 def _record_failure(run: Run, reason: str) -> None:

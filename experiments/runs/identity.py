@@ -49,6 +49,8 @@ def identity(cfg: Mapping, *, precision: str, world_size: int) -> dict:
     ident = {k: _plain(v) for k, v in flat.items() if k not in NOT_IDENTITY}
     ident["trainer.precision"] = str(precision)
     ident["trainer.world_size"] = int(world_size)
+    if cfg.get("stop_at_val_acc") is not None:  # a run stopped early is another run (absent: every older hash stands)
+        ident["stop_at_val_acc"] = float(cfg["stop_at_val_acc"])
     return dict(sorted(ident.items()))
 
 

@@ -103,7 +103,8 @@ def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dic
     if error is not None:
         summary["error"] = error[:500]
     if status == "fitted":
-        summary["plateau"] = plateau(fit["val_history"], fit["steps"])
+        # a run stopped at a target accuracy (fit --stop_at_val_acc) is judged by that target, not by a plateau
+        summary["plateau"] = None if fit.get("stopped") else plateau(fit["val_history"], fit["steps"])
         summary.pop("test", None)  # a new fit makes any older test result stale
     if test is not None:
         summary["test"] = test

@@ -21,8 +21,10 @@ class RunRecord(Callback):
     evaluations/<checkpoint>_<settings hash>.json, and a finished record is never rewritten.
     Wall time is kept in the checkpoint (callback state), so a resumed run reports its total."""
 
-    def __init__(self, run_dir: Path, experiment: str, *, evaluation: dict, identity: dict | None = None):
+    def __init__(self, run_dir: Path, experiment: str, *, evaluation: dict, identity: dict | None = None,
+                 stop_at_val_acc: float | None = None):
         self.run_dir, self.experiment = Path(run_dir), experiment
+        self.stop_at_val_acc = stop_at_val_acc
         self.identity, self.evaluation = identity, evaluation
         self.commit = git_commit()  # the code this process loaded, whatever HEAD becomes later
         self.wall_time_s, self._start = 0.0, None
@@ -89,6 +91,9 @@ class RunRecord(Callback):
             fit.update(epochs=trainer.current_epoch, images_per_sec=self.images_per_sec,
                        val_acc_best=float(best) if best is not None else None, max_steps=trainer.max_steps,
                        val_history=self.val_history)
+            if self.stop_at_val_acc is not None:  # stopped on purpose: no plateau is asked of it (record_summary)
+                fit["stopped"] = {"at_val_acc": self.stop_at_val_acc, "step": trainer.global_step,
+                                  "reached": best is not None and float(best) >= self.stop_at_val_acc}
         record_summary(self.run_dir, status, experiment=self.experiment, identity=self.identity,
                        evaluation=self.evaluation, hparams=pl_module.hparams, complexity=pl_module.complexity,
                        datamodule=trainer.datamodule, precision=str(trainer.precision), devices=trainer.world_size,

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from experiments.runs.names import checked_name
+from experiments.runs.shared import shared_entries
 
 RUNS = Path("results/runs")
 REFERENCE = Path("results/reference")
@@ -50,15 +51,23 @@ def whose(exp_dir: Path) -> str:
 
 
 def refresh(name: str, runs: Path = RUNS, reference: Path = REFERENCE) -> int:
-    """Replaces reference/<name> with the records of runs/<name>; returns how many files it copied."""
+    """Replaces reference/<name> with the records of runs/<name>, and copies the records of the
+    other experiments' runs it shares; returns how many files it copied."""
     source, target = runs / checked_name("experiment", name), reference / name
     if not has_records(source):
         raise ValueError(f"experiment {name!r} has no run records in {source.as_posix()}: allowed "
                          f"{', '.join(sorted(experiments_in(runs))) or 'none (run an experiment first)'}")
+    shutil.rmtree(target, ignore_errors=True)  # a run no longer among the user's is no longer ours either
+    copied = _copy_records(source, target)
+    for e in shared_entries(source):  # the other experiments' runs it reads (shared.py): theirs, kept beside them
+        copied += _copy_records(runs / e, reference / e)
+    return copied
+
+
+def _copy_records(source: Path, target: Path) -> int:
     files = [f for f in sorted(source.rglob("*")) if f.is_file() and f.suffix in RECORD_SUFFIXES
              and f.name not in LEFT_BEHIND
              and not set(f.relative_to(source).parts[:-1]) & set(LEFT_BEHIND_FOLDERS)]
-    shutil.rmtree(target, ignore_errors=True)  # a run no longer among the user's is no longer ours either
     for f in files:
         (target / f.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, target / f.relative_to(source))

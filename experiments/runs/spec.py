@@ -23,6 +23,7 @@ from modules import BUDGET_TARGETS, FAMILIES
 
 from experiments.runs.names import checked_name
 from experiments.runs.cluster import add_options, check_cluster
+from experiments.runs.shared import entry, share
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]  # one folder per experiment, each holding its spec.yaml
 
@@ -67,6 +68,13 @@ class Run:
     lr: float | None = None
     budget: str = "tiny"
     steps: int = 0                       # S(n), the --trainer.max_steps of its command
+    planned_by: str = ""                 # the experiment whose plan it is (its run_dir may be another's: shared.py)
+
+    @property
+    def entry(self) -> str:
+        """How the planning experiment's record names it: its folder name, or <experiment>/<folder>
+        when it lives in another experiment's folder."""
+        return entry(self.run_dir, self.planned_by or self.run_dir.parent.name)
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "experiments", "fit", *self.args]
@@ -274,22 +282,28 @@ def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fr
     if stage == "tune":
         args += ["--test_after_fit", "false"]  # a tuning trial never reads the test split
     return Run(0, name, family, fraction, seed, recipe, tuple(args), stage=stage, lr=lr, budget=axes["budget"],
-               steps=steps)
+               steps=steps, planned_by=spec["name"])
 
 
 def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
     """Adds each DeiT's teacher checkpoint (teacher_dir: (fraction, seed, recipe) -> the ResNet run's
-    folder) and every run's folder, the one `fit` would choose for its arguments."""
-    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
+    folder) and every run's folder (with_folders)."""
     out = []
     for r in runs:
         t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if r.family == "deit" else None
         if t is not None:
             r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
-                        teacher=t.name)
+                        teacher=entry(t, r.planned_by))
         out.append(r)
-    dirs = resolve_run_dirs([list(r.args) for r in out])
-    return [replace(r, run_dir=d, index=i) for i, (r, d) in enumerate(zip(out, dirs))]
+    return with_folders(out)
+
+
+def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
+    """Every run with the folder `fit` would choose for its arguments, or the same configuration's
+    folder in another experiment that already holds it (shared.py), numbered from `start`."""
+    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
+    dirs = resolve_run_dirs([list(r.args) for r in runs])
+    return [share(replace(r, run_dir=d, index=start + i)) for i, (r, d) in enumerate(zip(runs, dirs))]
 
 
 def _family_order(families: list[str]) -> list[str]:

@@ -154,7 +154,7 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
         records.append({"family": r.family, "recipe": r.recipe, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
                         "train_size": s.get("train_size"), "val_size": s.get("val_size"), "status": s.get("status"),
                         "val_acc_best": acc, "plateaued": (s.get("plateau") or {}).get("plateaued"),
-                        "run": r.run_dir.name})
+                        "run": r.entry})
         key = (r.family, r.recipe, r.fraction)
         if acc is not None and (key not in best or acc > best[key][0] or (acc == best[key][0] and r.lr < best[key][1])):
             best[key] = (acc, r.lr)
@@ -372,7 +372,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
         runs = main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)) \
             if families else []
         # the tables show these runs, not those of an earlier choice: run name without its lr -> folder
-        plan = {re.sub(r"_lr[^_]+", "", r.name): r.run_dir.name for r in runs}
+        plan = {re.sub(r"_lr[^_]+", "", r.name): r.entry for r in runs}
         if a.only:
             bad = [i for i in a.only if not 0 <= i < len(runs)]
             if bad:

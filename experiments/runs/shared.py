@@ -1,0 +1,70 @@
+"""One pool of runs: a configuration is trained once, whichever experiment asks for it.
+
+A run's folder is <runs_dir>/<experiment>/<readable name>_<config hash>, and the name and hash
+follow from its whole configuration (identity.py). So when exp-distill plans the ResNet teacher
+that exp-datascale already trained (same family, subset, seed, lr and schedule), the same folder
+name exists under datascale/: the planned run takes that folder instead of training a second copy,
+and its command names that experiment, so a resumed or retried fit writes there too.
+
+An experiment's record names its own runs by folder name and a shared one as
+"<experiment>/<folder>" (`entry`); the tables read both through `located`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from experiments.runs.names import checked_name, inside
+from experiments.runs.record import read_summary
+
+SUMMARY = "summary.json"  # record.write_summary's file: a folder with one holds a run
+
+
+def home(run_dir: Path) -> Path:
+    """Where the run of `run_dir` (<runs_dir>/<experiment>/<folder>) lives: its own folder once it
+    exists, else the same folder of another experiment that holds a run (finished ones first),
+    else its own (it trains there)."""
+    if run_dir.exists():
+        return run_dir
+    others = sorted(run_dir.parent.parent.glob(f"*/{run_dir.name}"))
+    started = [d for d in others if (d / SUMMARY).is_file() or (d / "checkpoints").is_dir()]
+    done = [d for d in started if (read_summary(d) or {}).get("status") == "done"]
+    return (done or started or [run_dir])[0]
+
+
+def share(run):
+    """`run` (spec.Run) moved to its home; its command's --experiment names the folder's experiment."""
+    where = home(run.run_dir)
+    if where == run.run_dir:
+        return run
+    args = list(run.args)
+    args[args.index("--experiment") + 1] = where.parent.name
+    return replace(run, run_dir=where, args=tuple(args))
+
+
+def entry(run_dir: Path, experiment: str) -> str:
+    """How `experiment`'s records name the run in `run_dir`: its folder name when it is the
+    experiment's own, <experiment>/<folder> when it lives in another experiment's folder."""
+    run_dir = Path(run_dir)
+    return run_dir.name if run_dir.parent.name == experiment else f"{run_dir.parent.name}/{run_dir.name}"
+
+
+def located(exp_dir: Path, name: str) -> Path:
+    """The folder of a record's entry (see `entry`); a ValueError for anything else, so a record
+    cannot lead a read outside the runs folder."""
+    parts = str(name).split("/")
+    if len(parts) == 1:
+        return Path(exp_dir) / checked_name("run", parts[0])
+    if len(parts) != 2:
+        raise ValueError(f"run {name!r} in {exp_dir}: allowed a folder name or <experiment>/<folder>")
+    root = Path(exp_dir).parent
+    return inside(root, root / checked_name("experiment", parts[0]) / checked_name("run", parts[1]))
+
+
+def shared_entries(exp_dir: Path) -> list[str]:
+    """The entries "<experiment>/<folder>" that the records (*.json) of `exp_dir` name and that hold
+    a run: the other experiments' runs this one reads."""
+    exp_dir = Path(exp_dir)
+    text = "".join(p.read_text(errors="replace") for p in sorted(exp_dir.glob("*.json")))
+    return sorted(f"{d.parent.name}/{d.name}" for d in (s.parent for s in exp_dir.parent.glob(f"*/*/{SUMMARY}"))
+                  if d.parent != exp_dir and f'"{d.parent.name}/{d.name}"' in text)

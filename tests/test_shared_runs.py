@@ -1,0 +1,123 @@
+"""One pool of runs: exp-distill takes exp-datascale's ResNet and ViT runs as its teachers instead
+of training them again, adds a ResNet teacher stopped at the ViT teacher's validation accuracy, and
+its records, tables and reference name the shared runs where they live."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from experiments.__main__ import main
+from experiments.runs import reference
+from experiments.runs.shared import located
+
+# one protocol for both experiments: the same family, subset, seed, lr and schedule is the same run
+PROTOCOL = {"budget": "tiny", "fractions": [0.5], "seeds": [0], "epochs": 0.25, "min_steps": 4, "val_checks": 2,
+            "batch_size": 32, "lrs": [0.003], "tuned_fractions": [0.5], "jobs": 1}
+DATASCALE = {"name": "datascale", "dataset": "fashion_mnist", "families": ["resnet", "vit"],
+             "recipe_args": {"default": {}}, "profiles": {"cpu": PROTOCOL}}
+DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "student": "deit",
+           "variants": {"none": {"model.distillation": "none"},
+                        "hard": {"model.distillation": "hard", "model.distill_alpha": 0.5}},
+           "profiles": {"cpu": {**PROTOCOL, "teachers": ["resnet", "vit"], "matched": {"resnet": "vit"},
+                                "students": ["none", "hard/resnet-at-vit", "hard/vit"], "probe_images": 32}}}
+
+
+@pytest.fixture
+def specs(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
+    """Both specs on the small IDX data, fitted in this process; returns (datascale spec, distill
+    spec, runs_dir, the run folders each fit was launched for)."""
+    import experiments.runs.execute as execute
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    launched, fit = [], execute._run_logged
+
+    def counted(command, shown, folder, threads):
+        launched.append(f"{folder.parent.name}/{folder.name}")
+        return fit(command, shown, folder, threads)
+    monkeypatch.setattr(execute, "_run_logged", counted)
+    paths = []
+    for spec in (DATASCALE, DISTILL):
+        paths.append(tmp_path / f"{spec['name']}.yaml")
+        paths[-1].write_text(yaml.safe_dump(spec))
+    return paths[0], paths[1], tmp_path / "runs", launched
+
+
+def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp_path, monkeypatch):
+    ds_spec, distill_spec, runs, launched = specs
+    assert main(["sweep", "--spec", str(ds_spec), "--runs_dir", str(runs)]) == 0
+    datascale = {p.parent.name for p in (runs / "datascale").glob("*/summary.json")}
+    assert len(datascale) == 2 and launched  # resnet and vit: tuned, then tested
+    launched.clear()
+
+    assert main(["distill", "--spec", str(distill_spec), "--runs_dir", str(runs)]) == 0
+    # trained now: the no-teacher student's trial (tested as its main run), the matched teacher and
+    # two distilled students; every ResNet and ViT run is exp-datascale's
+    assert all(f.startswith("distill/") for f in launched)
+    trained = {f.split("/")[1] for f in launched}
+    assert len(trained) == 4 and not trained & datascale
+    record = json.loads((runs / "distill" / "distill.json").read_text())["profiles"]["cpu"]
+    teachers = {t["family"]: t["run"] for t in record["teachers"]}
+    assert teachers["resnet"].startswith("datascale/") and teachers["vit"].startswith("datascale/")
+    assert {t["run"].split("/")[-1] for t in record["tuning"]["trials"] if t["family"] != "deit"} <= datascale
+
+    # the matched teacher: the ResNet configuration, stopped at the ViT teacher's best validation accuracy
+    vit = json.loads((located(runs / "distill", teachers["vit"]) / "summary.json").read_text())
+    matched_dir = located(runs / "distill", teachers["resnet-at-vit"])
+    matched = json.loads((matched_dir / "summary.json").read_text())
+    assert matched_dir.parent.name == "distill" and matched["family"] == "resnet"
+    assert matched["stopped"]["at_val_acc"] == vit["val_acc_best"] and matched["plateau"] is None
+    ident = json.loads((matched_dir / "identity.json").read_text())["identity"]
+    resnet_ident = json.loads((located(runs / "distill", teachers["resnet"]) / "identity.json").read_text())["identity"]
+    assert ident.pop("stop_at_val_acc") == vit["val_acc_best"] and ident == resnet_ident  # else the same run
+    accs, target = [a for _, a in matched["val_history"]], round(vit["val_acc_best"], 6)  # history: 6 decimals
+    if matched["stopped"]["reached"]:  # stopped at the first validation at or above the target
+        assert accs[-1] >= target and all(a < target for a in accs[:-1])
+        assert matched["steps"] == matched["stopped"]["step"] == matched["val_history"][-1][0]
+    students = {s["student"]: s for s in record["students"]}
+    cfg = yaml.safe_load((runs / "distill" / students["hard/resnet-at-vit"]["run"] / "config.yaml").read_text())
+    assert cfg["model"]["teacher_checkpoint"] == str(matched_dir / "checkpoints" / "best.ckpt")
+    cfg = yaml.safe_load((runs / "distill" / students["hard/vit"]["run"] / "config.yaml").read_text())
+    assert cfg["model"]["teacher_checkpoint"] == str(runs / teachers["vit"] / "checkpoints" / "best.ckpt")
+
+    # asking again trains nothing, in either experiment
+    launched.clear()
+    assert main(["distill", "--spec", str(distill_spec), "--runs_dir", str(runs)]) == 0
+    assert main(["sweep", "--spec", str(ds_spec), "--runs_dir", str(runs)]) == 0
+    assert launched == []
+
+    # the tables read the shared runs where they live
+    out = tmp_path / "results"
+    assert main(["tables", "--experiment", "distill", "datascale", "--runs_dir", str(runs), "--out", str(out),
+                 "--readme", ""]) == 0
+    rows = list(csv.DictReader(open(out / "distill.csv")))
+    assert {r["student"] for r in rows if r["role"] == "teacher"} == {"resnet", "vit", "resnet-at-vit"}
+    assert "resnet-at-vit: the resnet teacher run again and stopped" in (out / "distill.md").read_text()
+
+    # the reference of distill alone carries the datascale runs it reads, beside datascale's own
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "runs").parent.mkdir(exist_ok=True)
+    copied = reference.refresh("distill", runs=runs, reference=tmp_path / "ref")
+    assert copied and (tmp_path / "ref" / teachers["vit"] / "summary.json").is_file()
+    assert not (tmp_path / "ref" / teachers["vit"] / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("name", ["../x", "a/../../b", "a/b/c", "/etc", "a/.."])
+def test_a_record_cannot_lead_a_read_outside_the_runs(tmp_path, name):
+    with pytest.raises(ValueError):
+        located(tmp_path / "distill", name)
+
+
+def test_a_fit_stopped_at_an_accuracy_is_its_own_run(cli):
+    code, full = cli("fit", "--model.family", "resnet", "--trainer.val_check_interval", "2",
+                     "--trainer.limit_val_batches", "1")
+    code2, stopped = cli("fit", "--model.family", "resnet", "--trainer.val_check_interval", "2",
+                         "--trainer.limit_val_batches", "1", "--stop_at_val_acc", "0.001")
+    assert code == code2 == 0 and stopped != full
+    s, f = (json.loads((d / "summary.json").read_text()) for d in (stopped, full))
+    assert f["steps"] == 4 and s["steps"] == 2  # the first validation reaches any accuracy above 0
+    assert s["stopped"] == {"at_val_acc": 0.001, "step": 2, "reached": True} and s["plateau"] is None
+    assert "stopped" not in f
+    code, _ = cli("fit", "--model.family", "resnet", "--stop_at_val_acc", "1.5")
+    assert code == 2
