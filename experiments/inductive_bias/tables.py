@@ -477,10 +477,30 @@ def unsettled(p: Profile) -> str | None:
     return not_read(sum(_improving(p.runs[r]) for r in behind), len(behind))
 
 
+def settled_rows(ablations: list[dict], families: list[dict]) -> tuple[list[dict], list[dict], list[str]]:
+    """Converged or silent, per reading: the ablation rows whose runs and whose `learn` baseline at the
+    same size all plateaued, the family rows whose runs all plateaued, and the labels of the rows left out."""
+    learn_open = {r["fraction"] for r in ablations if r["name"] == BASELINE and r["still_improving"]}
+    abl = [r for r in ablations if not r["still_improving"] and r["fraction"] not in learn_open]
+    fam = [r for r in families if not r["still_improving"]]
+    left = [f"{r['name']} at {r['fraction']:g}" for r in [*ablations, *families] if r not in abl and r not in fam]
+    return abl, fam, left
+
+
+def locality_settled(p: Profile, loc: dict, family: str = "vit") -> tuple[int, list[dict]]:
+    """(runs still improving, runs) behind the locality reading: the family's runs at its two sizes."""
+    runs = [s for f in (loc["small"], loc["large"]) for s in p.cell("families", "family", family, f).values()]
+    return sum(_improving(s) for s in runs), runs
+
+
 def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str]:
     out = ["### What the numbers say", ""]
     if unsettled(p):
-        return out + [f"- {unsettled(p)}", ""]
+        ablations, families, left = settled_rows(ablations, families)
+        if not ablations and not families:
+            return out + [f"- {unsettled(p)}", ""]
+        out.append(f"- Not read: {', '.join(left)}, where a run was still improving at its last validation "
+                   f"({STILL_IMPROVING}); each reading below rests only on rows whose runs all plateaued.")
     # 1. attention distance against depth
     att = [r for r in families if r["dist_growth"] is not None]
     if att:
@@ -525,7 +545,10 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             + f". The ViT paper: {TABLE8['rows']['none'] - TABLE8['rows']['learn']:+.4f} (none − learned 1D, "
             "ImageNet 5-shot); the gap is small because patches carry much of the spatial information themselves.")
     loc = locality(p)
-    if loc:
+    if loc and locality_settled(p, loc)[0]:
+        out.append(f"- **Locality against training-set size**: not read, {locality_settled(p, loc)[0]} of the "
+                   f"{len(locality_settled(p, loc)[1])} runs behind it still improving ({STILL_IMPROVING}).")
+    elif loc:
         out.append(f"- **Locality against training-set size**: {locality_text(p, loc)}. The ViT paper (Fig. 7 "
                    "right, JFT-300M) finds local heads in the lower layers; Raghu et al. 2021 find that with less "
                    "pre-training data the lower layers do not learn to attend locally.")
@@ -944,12 +967,14 @@ def findings(exp_dir: Path) -> list[Finding]:
     local from the smallest to the largest family training set (paired by seed)."""
     out = []
     for p in load(exp_dir):
-        behind = list({e["run"]: p.runs[e["run"]] for t in ("families", "ablations") for e in p.entries(t)
-                       if _test_acc(p.runs.get(e["run"]))}.values())
-        improving, where = sum(_improving(s) for s in behind), source("inductive_bias", p.key, behind, whose(exp_dir))
+        # converged or silent per reading: each finding counts the runs behind its own numbers
         none = [r for r in ablation_rows(p) if r["name"] == "none" and r["delta"] is not None]
         if none:
             r = max(none, key=lambda r: r["fraction"])
+            behind = [*p.cell("ablations", "variant", "none", r["fraction"]).values(),
+                      *p.cell("ablations", "variant", BASELINE, r["fraction"]).values()]
+            improving, where = sum(_improving(s) for s in behind), source("inductive_bias", p.key, behind,
+                                                                          whose(exp_dir))
             rows = TABLE8["rows"]
             out.append(Finding("Does ViT need a position embedding?",
                                f"a little: none {rows['none']:.4f} against learned 1D {rows['learn']:.4f} "
@@ -959,6 +984,8 @@ def findings(exp_dir: Path) -> list[Finding]:
                                     len(behind)), where))
         loc = locality(p)
         if loc and loc["change"] is not None:
+            improving, behind = locality_settled(p, loc)
+            where = source("inductive_bias", p.key, behind, whose(exp_dir))
             out.append(Finding("Does ViT's attention become local as its training set grows?",
                                "yes, with enough data: local heads in the lower layers after JFT-300M (ViT paper "
                                "Fig. 7); fewer with less data (Raghu et al. 2021)",
