@@ -316,6 +316,13 @@ def csv_rows(p: Profile) -> list[dict]:
     return rows
 
 
+def _behind(p: Profile, fraction: float, students: tuple = (), teachers: tuple = ()) -> dict:
+    """{improving, runs}: the finished runs a claim's numbers rest on, and how many still improved."""
+    runs = [r for cells, names in ((p.students, students), (p.teachers, teachers)) for n in names
+            for r in (cells.get((n, fraction)) or {}).values()]
+    return {"improving": sum(not _plateaued(r) for r in runs), "runs": len(runs)}
+
+
 def claims(p: Profile) -> list[dict]:
     """DeiT's three claims as paired differences by seed, per fraction: (a) each distilled
     student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both; (c) a CNN
@@ -326,12 +333,14 @@ def claims(p: Profile) -> list[dict]:
         for s in names:
             if teacher_of(s):
                 out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − none (cls)", "student": s,
-                            "est": paired_difference(student_accs(p, s, f, "both"), none)})
+                            "est": paired_difference(student_accs(p, s, f, "both"), none),
+                            **_behind(p, f, (s, NO_TEACHER))})
         for t in p.teacher_families:
             if f"hard/{t}" in names and f"soft/{t}" in names:
                 out.append({"claim": "b", "fraction": f, "label": f"hard/{t} − soft/{t} (cls+dist)", "teacher": t,
                             "est": paired_difference(student_accs(p, f"hard/{t}", f, "both"),
-                                                     student_accs(p, f"soft/{t}", f, "both"))})
+                                                     student_accs(p, f"soft/{t}", f, "both")),
+                            **_behind(p, f, (f"hard/{t}", f"soft/{t}"))})
         for c in (t for t in p.teacher_families if family_of(t) in CNNS and f"hard/{t}" in names):
             for v in (t for t in p.teacher_families if t in TRANSFORMERS and f"hard/{t}" in names):
                 ca, va = teacher_accs(p, c, f), teacher_accs(p, v, f)
@@ -339,7 +348,9 @@ def claims(p: Profile) -> list[dict]:
                             "transformer": v, "cnn_acc": _estimate(ca), "transformer_acc": _estimate(va),
                             "teacher_diff": paired_difference(ca, va),
                             "est": paired_difference(student_accs(p, f"hard/{c}", f, "both"),
-                                                     student_accs(p, f"hard/{v}", f, "both"))})
+                                                     student_accs(p, f"hard/{v}", f, "both")),
+                            # a matched teacher stops on purpose: its plateau is not asked (record_summary)
+                            **_behind(p, f, (f"hard/{c}", f"hard/{v}"), (c, v))})
     return out
 
 
@@ -516,19 +527,25 @@ def unsettled(p: Profile) -> str | None:
 
 
 def reading(p: Profile, cl: list[dict]) -> list[str]:
-    gate = unsettled(p)
-    if gate:
-        return [f"- {gate}"]
+    """One line per claim, each converged or silent on the runs behind it alone."""
+    if unsettled(p) and not any(c["runs"] and not c["improving"] for c in cl):
+        return [f"- {unsettled(p)}"]
+
+    def say(c: dict, claim: str) -> str:
+        if c["improving"]:
+            return (f"not read: {c['improving']} of the {c['runs']} runs behind it were still improving at their "
+                    f"last validation ({STILL_IMPROVING})")
+        return judge(c["est"], claim)
     out = []
     for c in (c for c in cl if c["claim"] == "a"):
         out.append(f"- Distillation against training alone, {c['label']} at {p.size_label(c['fraction'])}: "
-                   + judge(c["est"], f"{c['student']} beats the student trained alone"))
+                   + say(c, f"{c['student']} beats the student trained alone"))
     for c in (c for c in cl if c["claim"] == "b"):
         out.append(f"- Hard against soft, {c['label']} at {p.size_label(c['fraction'])}: "
-                   + judge(c["est"], f"hard distillation from {c['teacher']} beats soft"))
+                   + say(c, f"hard distillation from {c['teacher']} beats soft"))
     for c in (c for c in cl if c["claim"] == "c"):
         out.append(f"- CNN against transformer teacher, {c['label']} at {p.size_label(c['fraction'])}: "
-                   + judge(c["est"], f"the {c['cnn']} teacher transfers more than the {c['transformer']} teacher")
+                   + say(c, f"the {c['cnn']} teacher transfers more than the {c['transformer']} teacher")
                    + ". " + confound(c))
     return out
 
@@ -737,9 +754,7 @@ def findings(exp_dir: Path) -> list[Finding]:
     for p in load(exp_dir)[2]:
         f = p.fractions[-1]
         cl = [c for c in claims(p) if c["fraction"] == f]
-        runs = p.finished_runs()
-        improving = sum(not _plateaued(s) for s in runs)
-        where = source("distill", p.name, runs, whose(exp_dir))
+        where = source("distill", p.name, p.finished_runs(), whose(exp_dir))
         asked = (("a", "Does distillation beat training alone?",
                   f"yes: hard with token {pub['hard, with token: cls+dist'][2]} against "
                   f"{pub['no distillation'][2]} (DeiT-B, DeiT Table 3)", "distilled above, as published",
@@ -758,7 +773,7 @@ def findings(exp_dir: Path) -> list[Finding]:
                 ours = f"{c['label']} at {p.size_label(f)}: {estimate_text(c['est'])}"
                 if claim == "c" and c["teacher_diff"] is not None:
                     ours += f"; teachers differ by {estimate_text(c['teacher_diff'])}"
-                out.append(Finding(question, published, ours, read(c["est"], higher, lower, improving, len(runs)),
+                out.append(Finding(question, published, ours, read(c["est"], higher, lower, c["improving"], c["runs"]),
                                    where))
     return out
 
