@@ -93,7 +93,10 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
                  "--readme", ""]) == 0
     rows = list(csv.DictReader(open(out / "distill.csv")))
     assert {r["student"] for r in rows if r["role"] == "teacher"} == {"resnet", "vit", "resnet-at-vit"}
-    assert "resnet-at-vit: the resnet teacher run again and stopped" in (out / "distill.md").read_text()
+    md = (out / "distill.md").read_text()
+    assert "resnet-at-vit: the resnet teacher run again and stopped" in md
+    agreement = md.split("### Agreement with each teacher", 1)[1].split("###", 1)[0]
+    assert "| hard/vit |" in agreement and "no run" not in agreement  # the shared teachers' probes are read
 
     # the reference of distill alone carries the datascale runs it reads, beside datascale's own
     monkeypatch.chdir(tmp_path)

@@ -242,8 +242,8 @@ def agreement(p: Profile, student: str, fraction: float, family: str, head: str)
     for seed, s in p.students.get((student, fraction), {}).items():
         probes = s["_probes"]
         value = ((probes.get("agreement") or {}).get(family) or {}).get(head)
-        if value is not None and (probes.get("teacher_runs") or {}).get(family) == p.plan_teacher.get(
-                (family, fraction, seed)):
+        planned = p.plan_teacher.get((family, fraction, seed)) or ""  # a shared teacher: <experiment>/<folder>
+        if value is not None and (probes.get("teacher_runs") or {}).get(family) == planned.rsplit("/", 1)[-1]:
             out[seed] = value
     return out
 
@@ -382,7 +382,7 @@ def _cell(cell: dict, accs: dict) -> str:
 
 def provenance(p: Profile) -> list[str]:
     ax, runs = p.axes, p.finished_runs()
-    steps = "; ".join(f"{fmt(_one(s.get('steps') for s in p.runs_at(f)))} at "
+    steps = "; ".join(f"{fmt(_one(s.get('max_steps') or s.get('steps') for s in p.runs_at(f)))} at "
                       f"fraction {f:g} ({p.size_label(f)})" for f in p.fractions)
     variants = "; ".join(f"{v} (" + ", ".join(f"{k.split('.', 1)[-1]} {fmt(x)}" for k, x in args.items()) + ")"
                          for v, args in (ax.get("variants") or {}).items())
