@@ -501,6 +501,10 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             return out + [f"- {unsettled(p)}", ""]
         out.append(f"- Not read: {', '.join(left)}, where a run was still improving at its last validation "
                    f"({STILL_IMPROVING}); each reading below rests only on rows whose runs all plateaued.")
+    sizes = sorted({r["fraction"] for r in families})
+
+    def at(r: dict) -> str:  # with several family sizes, every number says which size it is read at
+        return f"{r['name']} at {_size_label(p, r['fraction'])}" if len(sizes) > 1 else r["name"]
     # 1. attention distance against depth
     att = [r for r in families if r["dist_growth"] is not None]
     if att:
@@ -510,7 +514,7 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             spread = f"; layer-1 heads {min(heads):.1f}-{max(heads):.1f} px" if heads else ""
             rel = (f"; layer 1 at {r['rel_first'].value:.2f} and the last layer at {r['rel_last'].value:.2f} of "
                    "the uniform-attention distance" if r["rel_first"] is not None else "")
-            parts.append(f"{r['name']} {_pm(r['dist_growth'], 1, signed=True)} px "
+            parts.append(f"{at(r)} {_pm(r['dist_growth'], 1, signed=True)} px "
                          f"({_verdict(r['dist_growth'], 'grows', 'shrinks', 'no clear change')}{spread}{rel})")
         out.append("- **Attention distance with depth** (last layer − first, mean over heads): " + "; ".join(parts)
                    + ". Near 1.00 of the uniform distance a layer's heads have not learned where to look; below "
@@ -523,12 +527,15 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
                                   "ImageNet top-1 and DeiT-S ~70% (Naseer et al. 2021)"),
                                  ("shuffle4", "4x4 shuffle", "transformers are far less hurt by shuffling than CNNs "
                                   "(Naseer et al. 2021)")):
-        rel, words = kept(families, key)
-        if rel:
-            out.append(f"- **Robustness to {what}** ({words}): "
-                       + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f". Transformers more robust than "
-                       f"CNNs? {_groups(rel)}.{_single_class_text(families) if key == 'patchdrop' else ''} "
-                       f"Published: {published}.")
+        for size in sizes:  # families compared at one training-set size at a time
+            rows = [r for r in families if r["fraction"] == size]
+            rel, words = kept(rows, key)
+            if rel:
+                where = f" at {_size_label(p, size)}" if len(sizes) > 1 else ""
+                out.append(f"- **Robustness to {what}**{where} ({words}): "
+                           + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f". Transformers more robust than "
+                           f"CNNs? {_groups(rel)}.{_single_class_text(rows) if key == 'patchdrop' else ''} "
+                           f"Published: {published}.")
     # 3. 2D structure of the learned tables
     learned = [r for r in ablations if r["name"] in ("learn", "learn2d") and r["two_d"]]
     if learned:
