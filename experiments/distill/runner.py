@@ -28,6 +28,7 @@ from datamodules import ImageClassificationDataModule
 from modules import FAMILIES
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
+from experiments.distill import MATCHED, matched_name
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, read_summary, write_json, write_profile_record
 from experiments.runs.cluster import options_from
@@ -49,16 +50,6 @@ PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epo
                     "lrs", "probe_images")
 STAGES = ("tune", "teachers", "matched", "students", "probes")
 NO_TEACHER = "none"   # the student variant trained alone
-MATCHED = "-at-"      # resnet-at-vit: the ResNet teacher stopped where it reaches the ViT teacher's best validation accuracy
-
-
-def matched_name(family: str, target: str) -> str:
-    return f"{family}{MATCHED}{target}"
-
-
-def family_of(teacher: str) -> str:
-    """The family of a teacher name (resnet of resnet-at-vit)."""
-    return teacher.split(MATCHED)[0]
 
 
 # ---------------- the spec ----------------

@@ -27,7 +27,7 @@ from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.runs.record import read_json, read_summary
 from experiments.runs.shared import located, shared_entries
-from experiments.distill.runner import MATCHED, family_of
+from experiments.distill import MATCHED, family_of
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source

@@ -552,9 +552,10 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             + f". The ViT paper: {TABLE8['rows']['none'] - TABLE8['rows']['learn']:+.4f} (none − learned 1D, "
             "ImageNet 5-shot); the gap is small because patches carry much of the spatial information themselves.")
     loc = locality(p)
-    if loc and locality_settled(p, loc)[0]:
-        out.append(f"- **Locality against training-set size**: not read, {locality_settled(p, loc)[0]} of the "
-                   f"{len(locality_settled(p, loc)[1])} runs behind it still improving ({STILL_IMPROVING}).")
+    improving, behind = locality_settled(p, loc) if loc else (0, [])
+    if loc and improving:
+        out.append(f"- **Locality against training-set size**: not read, {improving} of the "
+                   f"{len(behind)} runs behind it still improving ({STILL_IMPROVING}).")
     elif loc:
         out.append(f"- **Locality against training-set size**: {locality_text(p, loc)}. The ViT paper (Fig. 7 "
                    "right, JFT-300M) finds local heads in the lower layers; Raghu et al. 2021 find that with less "
