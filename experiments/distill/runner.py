@@ -2,9 +2,10 @@
 
 Four stages, each resumable (finished runs are skipped, interrupted ones resume, failed ones are
 retried; one failing run never stops the others):
-1. tune: every teacher family, and the student with no teacher (variant none), at each learning
-   rate of the grid at the tuned fractions (first seed); the winner on validation accuracy is used
-   at the nearest tuned fraction. The trial that won is the main run of its configuration.
+1. tune: every teacher family, and the student with no teacher (variant none) unless the spec's
+   student_lr_of names the teacher family whose lr the students take, at each learning rate of the
+   grid at the tuned fractions (first seed); the winner on validation accuracy is used at the
+   nearest tuned fraction. The trial that won is the main run of its configuration.
 2. teachers: every teacher family x fraction x seed, tested.
 3. students: every variant/teacher of the profile x fraction x seed, distilling from the teacher
    run of the same subset and seed, tested by each head (cls, dist, cls+dist).
@@ -43,8 +44,8 @@ from experiments.runs.trained import load_classifier, load_config, test_images
 NAME = "distill"
 RECORD = "distill.json"
 PROBES = "distill_probes.json"
-TOP_KEYS = {"name", "runner", "dataset", "student", "variants", "profiles"}
-PROFILE_KEYS = {"teachers", "matched", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
+TOP_KEYS = {"name", "runner", "dataset", "student", "student_lr_of", "variants", "profiles"}
+PROFILE_KEYS = {"teachers", "matched", "matched_val_interval", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                 "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "jobs", "cluster"}
 PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                     "lrs", "probe_images")
@@ -76,10 +77,11 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             "teachers": list(p["teachers"]), "students": list(p["students"]), "variants": spec["variants"],
             "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
             "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": int(p["min_steps"]),
+            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
-            "jobs": int(p.get("jobs", default_jobs())), "matched": dict(p.get("matched") or {})}
+            "jobs": int(p.get("jobs", default_jobs())), "matched": dict(p.get("matched") or {}),
+            "matched_val_interval": p.get("matched_val_interval"), "student_lr_of": spec.get("student_lr_of")}
     if p.get("tuned_fractions"):
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
     for f in [*axes["teachers"], axes["student"]]:
@@ -88,6 +90,13 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
     if axes["student"] != "deit":
         raise ValueError(f"student {axes['student']!r}: allowed 'deit' (the family with a distillation token)")
     check_axes(axes)
+    if axes["student_lr_of"] is not None and axes["student_lr_of"] not in axes["teachers"]:
+        raise ValueError(f"student_lr_of {axes['student_lr_of']!r}: allowed a teacher family of profile {profile!r} "
+                         f"({', '.join(axes['teachers'])}), whose chosen learning rate the students use")
+    interval = axes["matched_val_interval"]
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
+        raise ValueError(f"matched_val_interval={interval!r} in profile {profile!r}: allowed an integer >= 1 "
+                         "(steps between a matched teacher's validations)")
     for family, target in axes["matched"].items():
         if family not in axes["teachers"] or target not in axes["teachers"] or family == target:
             raise ValueError(f"matched {family}: {target} in profile {profile!r}: allowed a teacher family mapped to "
@@ -119,16 +128,21 @@ def _view(spec: dict, axes: dict) -> dict:
 
 
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
-    """Each teacher family and the no-teacher student at every lr, at the tuned fractions, first seed."""
+    """Each teacher family at every lr, at the tuned fractions, first seed; also the no-teacher
+    student unless the spec's student_lr_of names the teacher family whose lr the students take."""
     view, seed = _view(spec, axes), axes["seeds"][0]
+    tuned = [(t, "default") for t in axes["teachers"]]
+    if axes.get("student_lr_of") is None:
+        tuned.append((axes["student"], NO_TEACHER))
     runs = [_run(view, axes, runs_dir, pool, family, f, seed, recipe, lr, "tune")
-            for family, recipe in [(t, "default") for t in axes["teachers"]] + [(axes["student"], NO_TEACHER)]
-            for f in tuned_fractions(axes) for lr in axes["lrs"]]
+            for family, recipe in tuned for f in tuned_fractions(axes) for lr in axes["lrs"]]
     return with_folders(runs)
 
 
 def lr_of(choices: dict, axes: dict, family: str, fraction: float) -> float | None:
-    recipe = NO_TEACHER if family == axes["student"] else "default"
+    recipe = "default"
+    if family == axes["student"]:
+        family, recipe = (axes["student_lr_of"], "default") if axes.get("student_lr_of") else (family, NO_TEACHER)
     return choices.get((family, recipe, nearest_tuned(fraction, axes)))
 
 
@@ -162,7 +176,12 @@ def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                 if acc is None or lr is None:
                     continue
                 view = {"name": spec["name"], "recipe_args": {name: {"stop_at_val_acc": acc}}}
-                runs.append(_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main"))
+                run = _run(view, axes, runs_dir, pool, family, f, s, name, lr, "main")
+                if axes.get("matched_val_interval"):  # validated often, so it stops close to the target
+                    args = list(run.args)
+                    args[args.index("--trainer.val_check_interval") + 1] = str(axes["matched_val_interval"])
+                    run = replace(run, args=tuple(args))
+                runs.append(run)
     return with_folders(runs)
 
 

@@ -430,7 +430,9 @@ def _lr_lines(p: Profile) -> list[str]:
     out = [f"- learning rate chosen on validation accuracy only (grid {grid} "
            f"at fraction{'s' if len(ax.get('tuned_fractions') or []) > 1 else ''} "
            f"{', '.join(fmt(x) for x in ax.get('tuned_fractions') or [])}, first seed; the test split is never read "
-           f"by a choice); the student's on the no-teacher student, used by every variant:"]
+           f"by a choice); " + (f"the students take {ax['student_lr_of']}'s ({student} is {ax['student_lr_of']} with a distillation "
+                                  "token), every variant the same:" if ax.get("student_lr_of") else
+                                  "the student's on the no-teacher student, used by every variant:")]
     for family in dict.fromkeys([*p.teacher_families, student, *(c.get("family") for c in choices)]):
         mine = sorted((c for c in choices if c.get("family") == family), key=lambda c: c.get("fraction") or 0)
         if mine:

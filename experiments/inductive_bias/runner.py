@@ -98,7 +98,7 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
             "family_fractions": sorted(float(f) for f in p["family_fractions"]),
             "ablations": {v: sorted(float(f) for f in p["ablations"][v]) for v in chosen},
             "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": int(p["min_steps"]),
+            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
             "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},

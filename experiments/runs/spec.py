@@ -110,14 +110,8 @@ def load_spec(name_or_path: str) -> dict:
         for key in ("fractions", "seeds", "lrs"):
             if not isinstance(profile[key], list) or not profile[key]:
                 raise ValueError(f"{key}={profile[key]!r} in {where}: allowed a non-empty list, e.g. [0, 1]")
-        epochs = profile["epochs"]
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or epochs <= 0:
-            raise ValueError(f"epochs={epochs!r} in {where}: allowed a number > 0")
         check_cluster(profile.get("cluster"), where)  # the slurm and submitit-local launchers' settings
-        for key in ("min_steps", "val_checks"):
-            v = profile[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{key}={v!r} in {where}: allowed an integer >= 1")
+        check_schedule(profile, where)
     checked_name(f"name in {spec_label(path)}", spec["name"])  # the experiment's folder under runs_dir
     recipes = spec["recipe_args"]
     if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
@@ -166,8 +160,37 @@ def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], require
     for name, profile in spec["profiles"].items():
         _reject_unknown(profile, profile_keys, f"profile {name!r} of {spec_label(path)}", required=profile_required)
         check_cluster(profile.get("cluster"), f"profile {name!r} of {spec_label(path)}")
+        check_schedule(profile, f"profile {name!r} of {spec_label(path)}")
     checked_name(f"name in {spec_label(path)}", spec["name"])  # every runner requires it: the experiment's folder
     return spec, path
+
+
+def check_schedule(profile: dict, where: str) -> None:
+    """epochs (a number > 0) and min_steps (an integer >= 1), each either one value or a mapping from
+    a family or variant name to its value with a `default` (a run takes its variant's value, else its
+    family's, else the default: each run gets the steps its curve needs); val_checks an integer >= 1."""
+    for key, integer in (("epochs", False), ("min_steps", True)):
+        value = profile[key]
+        for name, v in (value.items() if isinstance(value, dict) else [(None, value)]):
+            if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)) or v <= 0:
+                at = f"{key}={value!r}" if name is None else f"{key} of {name!r} = {v!r}"
+                allowed = "an integer >= 1" if integer else "a number > 0"
+                raise ValueError(f"{at} in {where}: allowed {allowed}, or a mapping of family or variant names "
+                                 f"to such values with a 'default'")
+        if isinstance(value, dict) and "default" not in value:
+            raise ValueError(f"{key}={value!r} in {where} has no 'default': allowed a mapping of family or "
+                             f"variant names to values, with a 'default' for every other run")
+    v = profile["val_checks"]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"val_checks={v!r} in {where}: allowed an integer >= 1")
+
+
+def per_run(value, family: str, recipe: str):
+    """A schedule value for one run: the value itself, or from its mapping the recipe's (a variant:
+    an ablation, a student), else the family's, else the default."""
+    if not isinstance(value, dict):
+        return value
+    return value.get(recipe, value.get(family, value["default"]))
 
 
 def _reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, ...] = ()) -> None:
@@ -195,7 +218,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
         "recipes": list(recipes or p.get("recipes") or spec.get("recipes", ["default"])),
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
-        "epochs": p["epochs"], "min_steps": int(p["min_steps"]), "val_checks": int(p["val_checks"]),
+        "epochs": p["epochs"], "min_steps": p["min_steps"], "val_checks": int(p["val_checks"]),
         "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
         "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
@@ -239,11 +262,13 @@ def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int,
     return f"{family}-{budget}_{data}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
 
 
-def steps_for(n: int, axes: dict) -> int:
+def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
     """S(n) = max(min_steps, epochs * n / batch_size), rounded up to a multiple of val_checks so
-    the run validates exactly val_checks times, the last at its final step."""
+    the run validates exactly val_checks times, the last at its final step; epochs and min_steps
+    are those of the run's variant (recipe) or family where the profile maps them (per_run)."""
     checks = axes["val_checks"]
-    steps = max(axes["min_steps"], math.ceil(axes["epochs"] * n / axes["batch_size"]))
+    epochs, min_steps = per_run(axes["epochs"], family, recipe), per_run(axes["min_steps"], family, recipe)
+    steps = max(min_steps, math.ceil(epochs * n / axes["batch_size"]))
     return math.ceil(steps / checks) * checks
 
 
@@ -269,7 +294,7 @@ def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fr
          recipe: str, lr: float, stage: str) -> Run:
     name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
     n = resolve_train_size(fraction, None, pool_size)
-    steps = steps_for(n, axes)
+    steps = steps_for(n, axes, family, recipe)
     args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
             "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
             "--model.lr", f"{lr:g}", "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
