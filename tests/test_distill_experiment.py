@@ -167,10 +167,15 @@ def test_tiny_distill_spec_end_to_end_into_its_table(tiny_spec, tmp_path):
     ({"fractions": [0, 1]}, "fraction 0 is outside (0, 1]"),
     ({"teachers": ["cnn"]}, "unknown family 'cnn': allowed vit, deit, swin, convnext, hybrid, resnet"),
     ({"teacher": ["resnet"]}, "unknown key 'teacher' in profile 'cpu'"),
+    ({"matched_val_interval": 0}, "matched_val_interval=0 in profile 'cpu': allowed an integer >= 1"),
+    ({"student_lr_of": "vit"}, "student_lr_of 'vit': allowed a teacher family of profile 'cpu' (resnet)"),
 ])
 def test_bad_spec_is_one_line_and_writes_nothing(tiny_spec, capsys, change, message):
     spec, runs, launched = tiny_spec
     bad = json.loads(json.dumps(TINY))
+    change = dict(change)
+    top = {k: change.pop(k) for k in list(change) if k in ("student_lr_of",)}  # a key of the spec, not the profile
+    bad.update(top)
     bad["profiles"]["cpu"].update(change)
     spec.write_text(yaml.safe_dump(bad))
     assert main(["distill", "--spec", str(spec), "--runs_dir", str(runs)]) == 2

@@ -65,6 +65,10 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     (yaml.safe_dump({**SPEC, "profiles": {}}), ["spec bad.yaml has no profiles", "batch_size, budget, cluster, epochs, families, fractions"]),
     (yaml.safe_dump({**SPEC, "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0]}}}),
      ["profile 'cpu' of bad.yaml lacks the key 'epochs'", "required budget, fractions, seeds, epochs"]),
+    (yaml.safe_dump({**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "epochs": {"vit": 400}}}}),
+     ["epochs={'vit': 400} in profile 'cpu' of bad.yaml has no 'default'", "with a 'default' for every other run"]),
+    (yaml.safe_dump({**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "min_steps": {"default": 4, "vit": 2.5}}}}),
+     ["min_steps of 'vit' = 2.5 in profile 'cpu' of bad.yaml: allowed an integer >= 1"]),
     (yaml.safe_dump({k: v for k, v in SPEC.items() if k != "name"}),
      ["spec bad.yaml lacks the key 'name'", "required name, dataset, families, profiles, recipe_args"]),
 ])

@@ -27,6 +27,20 @@ def test_steps_grow_with_n_above_a_floor():
     assert steps_for(550, axes) == 1000
 
 
+def test_steps_per_family_and_variant():
+    """A profile may map epochs and min_steps per family or variant: a run takes its variant's value,
+    else its family's, else the default."""
+    axes = {"epochs": {"default": 300, "vit": 400, "resnet": 200}, "val_checks": 20, "batch_size": 32,
+            "min_steps": {"default": 2000, "none": 4000}}
+    # 400 * 590 / 32 = 7375 -> 7380; 200 * 590 / 32 = 3687.5 -> 3688 -> 3700; 300 * 590 / 32 = 5531.25 -> 5540
+    assert [steps_for(590, axes, f) for f in ("vit", "resnet", "swin")] == [7380, 3700, 5540]
+    assert steps_for(118, axes, "vit") == steps_for(118, axes, "resnet") == 2000   # the floor
+    assert steps_for(118, axes, "vit", "none") == 4000                             # the variant's floor
+    assert steps_for(590, axes, "vit", "none") == 7380                             # ... or its family's epochs
+    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "epochs": {"default": 0.25, "vit": 0.5}}}}
+    assert resolve_axes(spec, "cpu")["epochs"] == {"default": 0.25, "vit": 0.5}
+
+
 def test_nearest_tuned_fraction_on_a_log_scale():
     axes = {"fractions": [0.01, 0.02, 0.05, 0.1, 1.0]}
     assert tuned_fractions(axes) == [0.01, 1.0]

@@ -18,10 +18,11 @@ PROTOCOL = {"budget": "tiny", "fractions": [0.5], "seeds": [0], "epochs": 0.25, 
             "batch_size": 32, "lrs": [0.003], "tuned_fractions": [0.5], "jobs": 1}
 DATASCALE = {"name": "datascale", "dataset": "fashion_mnist", "families": ["resnet", "vit"],
              "recipe_args": {"default": {}}, "profiles": {"cpu": PROTOCOL}}
-DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "student": "deit",
+DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "student": "deit", "student_lr_of": "vit",
            "variants": {"none": {"model.distillation": "none"},
                         "hard": {"model.distillation": "hard", "model.distill_alpha": 0.5}},
            "profiles": {"cpu": {**PROTOCOL, "teachers": ["resnet", "vit"], "matched": {"resnet": "vit"},
+                                "matched_val_interval": 1,
                                 "students": ["none", "hard/resnet-at-vit", "hard/vit"], "probe_images": 32}}}
 
 
@@ -52,15 +53,18 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
     launched.clear()
 
     assert main(["distill", "--spec", str(distill_spec), "--runs_dir", str(runs)]) == 0
-    # trained now: the no-teacher student's trial (tested as its main run), the matched teacher and
-    # two distilled students; every ResNet and ViT run is exp-datascale's
+    # trained now: the no-teacher student, the matched teacher and two distilled students; every
+    # ResNet and ViT run is exp-datascale's, and the students are not tuned (they take ViT's lr)
     assert all(f.startswith("distill/") for f in launched)
     trained = {f.split("/")[1] for f in launched}
     assert len(trained) == 4 and not trained & datascale
     record = json.loads((runs / "distill" / "distill.json").read_text())["profiles"]["cpu"]
     teachers = {t["family"]: t["run"] for t in record["teachers"]}
     assert teachers["resnet"].startswith("datascale/") and teachers["vit"].startswith("datascale/")
-    assert {t["run"].split("/")[-1] for t in record["tuning"]["trials"] if t["family"] != "deit"} <= datascale
+    assert {t["run"].split("/")[-1] for t in record["tuning"]["trials"]} <= datascale
+    assert "deit" not in {t["family"] for t in record["tuning"]["trials"]}
+    choices = {c["family"]: c["lr"] for c in record["tuning"]["choices"]}
+    assert choices["deit"] == choices["vit"]
 
     # the matched teacher: the ResNet configuration, stopped at the ViT teacher's best validation accuracy
     vit = json.loads((located(runs / "distill", teachers["vit"]) / "summary.json").read_text())
@@ -70,12 +74,18 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
     assert matched["stopped"]["at_val_acc"] == vit["val_acc_best"] and matched["plateau"] is None
     ident = json.loads((matched_dir / "identity.json").read_text())["identity"]
     resnet_ident = json.loads((located(runs / "distill", teachers["resnet"]) / "identity.json").read_text())["identity"]
-    assert ident.pop("stop_at_val_acc") == vit["val_acc_best"] and ident == resnet_ident  # else the same run
+    assert ident.pop("stop_at_val_acc") == vit["val_acc_best"]
+    # validated at every step (matched_val_interval: 1) instead of every second (val_checks: 2 of 4 steps)
+    assert ident.pop("trainer.val_check_interval") == 1 and resnet_ident.pop("trainer.val_check_interval") == 2
+    assert ident == resnet_ident  # else the same run
     accs, target = [a for _, a in matched["val_history"]], round(vit["val_acc_best"], 6)  # history: 6 decimals
     if matched["stopped"]["reached"]:  # stopped at the first validation at or above the target
         assert accs[-1] >= target and all(a < target for a in accs[:-1])
         assert matched["steps"] == matched["stopped"]["step"] == matched["val_history"][-1][0]
     students = {s["student"]: s for s in record["students"]}
+    for s in students.values():
+        student_cfg = yaml.safe_load((runs / "distill" / s["run"] / "config.yaml").read_text())
+        assert student_cfg["model"]["lr"] == choices["vit"]
     cfg = yaml.safe_load((runs / "distill" / students["hard/resnet-at-vit"]["run"] / "config.yaml").read_text())
     assert cfg["model"]["teacher_checkpoint"] == str(matched_dir / "checkpoints" / "best.ckpt")
     cfg = yaml.safe_load((runs / "distill" / students["hard/vit"]["run"] / "config.yaml").read_text())
