@@ -372,3 +372,31 @@ def test_missing_or_corrupt_record_is_one_line_and_writes_nothing(tmp_path, reco
     assert [p.name for p in out.iterdir()] == [f"{NAME}.md"] and (out / f"{NAME}.md").read_text() == "sentinel\n"
     if record is not None:
         assert (exp / RECORD).read_text() == record   # left as it is
+
+
+def test_the_plain_family_is_a_no_distillation_baseline(tmp_path):
+    """With student_lr_of (the students take ViT's lr; DeiT is ViT with a distillation token), each
+    distilled student is also read against the ViT teacher run of its subset and seed: DeiT's own
+    no-distillation baseline, from the shared pool, paired by seed."""
+    exp = tmp_path / "runs" / "distill"
+    write_experiment(exp, None)
+    record = json.loads((exp / RECORD).read_text())
+    record["profiles"]["cpu"]["axes"]["student_lr_of"] = "vit"
+    (exp / RECORD).write_text(json.dumps(record))
+    make_tables(exp, tmp_path / "results")
+    md = (tmp_path / "results" / f"{NAME}.md").read_text()
+    over_vit = diffs(REPORTED["hard/resnet", 0.01], TEACHERS["vit", 0.01])    # 0.14, 0.16, 0.18
+    assert (f"| hard/resnet (cls+dist) − vit | 0.01 | +0.1600 ± {ci(over_vit):.4f} | 3 |"
+            in section(md, "DeiT's claims: paired differences by seed"))
+    assert (f"hard/resnet (cls+dist) − vit at 590 images: +0.1600 ± {ci(over_vit):.4f} (3 pairs): hard/resnet beats "
+            "vit (no distillation token) trained alone, as DeiT reports") in section(md, "What the numbers say")
+    # the DeiT student trained alone stays a baseline beside it
+    assert "hard/resnet (cls+dist) − none (cls) at 590 images" in md
+    # without student_lr_of there is no such row
+    assert "(cls+dist) − vit |" not in make_and_read(tmp_path / "plain")
+
+
+def make_and_read(root: Path) -> str:
+    write_experiment(root / "runs" / "distill", None)
+    make_tables(root / "runs" / "distill", root / "results")
+    return (root / "results" / f"{NAME}.md").read_text()

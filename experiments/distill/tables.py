@@ -328,13 +328,22 @@ def claims(p: Profile) -> list[dict]:
     student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both; (c) a CNN
     teacher's hard student minus a transformer teacher's, with the two teachers' accuracies."""
     out, names = [], p.student_names
+    # the family the student is without its distillation token (DeiT: ViT), trained alone at the lr the
+    # students take: DeiT's own no-distillation baseline, a teacher run of the same subset and seed
+    plain = p.axes.get("student_lr_of")
     for f in p.fractions:
         none = student_accs(p, NO_TEACHER, f, "cls")
         for s in names:
             if teacher_of(s):
                 out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − none (cls)", "student": s,
+                            "baseline": "the student trained alone",
                             "est": paired_difference(student_accs(p, s, f, "both"), none),
                             **_behind(p, f, (s, NO_TEACHER))})
+                if plain in p.teacher_families:
+                    out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − {plain}", "student": s,
+                                "baseline": f"{plain} (no distillation token) trained alone",
+                                "est": paired_difference(student_accs(p, s, f, "both"), teacher_accs(p, plain, f)),
+                                **_behind(p, f, (s,), (plain,))})
         for t in p.teacher_families:
             if f"hard/{t}" in names and f"soft/{t}" in names:
                 out.append({"claim": "b", "fraction": f, "label": f"hard/{t} − soft/{t} (cls+dist)", "teacher": t,
@@ -541,7 +550,7 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
     out = []
     for c in (c for c in cl if c["claim"] == "a"):
         out.append(f"- Distillation against training alone, {c['label']} at {p.size_label(c['fraction'])}: "
-                   + say(c, f"{c['student']} beats the student trained alone"))
+                   + say(c, f"{c['student']} beats {c.get('baseline', 'the student trained alone')}"))
     for c in (c for c in cl if c["claim"] == "b"):
         out.append(f"- Hard against soft, {c['label']} at {p.size_label(c['fraction'])}: "
                    + say(c, f"hard distillation from {c['teacher']} beats soft"))
