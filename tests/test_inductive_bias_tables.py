@@ -159,7 +159,11 @@ def test_tables_from_hand_written_records(converged, tmp_path):
     assert rows[("family", "resnet", 1.0)]["attention_distance_first_mean"] == ""
     text = (out / f"{NAME}.md").read_text()
     # PatchDrop retention: resnet 0.21/0.80 = 0.26, swin 0.41/0.65 = 0.63, vit 0.51/0.70 = 0.73
-    assert "resnet 0.26" in text and "vit 0.73" in text and "every transformer keeps more than every CNN" in text
+    assert "resnet 0.26" in text and "vit 0.73" in text
+    # read from the paired interval of the shares by seed: vit (0.50 + 0.01 s) / 0.70 − resnet (0.20 + 0.01 s) / 0.80
+    kept_diff = [(DROP["vit"] + 0.01 * s) / CLEAN["vit"] - (DROP["resnet"] + 0.01 * s) / CLEAN["resnet"] for s in SEEDS]
+    assert (f"vit − resnet, paired by seed: +{statistics.fmean(kept_diff):.3f} ± {ci(kept_diff):.3f}: vit keeps more"
+            in text)
     assert "vit +4.0 ± 0.0 px (grows" in text
     # layer means over uniform attention's 16 px: (8, 9, 10) / 16 and (12, 13, 14) / 16
     assert "layer 1 at 0.56 and the last layer at 0.81 of the uniform-attention distance" in text
@@ -168,7 +172,8 @@ def test_tables_from_hand_written_records(converged, tmp_path):
     assert "Not read" not in text
     assert "*Verdict*: cannot tell: every none − learn interval includes 0" in text
     assert "*Verdict*: partly: the learned 1D table has 2D structure in 4 of 6 runs." in text
-    assert text.count("*Verdict*: agrees: every transformer keeps more of its accuracy than every CNN.") == 2
+    assert text.count("*Verdict*: At 1 (59,000 images): agrees: every transformer keeps more of its accuracy than "
+                      "every CNN (each paired interval above 0).") == 2
     assert "*Verdict*: agrees for vit: distance grows with depth." in text
     assert "1500" not in text and "25.0 min" in text
     for name in FIGURES:
@@ -311,3 +316,21 @@ def test_locality_against_training_set_size_is_read_from_the_paired_change(ratio
     assert text.startswith("vit's mean attention distance over the uniform-attention distance")
     assert "0.002 (118 images)" in text and "0.01 (590 images)" in text
     assert text.rstrip().endswith(expected) if not expected.endswith("interval") else expected in text
+
+
+def test_robustness_is_read_from_paired_intervals(tmp_path):
+    """A transformer whose kept share is above the CNN's on average but not in every seed: the
+    interval includes 0, so the reading cannot tell (no direction from the means alone)."""
+    exp = write_experiment(tmp_path / "runs" / NAME, None)
+    for seed, drop in zip(SEEDS, (0.10, 0.50, 0.15)):   # vit shares 0.14, 0.71, 0.21 vs resnet 0.25, 0.26, 0.28
+        run = exp / f"vit_f1_s{seed}_{'%08x' % seed}" / "probes.json"
+        probes = json.loads(run.read_text())
+        probes["robustness"]["patchdrop_accuracy"][1] = drop
+        run.write_text(json.dumps(probes))
+    make_tables(exp, tmp_path / "out")
+    text = (tmp_path / "out" / f"{NAME}.md").read_text()
+    diff = [d / CLEAN["vit"] - (DROP["resnet"] + 0.01 * s) / CLEAN["resnet"] for s, d in zip(SEEDS, (0.10, 0.50, 0.15))]
+    assert (f"vit − resnet, paired by seed: {statistics.fmean(diff):+.3f} ± {ci(diff):.3f}: cannot tell: the 95% "
+            "interval") in text
+    assert ("*Verdict*: At 1 (59,000 images): cannot tell: some transformer − CNN interval includes 0 or the "
+            "intervals point different ways.") in text

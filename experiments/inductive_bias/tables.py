@@ -533,9 +533,9 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             if rel:
                 where = f" at {_size_label(p, size)}" if len(sizes) > 1 else ""
                 out.append(f"- **Robustness to {what}**{where} ({words}): "
-                           + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f". Transformers more robust than "
-                           f"CNNs? {_groups(rel)}.{_single_class_text(rows) if key == 'patchdrop' else ''} "
-                           f"Published: {published}.")
+                           + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + ". Transformers more robust than "
+                           f"CNNs? {robustness_text(robustness_pairs(p, size, key))}."
+                           f"{_single_class_text(rows) if key == 'patchdrop' else ''} Published: {published}.")
     # 3. 2D structure of the learned tables
     learned = [r for r in ablations if r["name"] in ("learn", "learn2d") and r["two_d"]]
     if learned:
@@ -639,12 +639,16 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                          for r in ablations if r["name"] in TABLES and r["two_d"]) + "."
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
-        rel, words = kept(families, key)
         what = f"{DROP_AT:.0%} of the cells dropped" if name == "occlusion" else "the 4x4 grid shuffled"
         caveat = f" Note: {_uniform_caveat(families)}" if name == "shuffle" and _uniform_caveat(families) else ""
         single = _single_class_text(families) if name == "occlusion" else ""
-        return (f"with {what}, each family keeps this {words}: "
-                + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + f"; {_groups(rel)}.{single}{caveat}")
+        parts = []
+        for size in sorted({r["fraction"] for r in families}):  # one training-set size at a time
+            rel, words = kept([r for r in families if r["fraction"] == size], key)
+            parts.append(f"at {_size_label(p, size)}, each family keeps this {words}: "
+                         + ", ".join(f"{f} {v:.2f}" for f, v in rel.items())
+                         + f"; {robustness_text(robustness_pairs(p, size, key))}")
+        return f"with {what}: " + "; ".join(parts) + f".{single}{caveat}"
     if name == "shift":
         parts = []
         for fam in p.families():
@@ -714,12 +718,9 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                 f"partly: the learned 1D table has 2D structure in {hits} of {total} runs.")
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
-        rel, _ = kept(families, key)
-        t, c = [v for f, v in rel.items() if f in TRANSFORMERS], [v for f, v in rel.items() if f in CNNS]
-        if not t or not c:
-            return ""
-        return ("agrees: every transformer keeps more of its accuracy than every CNN." if min(t) > max(c) else
-                "disagrees: the transformers are not more robust than the CNNs here.")
+        said = [(size, robustness_verdict(robustness_pairs(p, size, key)))
+                for size in sorted({r["fraction"] for r in families})]
+        return " ".join(f"At {_size_label(p, size)}: {v}." for size, v in said if v)
     return ""
 
 
@@ -744,6 +745,52 @@ def kept(families: list[dict], key: str) -> tuple[dict[str, float], str]:
     return shares, words
 
 
+ROBUSTNESS_MARGIN = 0.05  # kept shares (0-1) within 5% of the clean accuracy above chance: no difference
+
+
+def kept_by_seed(p: Profile, family: str, fraction: float, key: str) -> dict[int, float]:
+    """seed -> the share `kept` gives, for one run's probe: (acc − m) / (clean − m) with that run's
+    own majority-class rate m (runs whose clean accuracy is not above m are left out)."""
+    out = {}
+    for seed, x in p.probe_cell(family, fraction).items():
+        r = probe_metrics(x)
+        v, clean = r.get(key), r.get("clean")
+        m = r.get("majority") or 0.0  # records made before the majority rate was probed: acc / clean, as kept()
+        if v is not None and clean is not None and clean > m:
+            out[seed] = (v - m) / (clean - m)
+    return out
+
+
+def robustness_pairs(p: Profile, fraction: float, key: str) -> list[tuple[str, str, Estimate | None]]:
+    """(transformer, CNN, paired difference of their kept shares by seed) for every transformer and
+    CNN family probed at `fraction`: the interval a robustness verdict is read from."""
+    fams = [f for f in p.families() if p.probe_cell(f, fraction)]
+    return [(t, c, paired_difference(kept_by_seed(p, t, fraction, key), kept_by_seed(p, c, fraction, key)))
+            for t in fams if t in TRANSFORMERS for c in fams if c in CNNS]
+
+
+def robustness_text(pairs: list[tuple[str, str, Estimate | None]]) -> str:
+    """Each transformer − CNN difference of kept shares with its interval, in the shared vocabulary."""
+    if not pairs:
+        return "no transformer-CNN comparison (a group is missing)"
+    return "; ".join(f"{t} − {c}, paired by seed: {_pm(est, 3, signed=True)}: "
+                     + interval_verdict(est, f"{t} keeps more", f"{c} keeps more", ROBUSTNESS_MARGIN)
+                     for t, c, est in pairs)
+
+
+def robustness_verdict(pairs: list[tuple[str, str, Estimate | None]]) -> str:
+    """agrees when every transformer − CNN interval lies above 0, disagrees when every one lies
+    below, else cannot tell."""
+    sides = [side(est) for _, _, est in pairs]
+    if not sides:
+        return ""
+    if all(s == 1 for s in sides):
+        return "agrees: every transformer keeps more of its accuracy than every CNN (each paired interval above 0)"
+    if all(s == -1 for s in sides):
+        return "disagrees: every CNN keeps more of its accuracy than every transformer (each paired interval below 0)"
+    return "cannot tell: some transformer − CNN interval includes 0 or the intervals point different ways"
+
+
 def single_class(families: list[dict]) -> list[str]:
     """The families whose predictions collapse to one class with DROP_AT of the cells dropped."""
     return [r["name"] for r in families if r.get("top_share") is not None and r["top_share"].value >= SINGLE_CLASS]
@@ -754,17 +801,6 @@ def _single_class_text(families: list[dict]) -> str:
     return (f" {', '.join(one)} {'answers' if len(one) == 1 else 'answer'} one class for {SINGLE_CLASS:.0%} or more "
             f"of the images with {DROP_AT:.0%} of the cells dropped: {'its' if len(one) == 1 else 'their'} accuracy "
             "there is that class's share, not robustness." if one else "")
-
-
-def _groups(rel: dict[str, float]) -> str:
-    t, c = [v for f, v in rel.items() if f in TRANSFORMERS], [v for f, v in rel.items() if f in CNNS]
-    if not t or not c:
-        return "no transformer-CNN comparison (a group is missing)"
-    if min(t) > max(c):
-        return "every transformer keeps more than every CNN"
-    if max(t) < min(c):
-        return "every CNN keeps more than every transformer: the opposite of the published finding"
-    return "the transformers and the CNNs overlap"
 
 
 def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], families: list[dict]) -> list[str]:
