@@ -209,4 +209,10 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         student_tuned = spec.get("student_lr_of") is None
         assert f"## tune: {tuning * (len(profile['teachers']) + student_tuned)} runs" in out
         assert ("--model.distillation none" in out) == student_tuned
+        # the whole profile before any run: the trials, every teacher (the trial at the grid's first lr
+        # is the first seed's main run) and every student, a matched teacher's too
+        cells, n_tuned = len(profile["fractions"]) * len(profile["seeds"]), tuning // len(profile["lrs"])
+        runs = (tuning * (len(profile["teachers"]) + student_tuned) + cells * len(profile["teachers"])
+                + cells * len(profile["students"]) - n_tuned * (len(profile["teachers"]) + student_tuned))
+        assert f"## the whole profile ({runs} runs, " in out
     assert not (tmp_path / "distill").exists()  # a dry run writes nothing

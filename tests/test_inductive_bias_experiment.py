@@ -205,6 +205,16 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         for b in budgets:
             assert (f"## tune (budget {b}): {tuning} runs" if len(budgets) > 1 else f"## tune: {tuning} runs") in out
         assert len(budgets) == (3 if name == "gpu" else 1)   # the gpu profile covers every budget
+        # the whole profile before any run: trials, family runs and ablations, each configuration once
+        # (the first seed's main run at a tuned fraction is its trial at the grid's first lr)
+        seeds = len(profile["seeds"])
+        runs = len(budgets) * (tuning + seeds * len(profile["families"]) * len(profile["family_fractions"])
+                               - len(profile["families"]) * len(fractions)
+                               + seeds * sum(len(fs) for v, fs in profile["ablations"].items() if v != "learn")
+                               # DeiT's trials distil from the ResNet trial whose lr tuning chooses, unknown before
+                               # tuning: its first seed's main runs are counted apart from its trials
+                               + ("deit" in profile["families"]) * len(fractions))
+        assert f"## the whole profile ({runs} runs, " in out, out[-300:]
     assert not (tmp_path / "inductive_bias").exists()  # a dry run writes nothing
 
 

@@ -38,7 +38,7 @@ from experiments.runs.slurm import print_status, run_then_tables
 from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
                                    nearest_tuned, runner_parser, tuned_fractions, with_folders)
 from experiments.runs.execute import TUNED, run_status
-from experiments.runs.sweep import choose_lrs, launching, print_plan
+from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
 from experiments.runs.trained import load_classifier, load_config, test_images
 
 NAME = "distill"
@@ -355,9 +355,19 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
                 return print_status(list(stages), [f"main runs of {', '.join(waiting)}: listed once their tuning "
                                                    "is done"] if waiting else [], exp_dir)
             for title, runs in stages:
-                print_plan(title, runs, axes)
+                print_plan(title, runs, axes, jobs=jobs)
             if waiting:
                 print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
+            # every run the profile will train, the ones waiting for their lr planned at any lr; not the
+            # matched teachers, which stop where their training reaches the target (a few hundred steps
+            # on the cpu profile); their students, planned here against a stand-in folder
+            anyway = AnyLr(axes["lrs"][0])
+            every_teacher = teacher_runs(spec, axes, runs_dir, pool, anyway)
+            stand_ins = [replace(r, recipe=matched_name(r.family, to), run_dir=r.run_dir.with_name(
+                r.run_dir.name + MATCHED + to)) for fam, to in axes["matched"].items() for r in every_teacher
+                if r.family == fam]
+            whole_profile([*trials, *every_teacher,
+                           *student_runs(spec, axes, runs_dir, pool, anyway, every_teacher + stand_ins)], axes, jobs)
             return 0
         probed = probes_stage(students, teachers, axes["probe_images"])
         results.update({f"probes {k}": v for k, v in probed.items()})

@@ -40,7 +40,7 @@ from experiments.runs.slurm import print_status, run_then_tables
 from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
                                    main_runs, nearest_tuned, runner_parser, with_folders)
 from experiments.runs.execute import TUNED, run_status
-from experiments.runs.sweep import choose_lrs, launching, print_plan, tuning_stage
+from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -390,6 +390,10 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
                 if waiting or not abl:
                     print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "
                           "tuning trials are done")
+            anyway = AnyLr(axes["lrs"][0])  # every run of the profile, those waiting for their lr at any lr
+            whole_profile([r for ax, _, trials, *_ in plans for r in [*trials, *family_runs(spec, ax, runs_dir, pool, anyway),
+                                                                        *ablation_runs(spec, ax, runs_dir, pool, anyway)]],
+                          axes, jobs)
             return 0
         run(every)
         probed = {}

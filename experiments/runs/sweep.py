@@ -227,6 +227,32 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
     write_json(path, record)
 
 
+class AnyLr(dict):
+    """Learning-rate choices before tuning, for a dry run's estimate: every (family, recipe,
+    fraction) gets `lr`. A run's steps do not depend on its lr, so neither does the estimate."""
+
+    def __init__(self, lr: float):
+        super().__init__()
+        self.lr = lr
+
+    def get(self, key, default=None):
+        return self.lr
+
+    def __getitem__(self, key):
+        return self.lr
+
+    def __contains__(self, key):
+        return True
+
+
+def whole_profile(runs: list[Run], axes: dict, jobs: int) -> None:
+    """Prints what the whole profile would take: its tuning trials and every run it plans once they
+    are done (planned with AnyLr), each configuration once."""
+    every = list({r.run_dir: r for r in runs}.values())
+    print(f"## the whole profile ({len(every)} runs, {sum(r.steps for r in every):,} optimisation steps): "
+          + (estimate(every, axes["batch_size"], jobs).lstrip("; ") or "nothing planned"))
+
+
 def _runnable_families(axes: dict, choices: dict) -> list[str]:
     return [f for f in axes["families"]
             if all((f, r, t) in choices for r in axes["recipes"] for t in tuned_fractions(axes))]
