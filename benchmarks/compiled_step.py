@@ -6,8 +6,9 @@ Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 1
 28x28x1 synthetic images already on the device. The first compiled steps pay for compilation
 (cold: a fresh inductor cache unless TORCHINDUCTOR_CACHE_DIR is set); the script reports that time
 apart, then times eager and compiled steps in interleaved repeats (this machine's speed drifts
-between minutes) and gives the median ratio. Default families: vit and
-resnet, the two every cpu profile trains.
+between minutes) and gives the median ratio, and the run length from which compiling pays: its
+compile time over the time it saves per step (a run of fewer steps is faster eager). Default
+families: vit and resnet, the two every cpu profile trains.
 
     make bench          # or: python benchmarks/compiled_step.py --family vit resnet hybrid --steps 20
 """
@@ -54,7 +55,8 @@ def main() -> None:
     print(f"hardware: {hardware()}; torch {v['torch']}, timm {v['timm']}")
     print(f"{a.budget} budget, batch {a.batch} x 28x28x1 (synthetic, on {device.type}), {precision}; "
           f"torch.compile(model), inductor; {a.repeats} x {a.steps} timed steps each, interleaved")
-    print(f"{'family':9} {'compile s':>9} {'eager img/s':>11} {'compiled img/s':>14} {'speed-up':>8}  (repeats)")
+    print(f"{'family':9} {'compile s':>9} {'eager img/s':>11} {'compiled img/s':>14} {'speed-up':>8} "
+          f"{'pays after':>12}  (repeats)")
     for family in a.family:
         total = 2 + 2 * a.repeats * a.steps + 4
         _, eager = single_step(family, a.budget, a.batch, device, precision, total, fused)
@@ -75,7 +77,9 @@ def main() -> None:
         e, c = (statistics.median(r[i] for r in rates) for i in (0, 1))
         ratio = statistics.median(r[1] / r[0] for r in rates)
         runs = ", ".join(f"{x:.2f}" for x in (r[1] / r[0] for r in rates))
-        print(f"{family:9} {compile_s:9.1f} {e:11,.0f} {c:14,.0f} {ratio:7.2f}x  ({runs})", flush=True)
+        saved = a.batch / e - a.batch / c  # seconds per step
+        pays = f"{compile_s / saved:,.0f} steps" if saved > 0 else "never"
+        print(f"{family:9} {compile_s:9.1f} {e:11,.0f} {c:14,.0f} {ratio:7.2f}x {pays:>12}  ({runs})", flush=True)
         torch._dynamo.reset()
 
 
