@@ -34,6 +34,8 @@ def test_steps_per_family_and_variant():
             "min_steps": {"default": 2000, "none": 4000}}
     # 400 * 590 / 32 = 7375 -> 7380; 200 * 590 / 32 = 3687.5 -> 3688 -> 3700; 300 * 590 / 32 = 5531.25 -> 5540
     assert [steps_for(590, axes, f) for f in ("vit", "resnet", "swin")] == [7380, 3700, 5540]
+    # a run of the recipe `default` (no variant) takes its family's value, not the mapping's fallback
+    assert [steps_for(590, axes, f, "default") for f in ("vit", "resnet", "swin")] == [7380, 3700, 5540]
     assert steps_for(118, axes, "vit") == steps_for(118, axes, "resnet") == 2000   # the floor
     assert steps_for(118, axes, "vit", "none") == 4000                             # the variant's floor
     assert steps_for(590, axes, "vit", "none") == 7380                             # ... or its family's epochs

@@ -187,10 +187,13 @@ def check_schedule(profile: dict, where: str) -> None:
 
 def per_run(value, family: str, recipe: str):
     """A schedule value for one run: the value itself, or from its mapping the recipe's (a variant:
-    an ablation, a student), else the family's, else the default."""
+    an ablation, a student), else the family's, else the default. The recipe `default` (no variant)
+    is not looked up: in a mapping that key is the fallback."""
     if not isinstance(value, dict):
         return value
-    return value.get(recipe, value.get(family, value["default"]))
+    if recipe != "default" and recipe in value:
+        return value[recipe]
+    return value.get(family, value["default"])
 
 
 def _reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, ...] = ()) -> None:
