@@ -69,6 +69,8 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
      ["epochs={'vit': 400} in profile 'cpu' of bad.yaml has no 'default'", "with a 'default' for every other run"]),
     (yaml.safe_dump({**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "min_steps": {"default": 4, "vit": 2.5}}}}),
      ["min_steps of 'vit' = 2.5 in profile 'cpu' of bad.yaml: allowed an integer >= 1"]),
+    (yaml.safe_dump({**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": 0}}}),
+     ["max_steps=0 in profile 'cpu' of bad.yaml: allowed an integer >= 1"]),
     (yaml.safe_dump({k: v for k, v in SPEC.items() if k != "name"}),
      ["spec bad.yaml lacks the key 'name'", "required name, dataset, families, profiles, recipe_args"]),
 ])

@@ -43,6 +43,22 @@ def test_steps_per_family_and_variant():
     assert resolve_axes(spec, "cpu")["epochs"] == {"default": 0.25, "vit": 0.5}
 
 
+def test_max_steps_caps_a_run():
+    """max_steps caps S(n) after the floor (per family or variant where mapped): exp-datascale's cpu ViT
+    takes 540 epochs, capped at the 7,380 steps where its 590-image runs plateaued."""
+    axes = {"epochs": {"default": 300, "vit": 540, "resnet": 200}, "val_checks": 20, "batch_size": 32,
+            "min_steps": {"default": 2000, "none": 6000}, "max_steps": 7380}
+    # 540 * 118 / 32 = 1991.25 -> the floor 2000; 540 * 295 / 32 = 4978.1 -> 4979 -> 4980; 9956.25 -> 7380
+    assert [steps_for(n, axes, "vit") for n in (118, 295, 590)] == [2000, 4980, 7380]
+    assert [steps_for(n, axes, "resnet") for n in (118, 295, 590)] == [2000, 2000, 3700]   # under the cap
+    assert steps_for(118, axes, "vit", "none") == 6000
+    axes["max_steps"] = {"default": 7380, "resnet": 3000}
+    assert steps_for(590, axes, "resnet") == 3000 and steps_for(590, axes, "vit") == 7380
+    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": 100}}}
+    assert resolve_axes(spec, "cpu")["max_steps"] == 100
+    assert resolve_axes(SPEC, "cpu")["max_steps"] is None    # optional: no cap
+
+
 def test_nearest_tuned_fraction_on_a_log_scale():
     axes = {"fractions": [0.01, 0.02, 0.05, 0.1, 1.0]}
     assert tuned_fractions(axes) == [0.01, 1.0]

@@ -45,8 +45,9 @@ NAME = "distill"
 RECORD = "distill.json"
 PROBES = "distill_probes.json"
 TOP_KEYS = {"name", "runner", "dataset", "student", "student_lr_of", "variants", "profiles"}
-PROFILE_KEYS = {"teachers", "matched", "matched_val_interval", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
-                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "jobs", "cluster"}
+PROFILE_KEYS = {"teachers", "matched", "matched_val_interval", "students", "budget", "fractions", "seeds", "epochs",
+                "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "lrs", "tuned_fractions",
+                "probe_images", "jobs", "cluster"}
 PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                     "lrs", "probe_images")
 STAGES = ("tune", "teachers", "matched", "students", "probes")
@@ -78,6 +79,7 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
             "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
             "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
+            "max_steps": p.get("max_steps"),
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
             "jobs": int(p.get("jobs", default_jobs())), "matched": dict(p.get("matched") or {}),

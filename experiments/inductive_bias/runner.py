@@ -49,9 +49,9 @@ CKA_DIR = "cka"
 BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the recipe "default"
 REFERENCE = "resnet"   # every family's CKA is computed against this family
 TOP_KEYS = {"name", "runner", "dataset", "ablated", "ablations", "profiles"}
-PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "val_checks",
-                "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "probe_patch", "probes", "jobs",
-                "cluster"}
+PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "max_steps",
+                "val_checks", "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "probe_patch",
+                "probes", "jobs", "cluster"}
 PROFILE_REQUIRED = ("families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps",
                     "val_checks", "lrs", "probe_images", "probes")
 
@@ -99,6 +99,7 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
             "ablations": {v: sorted(float(f) for f in p["ablations"][v]) for v in chosen},
             "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
             "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
+            "max_steps": p.get("max_steps"),
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
             "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
             "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},

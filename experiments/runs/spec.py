@@ -47,7 +47,7 @@ def spec_label(path: Path) -> str:
     """How messages name a spec: datascale/spec.yaml, or the file name of a user's own spec."""
     return f"{path.parent.name}/{path.name}" if path.name == "spec.yaml" else path.name
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
-PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "val_size", "batch_size", "lrs",
+PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "lrs",
                 "families", "recipes", "pack", "tuned_fractions", "jobs", "cluster"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
@@ -166,10 +166,13 @@ def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], require
 
 
 def check_schedule(profile: dict, where: str) -> None:
-    """epochs (a number > 0) and min_steps (an integer >= 1), each either one value or a mapping from
-    a family or variant name to its value with a `default` (a run takes its variant's value, else its
-    family's, else the default: each run gets the steps its curve needs); val_checks an integer >= 1."""
-    for key, integer in (("epochs", False), ("min_steps", True)):
+    """epochs (a number > 0), min_steps and the optional max_steps (integers >= 1), each either one
+    value or a mapping from a family or variant name to its value with a `default` (a run takes its
+    variant's value, else its family's, else the default: each run gets the steps its curve needs);
+    val_checks an integer >= 1."""
+    for key, integer in (("epochs", False), ("min_steps", True), ("max_steps", True)):
+        if key not in profile:
+            continue
         value = profile[key]
         for name, v in (value.items() if isinstance(value, dict) else [(None, value)]):
             if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)) or v <= 0:
@@ -221,8 +224,8 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
         "recipes": list(recipes or p.get("recipes") or spec.get("recipes", ["default"])),
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
-        "epochs": p["epochs"], "min_steps": p["min_steps"], "val_checks": int(p["val_checks"]),
-        "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
+        "epochs": p["epochs"], "min_steps": p["min_steps"], "max_steps": p.get("max_steps"),
+        "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
         "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
@@ -266,12 +269,15 @@ def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int,
 
 
 def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
-    """S(n) = max(min_steps, epochs * n / batch_size), rounded up to a multiple of val_checks so
-    the run validates exactly val_checks times, the last at its final step; epochs and min_steps
-    are those of the run's variant (recipe) or family where the profile maps them (per_run)."""
+    """S(n) = max(min_steps, epochs * n / batch_size), at most max_steps where the profile caps it,
+    rounded up to a multiple of val_checks so the run validates exactly val_checks times, the last at
+    its final step; epochs, min_steps and max_steps are those of the run's variant (recipe) or family
+    where the profile maps them (per_run)."""
     checks = axes["val_checks"]
     epochs, min_steps = per_run(axes["epochs"], family, recipe), per_run(axes["min_steps"], family, recipe)
     steps = max(min_steps, math.ceil(epochs * n / axes["batch_size"]))
+    if axes.get("max_steps") is not None:
+        steps = min(steps, per_run(axes["max_steps"], family, recipe))
     return math.ceil(steps / checks) * checks
 
 
