@@ -216,3 +216,24 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
                 + cells * len(profile["students"]) - n_tuned * (len(profile["teachers"]) + student_tuned))
         assert f"## the whole profile ({runs} runs, " in out
     assert not (tmp_path / "distill").exists()  # a dry run writes nothing
+
+
+def test_matched_teacher_validates_at_its_own_interval(tmp_path, monkeypatch):
+    """The matched teacher is its family's run again with stop_at_val_acc = the target's best
+    validation accuracy, validated every matched_val_interval steps (the rest of its schedule as the
+    family's run); without the key it validates val_checks times like every run."""
+    import experiments.distill.runner as distill
+    spec = distill.load_distill_spec()
+    axes = distill.resolve_axes(spec, "cpu")
+    vit = distill._run({"name": "distill", "recipe_args": {"default": {}}}, axes, tmp_path, 59_000, "vit", 0.002, 0,
+                       "default", 0.003, "main")
+    monkeypatch.setattr(distill, "target_acc", lambda run: 0.66)
+    monkeypatch.setattr(distill, "lr_of", lambda choices, axes, family, fraction: 0.003)
+    monkeypatch.setattr(distill, "with_folders", lambda runs: runs)
+    [matched] = distill.matched_runs(spec, {**axes, "seeds": [0]}, tmp_path, 59_000, {}, [vit])
+    args = dict(zip(matched.args[::2], matched.args[1::2]))
+    assert args["--trainer.val_check_interval"] == "10" and args["--trainer.max_steps"] == "2000"
+    assert args["--stop_at_val_acc"] == "0.66" and matched.recipe == "resnet-at-vit"
+    [plain] = distill.matched_runs(spec, {**axes, "seeds": [0], "matched_val_interval": None}, tmp_path, 59_000, {},
+                                   [vit])
+    assert dict(zip(plain.args[::2], plain.args[1::2]))["--trainer.val_check_interval"] == "100"

@@ -178,12 +178,9 @@ def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                 if acc is None or lr is None:
                     continue
                 view = {"name": spec["name"], "recipe_args": {name: {"stop_at_val_acc": acc}}}
-                run = _run(view, axes, runs_dir, pool, family, f, s, name, lr, "main")
-                if axes.get("matched_val_interval"):  # validated often, so it stops close to the target
-                    args = list(run.args)
-                    args[args.index("--trainer.val_check_interval") + 1] = str(axes["matched_val_interval"])
-                    run = replace(run, args=tuple(args))
-                runs.append(run)
+                # validated often (matched_val_interval), so that it stops close to the target
+                runs.append(_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main",
+                                 val_interval=axes.get("matched_val_interval")))
     return with_folders(runs)
 
 

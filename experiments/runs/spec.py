@@ -281,9 +281,11 @@ def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
     return math.ceil(steps / checks) * checks
 
 
-def schedule_args(axes: dict, steps: int) -> list[str]:
+def schedule_args(axes: dict, steps: int, val_interval: int | None = None) -> list[str]:
+    """Fit options of S(n) steps, validated every steps / val_checks steps, or every val_interval."""
+    interval = val_interval or steps // axes["val_checks"]
     return ["--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1",
-            "--trainer.val_check_interval", str(steps // axes["val_checks"]), "--trainer.check_val_every_n_epoch", "null"]
+            "--trainer.val_check_interval", str(interval), "--trainer.check_val_every_n_epoch", "null"]
 
 
 def tuned_fractions(axes: dict) -> list[float]:
@@ -300,14 +302,14 @@ def nearest_tuned(fraction: float, axes: dict) -> float:
 
 
 def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fraction: float, seed: int,
-         recipe: str, lr: float, stage: str) -> Run:
+         recipe: str, lr: float, stage: str, val_interval: int | None = None) -> Run:
     name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
     n = resolve_train_size(fraction, None, pool_size)
     steps = steps_for(n, axes, family, recipe)
     args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
             "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
             "--model.lr", f"{lr:g}", "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
-            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *schedule_args(axes, steps),
+            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *schedule_args(axes, steps, val_interval),
             "--trainer.enable_progress_bar", "false"]
     if axes.get("val_size") is not None:
         args += ["--data.val_size", str(axes["val_size"])]
