@@ -1,0 +1,122 @@
+"""A packed group's whole training step as one pure function of static-shape tensors.
+
+PackedClassifier trains its K members under Lightning's loop: autograd's backward, per-member
+clipping, torch's AdamW at lr 1 and a clone + lerp per parameter for per-member learning rates,
+with the step count and schedule on the host. `PackedStep` is the same step written for a loop
+that owns it (issue #23): every input and output is a tensor of fixed shape, nothing is read back
+to the host, so `torch.compile(step, fullgraph=True)` compiles it into one graph, and on CUDA the
+graph can be captured once and replayed. It covers:
+
+- the vmapped forward and backward: torch.func.grad of each member's loss (ImageClassifier's:
+  label smoothing, DeiT's heads and distillation against the given teacher logits), vmapped over
+  the members with randomness="error" (nothing random runs inside: drop-path keep masks come in);
+- BatchNorm running statistics, updated per member (stacked buffers, returned);
+- gradient clipping by each member's own global norm (clip_grad_norm_per_member's arithmetic);
+- AdamW with decay on the weight matrices only (param_groups), each member's peak lr a (K,)
+  tensor times warmup + cosine computed on the device from the step-count tensor.
+
+Not yet inside: batched augmentation (batches come in augmented) and the teacher's forward.
+tests/test_packed_step.py: the step equals PackedClassifier's for every family, and compiled with
+fullgraph=True equals itself eager.
+
+    step = PackedStep(packed, total_steps=2000, clip=1.0)
+    state = step.init_state()                       # weights, buffers, Adam moments, step count
+    state, losses = step(state, x, y, lr)           # x (K, B, C, H, W), y (K, B), lr (K,)
+    compiled = torch.compile(step, fullgraph=True)  # the same function, one graph
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.func import functional_call, grad
+
+from .optim import param_groups
+
+
+class PackedStep:
+    """The training step of `packed`'s members (a PackedClassifier) over `total_steps` steps,
+    clipping each member's gradient at `clip` (None: no clipping)."""
+
+    def __init__(self, packed, total_steps: int, clip: float | None = 1.0):
+        h = packed.template.hparams
+        self.member_fn = packed.member_fn
+        self.member_fn.train(True)
+        self.packed = packed
+        skeleton = packed.template.model
+        name = {id(p): n for n, p in skeleton.named_parameters()}
+        # weight decay of each parameter: its ImageClassifier group's (none for norms, biases, tokens)
+        self.decay = {name[id(p)]: float(g["weight_decay"]) for g in param_groups(skeleton, h.weight_decay)
+                      for p in g["params"]}
+        self.beta1, self.beta2 = (float(b) for b in h.betas)
+        self.eps = 1e-8                                   # torch.optim.AdamW's default
+        self.total = int(total_steps)
+        self.warmup = max(1, round(h.warmup_fraction * self.total))  # as PackedClassifier.configure_optimizers
+        self.min_ratio = float(h.min_lr_ratio)
+        self.clip = clip
+
+    def init_state(self) -> dict:
+        """The members' weights and buffers as they stand in `packed`, zero Adam moments, step 0
+        (copies: the step never writes into the module)."""
+        params = {n: p.detach().clone() for n, p in self.packed.members.named_parameters() if n in self.decay}
+        buffers = {n: b.detach().clone() for n, b in self.packed.members.named_buffers()}
+        first = next(iter(params.values()))
+        return {"params": params, "buffers": buffers, "exp_avg": {n: torch.zeros_like(p) for n, p in params.items()},
+                "exp_avg_sq": {n: torch.zeros_like(p) for n, p in params.items()},
+                "step": torch.zeros((), dtype=first.dtype, device=first.device)}  # the weights' precision
+
+    def lr_multiplier(self, step: torch.Tensor) -> torch.Tensor:
+        """modules.optim.warmup_cosine at `step` (a 0-d tensor: 0-based steps taken), on the device."""
+        warm = (step + 1) / self.warmup
+        progress = ((step - self.warmup) / max(1, self.total - self.warmup)).clamp(0.0, 1.0)
+        cosine = self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + torch.cos(math.pi * progress))
+        return torch.where(step < self.warmup, warm, cosine)
+
+    def __call__(self, state: dict, x: torch.Tensor, y: torch.Tensor, lr: torch.Tensor,
+                 masks: torch.Tensor | None = None, teacher_logits: torch.Tensor | None = None):
+        """One step of every member: x (K, B, C, H, W), y (K, B) or soft (K, B, classes), lr (K,) the
+        members' peak learning rates, masks (K, n, B) their drop-path keep masks (n drawing drop
+        paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None.
+        Returns the next state and the members' losses (K,)."""
+        buffers = {n: b.clone() for n, b in state["buffers"].items()}  # BatchNorm updates these in place
+        fixed = {n: p for n, p in self.packed.members.named_parameters() if n not in self.decay}  # frozen (sin-cos)
+
+        def loss(p, b, xk, yk, tk, mk):  # one member: its loss and (for the caller) the loss again
+            weights = {f"clf.model.{n}": t for n, t in {**p, **b}.items()}
+            value, _ = functional_call(self.member_fn, weights, (xk, yk, tk, mk))
+            return value, value.detach()
+
+        dims = (0, 0, 0, 0, None if teacher_logits is None else 0, None if masks is None else 0)
+        grads, losses = torch.vmap(grad(loss, has_aux=True), in_dims=dims, randomness="error")(
+            state["params"], {**buffers, **fixed}, x, y, teacher_logits, masks)
+        k = losses.shape[0]
+
+        def per_member(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:  # (K,) -> broadcast over g (K, ...)
+            return t.to(g.dtype).view(k, *[1] * (g.ndim - 1))
+
+        if self.clip is not None:  # clip_grad_norm_per_member, without writing into .grad
+            total = torch.linalg.vector_norm(torch.stack(
+                [torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads.values()]), dim=0)  # (K,)
+            coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+            grads = {n: g * per_member(coef, g) for n, g in grads.items()}
+        t = state["step"] + 1                                          # AdamW's step count
+        rate = lr * self.lr_multiplier(state["step"])                  # (K,) this step's lr per member
+        c1, c2 = 1 - self.beta1 ** t, (1 - self.beta2 ** t).sqrt()     # bias corrections
+        new = {"params": {}, "exp_avg": {}, "exp_avg_sq": {}, "buffers": buffers, "step": t}
+        for n, g in grads.items():  # torch.optim.AdamW (single tensor), with lr a tensor per member
+            r = per_member(rate, g)
+            p = state["params"][n] * (1 - r * self.decay[n])
+            m = torch.lerp(state["exp_avg"][n], g, 1 - self.beta1)
+            v = state["exp_avg_sq"][n] * self.beta2 + (1 - self.beta2) * g * g
+            new["params"][n] = p - (r / c1) * m / (v.sqrt() / c2 + self.eps)
+            new["exp_avg"][n], new["exp_avg_sq"][n] = m, v
+        return new, losses
+
+    def load_into(self, state: dict) -> None:
+        """Write a state's weights and buffers back into `packed` (to validate or export members)."""
+        with torch.no_grad():
+            for n, p in self.packed.members.named_parameters():
+                if n in state["params"]:
+                    p.copy_(state["params"][n])
+            for n, b in self.packed.members.named_buffers():
+                b.copy_(state["buffers"][n])

@@ -1,0 +1,116 @@
+"""PackedStep, a packed group's training step as one pure function (modules/packed_step.py):
+for every family it takes the same steps as PackedClassifier under Lightning's optimisation
+(which tests/test_packed.py holds equal to single runs), and torch.compile(fullgraph=True) turns
+it into one graph that computes the same thing: no host synchronisation, no graph break.
+
+Float64, so that equality is tight: Adam's first steps divide by sqrt(v), which turns fp32
+rounding of near-zero gradients into visible weight differences. One block per stage keeps
+compiling fast (each family's tiny row with its depths cut to 1; Swin keeps the 2 blocks of its
+first stage, so that a shifted window runs)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import modules.budgets as budgets
+from modules import FAMILIES
+from modules.packed import PackedClassifier, clip_grad_norm_per_member
+from modules.packed_step import PackedStep
+
+SHALLOW = {"vit": dict(depth=1), "deit": dict(depth=1), "hybrid": dict(depth=1, stem_depths=(1, 1, 1)),
+           "swin": dict(depths=(2, 1, 1)), "convnext": dict(depths=(1, 1, 1)), "resnet": dict(depths=(1, 1, 1))}
+K, B, STEPS, TOTAL = 2, 4, 3, 10     # 10 planned steps: warmup ends at step 1, the cosine then runs
+LRS = [2 ** -10, 2 ** -8]            # one peak lr per member; exact in float32, as PackedClassifier holds them
+
+
+@pytest.fixture(autouse=True)
+def shallow(monkeypatch):
+    for family, row in SHALLOW.items():
+        monkeypatch.setitem(budgets.ARCHS, (family, "tiny"), {**budgets.ARCHS[family, "tiny"], **row})
+
+
+def _config(family: str) -> dict:
+    # Swin with stochastic depth: the masks come in, drawn as PackedClassifier draws them
+    return dict(family=family, budget="tiny", drop_path_rate=0.1 if family == "swin" else 0.0,
+                distillation="hard")
+
+
+def _batches(family: str):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        x = torch.randn(K, B, 1, 28, 28, generator=g, dtype=torch.float64)
+        y = torch.randint(0, 10, (K, B), generator=g)
+        teacher = torch.randn(K, B, 10, generator=g, dtype=torch.float64) if family == "deit" else None
+        yield x, y, teacher
+
+
+def _lightning_steps(family: str):
+    """PackedClassifier's step as Lightning takes it: forward, backward of the summed losses,
+    per-member clipping at 1, AdamW at lr 1 with the lerp to each member's lr, then the schedule."""
+    ref = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double().train()
+    opt = ref.configure_optimizers(total_steps=TOTAL)
+    optimizer, schedule = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
+    losses, masks = [], []
+    for i, (x, y, teacher) in enumerate(_batches(family)):
+        m = ref._drop_path_masks(x)
+        masks.append(m)
+        ref._drop_path_masks = lambda x, m=m: m
+        ref._teacher_logits = lambda x, t=teacher: t
+        loss, _ = ref(x, y)
+        optimizer.zero_grad()
+        loss.sum().backward()
+        clip_grad_norm_per_member(list(ref.members.parameters()), 1.0)
+        ref.optimizer_step(0, i, optimizer, None)
+        schedule.step()
+        losses.append(loss.detach())
+    return ref, torch.stack(losses), masks
+
+
+def _pure_steps(family: str, masks, compiled: bool):
+    packed = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double()
+    step = PackedStep(packed, total_steps=TOTAL, clip=1.0)
+    run = torch.compile(step, fullgraph=True) if compiled else step
+    state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
+    for (x, y, teacher), m in zip(_batches(family), masks):
+        state, loss = run(state, x, y, lr, m, teacher)
+        losses.append(loss)
+    return state, torch.stack(losses)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(((a[n].double() - b[n].double()).abs().max().item() for n in a), default=0.0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pure_step_equals_lightning_step_and_compiles_to_one_graph(family):
+    ref, ref_losses, masks = _lightning_steps(family)
+    if family == "swin":
+        assert masks[0] is not None and masks[0].shape[0] == K and masks[0].shape[2] == B
+    state, losses = _pure_steps(family, masks, compiled=False)
+    torch.testing.assert_close(losses, ref_losses, rtol=0, atol=1e-10)
+    weights = {n: p for n, p in ref.members.named_parameters() if n in state["params"]}
+    assert _max_diff(state["params"], weights) < 1e-9
+    assert _max_diff(state["buffers"], dict(ref.members.named_buffers())) < 1e-9  # BatchNorm statistics
+    assert state["step"].item() == STEPS
+    if family in ("resnet", "hybrid", "convnext"):   # the running statistics moved, per member
+        stats = [b for n, b in state["buffers"].items() if n.endswith("running_mean")]
+        assert (family == "convnext") == (not stats)  # ConvNeXt has LayerNorm only
+        assert all(not torch.equal(s[0], s[1]) for s in stats)
+
+    torch._dynamo.reset()
+    compiled, compiled_losses = _pure_steps(family, masks, compiled=True)  # fullgraph: a break raises
+    torch.testing.assert_close(compiled_losses, losses, rtol=0, atol=1e-10)
+    assert _max_diff(compiled["params"], state["params"]) < 1e-9
+    assert _max_diff(compiled["buffers"], state["buffers"]) < 1e-9
+    assert _max_diff(compiled["exp_avg_sq"], state["exp_avg_sq"]) < 1e-12
+    torch._dynamo.reset()
+
+
+def test_lr_multiplier_is_warmup_cosine_on_the_device():
+    from modules.optim import warmup_cosine
+    packed = PackedClassifier(seeds=[0], family="resnet", budget="tiny", warmup_fraction=0.1)
+    step = PackedStep(packed, total_steps=50)
+    got = [step.lr_multiplier(torch.tensor(float(s))).item() for s in range(60)]
+    want = [warmup_cosine(s, 50, 5, 0.01) for s in range(60)]
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-6
