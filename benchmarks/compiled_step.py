@@ -2,6 +2,11 @@
 backward, clipping, AdamW + warmup/cosine) eager, against the same step with the network compiled
 (`torch.compile(model)`, inductor: what a user would switch on), in the suite's precision.
 
+Then a packed group of K members (--members, default 4): PackedClassifier's step under Lightning's
+optimisation (autograd backward, torch's AdamW, the per-member lr's clone + lerp) against
+modules/packed_step.PackedStep, the same step as one pure function, eager and compiled whole with
+`torch.compile(step, fullgraph=True)` (float32: PackedStep has no autocast yet).
+
 Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 128 (GPU) of
 28x28x1 synthetic images already on the device. The first compiled steps pay for compilation
 (cold: a fresh inductor cache unless TORCHINDUCTOR_CACHE_DIR is set); the script reports that time
@@ -30,8 +35,10 @@ import torch  # noqa: E402
 
 from experiments.runs.cli import default_precision
 from experiments.runs.provenance import hardware, versions
-from family_throughput import single_step, sync, timed
+from family_throughput import packed_step, single_step, sync, timed
 from modules import FAMILIES
+from modules.packed import PackedClassifier
+from modules.packed_step import PackedStep
 
 warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on a CPU
@@ -45,6 +52,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=None, help="images per step (default 128 on a GPU, 32 on a CPU)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per repeat (default 10)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved eager/compiled repeats (default 3)")
+    p.add_argument("--members", type=int, default=4, help="members of the packed group (default 4; 0: skip it)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args()
     device = torch.device(a.device)
@@ -80,6 +88,51 @@ def main() -> None:
         saved = a.batch / e - a.batch / c  # seconds per step
         pays = f"{compile_s / saved:,.0f} steps" if saved > 0 else "never"
         print(f"{family:9} {compile_s:9.1f} {e:11,.0f} {c:14,.0f} {ratio:7.2f}x {pays:>12}  ({runs})", flush=True)
+        torch._dynamo.reset()
+    if a.members:
+        packed_table(a, device)
+
+
+def pure_step(family: str, budget: str, k: int, batch: int, device, total: int):
+    """PackedStep of K members as a step() of no arguments (its state carried between calls), and the step."""
+    packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
+    h = packed.template.hparams
+    step = PackedStep(packed, total_steps=total)
+    x = torch.randn(k, batch, h.in_chans, h.image_size, h.image_size, device=device)
+    y = torch.randint(0, h.num_classes, (k, batch), device=device)
+    lr = torch.full((k,), float(h.lr), device=device)
+    box = {"state": step.init_state(), "fn": step}
+
+    def call():
+        box["state"], _ = box["fn"](box["state"], x, y, lr)
+    return call, box
+
+
+def packed_table(a, device: torch.device) -> None:
+    k = a.members
+    print(f"\npacked group of {k} members, batch {a.batch} each, float32; img/s over all members; "
+          f"{a.repeats} x {a.steps} timed steps each, interleaved")
+    print(f"{'family':9} {'Lightning img/s':>15} {'pure eager img/s':>16} {'compile s':>9} {'pure compiled img/s':>19} "
+          f"{'compiled vs Lightning':>21}")
+    for family in a.family:
+        total = 2 + 3 * a.repeats * a.steps + 4
+        lightning = packed_step(family, a.budget, k, a.batch, device, "32-true", total)
+        eager, _ = pure_step(family, a.budget, k, a.batch, device, total)
+        compiled, box = pure_step(family, a.budget, k, a.batch, device, total)
+        box["fn"] = torch.compile(box["fn"], fullgraph=True)
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(2):  # the first call compiles; the second checks nothing recompiles
+            compiled()
+        sync(device)
+        compile_s = time.perf_counter() - t
+        lightning(), eager()
+        rates = []
+        for _ in range(a.repeats):
+            rates.append([k * a.batch * a.steps / timed(f, a.steps, 0, device)[0] for f in (lightning, eager, compiled)])
+        lit, eag, com = (statistics.median(r[i] for r in rates) for i in range(3))
+        ratio = statistics.median(r[2] / r[0] for r in rates)
+        print(f"{family:9} {lit:15,.0f} {eag:16,.0f} {compile_s:9.1f} {com:19,.0f} {ratio:20.2f}x", flush=True)
         torch._dynamo.reset()
 
 
