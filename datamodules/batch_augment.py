@@ -58,11 +58,7 @@ class BatchAugment:
     def train(self, x: torch.Tensor, y: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 (B, C, H, W), int64 (B,) -> float32 (B, C, H, W), int64 (B,) or soft (B, classes)."""
         cfg = self.cfg
-        if cfg.crop_padding:
-            x = random_crop(x, cfg.crop_padding, g)
-        if cfg.hflip:
-            flip = torch.rand(x.shape[0], generator=g, device=x.device) < 0.5
-            x = torch.where(flip[:, None, None, None], x.flip(3), x)
+        x = geometry(x, cfg.crop_padding, geometry_draws(cfg, x.shape[0], g))
         if self._randaugment is not None:
             with global_rng_from(g):
                 x = torch.cat([self._randaugment(chunk) for chunk in x.split(cfg.randaugment_group)])
@@ -95,13 +91,41 @@ def global_rng_from(g: torch.Generator):
             random.setstate(python_state)
 
 
+def geometry_draws(cfg: AugmentConfig, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """The random numbers of the crop and the flip of `batch` images, drawn from `g` in the order
+    BatchAugment.train draws them: crop offsets dy, dx (B,) (with crop_padding), flip (B,) bool (with
+    hflip). Apart from geometry() so that a compiled step can take them as inputs (a draw with a
+    generator= argument breaks torch.compile's graph)."""
+    draws = {}
+    if cfg.crop_padding:
+        for k in ("dy", "dx"):
+            draws[k] = torch.randint(0, 2 * cfg.crop_padding + 1, (batch,), generator=g, device=g.device)
+    if cfg.hflip:
+        draws["flip"] = torch.rand(batch, generator=g, device=g.device) < 0.5
+    return draws
+
+
+def geometry(x: torch.Tensor, padding: int, draws: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The crop (when draws has dy, dx) and the horizontal flip (when it has flip) of uint8 (B, C, H, W)."""
+    if "dy" in draws:
+        x = crop_at(x, padding, draws["dy"], draws["dx"])
+    if "flip" in draws:
+        x = torch.where(draws["flip"][:, None, None, None], x.flip(3), x)
+    return x
+
+
 def random_crop(x: torch.Tensor, padding: int, g: torch.Generator) -> torch.Tensor:
-    """Per-image random crop of the zero-padded batch, by one gather: (B, C, H, W) -> same shape."""
+    """Per-image random crop of the zero-padded batch: (B, C, H, W) -> same shape."""
+    d = geometry_draws(AugmentConfig(crop_padding=padding), x.shape[0], g)
+    return crop_at(x, padding, d["dy"], d["dx"])
+
+
+def crop_at(x: torch.Tensor, padding: int, dy: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """The crops of the zero-padded batch at offsets dy, dx (B,), by one gather: (B, C, H, W) -> same shape."""
     B, C, H, W = x.shape
     Wp = W + 2 * padding
     padded = F.pad(x, (padding,) * 4).view(B, C, -1)                  # (B, C, Hp * Wp)
-    dy = torch.randint(0, 2 * padding + 1, (B, 1, 1), generator=g, device=x.device)
-    dx = torch.randint(0, 2 * padding + 1, (B, 1, 1), generator=g, device=x.device)
+    dy, dx = dy.view(B, 1, 1), dx.view(B, 1, 1)
     rows = dy + torch.arange(H, device=x.device).view(1, H, 1)          # (B, H, 1)
     cols = dx + torch.arange(W, device=x.device).view(1, 1, W)          # (B, 1, W)
     flat = (rows * Wp + cols).view(B, 1, H * W).expand(B, C, H * W)     # positions in the padded image

@@ -15,13 +15,19 @@ graph can be captured once and replayed. It covers:
 - AdamW with decay on the weight matrices only (param_groups), each member's peak lr a (K,)
   tensor times warmup + cosine computed on the device from the step-count tensor.
 
-Not yet inside: batched augmentation (batches come in augmented) and the teacher's forward.
+- the crop, flip and normalisation of the default recipe (datamodules.batch_augment.geometry), on
+  uint8 batches, with each member's random numbers drawn outside by geometry_draws from its own
+  loader generator (a draw with generator= breaks the graph): the same numbers its single run draws.
+
+Not yet inside: RandAugment, Random Erasing and MixUp/CutMix (the strong recipe: batches then come
+in augmented) and the teacher's forward.
 tests/test_packed_step.py: the step equals PackedClassifier's for every family, and compiled with
 fullgraph=True equals itself eager.
 
     step = PackedStep(packed, total_steps=2000, clip=1.0)
     state = step.init_state()                       # weights, buffers, Adam moments, step count
     state, losses = step(state, x, y, lr)           # x (K, B, C, H, W), y (K, B), lr (K,)
+    step = PackedStep(packed, 2000, augment=dm.augment)   # x uint8, plus draws: geometry_draws per member
     compiled = torch.compile(step, fullgraph=True)  # the same function, one graph
 """
 from __future__ import annotations
@@ -31,14 +37,25 @@ import math
 import torch
 from torch.func import functional_call, grad
 
+from datamodules.batch_augment import geometry
+
 from .optim import param_groups
 
 
 class PackedStep:
     """The training step of `packed`'s members (a PackedClassifier) over `total_steps` steps,
-    clipping each member's gradient at `clip` (None: no clipping)."""
+    clipping each member's gradient at `clip` (None: no clipping); with `augment` (a BatchAugment of
+    crop and flip at most) the step takes uint8 batches and augments and normalises them itself."""
 
-    def __init__(self, packed, total_steps: int, clip: float | None = 1.0):
+    def __init__(self, packed, total_steps: int, clip: float | None = 1.0, augment=None):
+        if augment is not None and (augment.cfg.randaugment or augment.cfg.random_erasing > 0
+                                    or augment.soft_targets):
+            raise ValueError("PackedStep augments with crop and flip only: RandAugment, Random Erasing and "
+                             "MixUp/CutMix (the strong recipe) are not in the pure step yet; pass augmented "
+                             "batches and augment=None")
+        self.augment = augment
+        if augment is not None:  # on the group's device once (build the step after moving `packed`)
+            self.mean, self.std = augment.mean.to(packed.device), augment.std.to(packed.device)
         h = packed.template.hparams
         self.member_fn = packed.member_fn
         self.member_fn.train(True)
@@ -73,11 +90,15 @@ class PackedStep:
         return torch.where(step < self.warmup, warm, cosine)
 
     def __call__(self, state: dict, x: torch.Tensor, y: torch.Tensor, lr: torch.Tensor,
-                 masks: torch.Tensor | None = None, teacher_logits: torch.Tensor | None = None):
+                 masks: torch.Tensor | None = None, teacher_logits: torch.Tensor | None = None,
+                 draws: dict[str, torch.Tensor] | None = None):
         """One step of every member: x (K, B, C, H, W), y (K, B) or soft (K, B, classes), lr (K,) the
         members' peak learning rates, masks (K, n, B) their drop-path keep masks (n drawing drop
         paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None.
-        Returns the next state and the members' losses (K,)."""
+        With `augment`: x uint8 and draws {dy, dx, flip: (K, B)} (geometry_draws of each member,
+        stacked). Returns the next state and the members' losses (K,)."""
+        if self.augment is not None:
+            x = self._augment(x, draws, next(iter(state["params"].values())).dtype)
         buffers = {n: b.clone() for n, b in state["buffers"].items()}  # BatchNorm updates these in place
         fixed = {n: p for n, p in self.packed.members.named_parameters() if n not in self.decay}  # frozen (sin-cos)
 
@@ -111,6 +132,13 @@ class PackedStep:
             new["params"][n] = p - (r / c1) * m / (v.sqrt() / c2 + self.eps)
             new["exp_avg"][n], new["exp_avg_sq"][n] = m, v
         return new, losses
+
+    def _augment(self, x: torch.Tensor, draws: dict, dtype: torch.dtype) -> torch.Tensor:
+        """uint8 (K, B, C, H, W) -> cropped, flipped, normalised as BatchAugment.train (float32), in `dtype`."""
+        K, B = x.shape[:2]
+        x = geometry(x.flatten(0, 1), self.augment.cfg.crop_padding, {k: d.flatten() for k, d in draws.items()})
+        x = (x.float() - self.mean) / self.std                       # BatchAugment.normalize
+        return x.view(K, B, *x.shape[1:]).to(dtype)
 
     def load_into(self, state: dict) -> None:
         """Write a state's weights and buffers back into `packed` (to validate or export members)."""

@@ -1,7 +1,9 @@
 """PackedStep, a packed group's training step as one pure function (modules/packed_step.py):
 for every family it takes the same steps as PackedClassifier under Lightning's optimisation
 (which tests/test_packed.py holds equal to single runs), and torch.compile(fullgraph=True) turns
-it into one graph that computes the same thing: no host synchronisation, no graph break.
+it into one graph that computes the same thing: no host synchronisation, no graph break. The step
+crops, flips and normalises uint8 batches itself, from random numbers drawn outside it from each
+member's loader generator; they equal the batches each member's single run makes.
 
 Float64, so that equality is tight: Adam's first steps divide by sqrt(v), which turns fp32
 rounding of near-zero gradients into visible weight differences. One block per stage keeps
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 import modules.budgets as budgets
+from datamodules.batch_augment import AugmentConfig, BatchAugment, geometry_draws
 from modules import FAMILIES
 from modules.packed import PackedClassifier, clip_grad_norm_per_member
 from modules.packed_step import PackedStep
@@ -35,13 +38,18 @@ def _config(family: str) -> dict:
                 distillation="hard")
 
 
+AUGMENT = BatchAugment(AugmentConfig(crop_padding=2, hflip=True), torch.tensor([72.9]), torch.tensor([90.0]), 10)
+
+
 def _batches(family: str):
+    """uint8 images (K, B, 1, 28, 28), labels, DeiT's teacher logits, and each member's loader generator."""
     g = torch.Generator().manual_seed(1)
+    loaders = [torch.Generator().manual_seed(10 + k) for k in range(K)]
     for _ in range(STEPS):
-        x = torch.randn(K, B, 1, 28, 28, generator=g, dtype=torch.float64)
+        x = torch.randint(0, 256, (K, B, 1, 28, 28), generator=g, dtype=torch.uint8)
         y = torch.randint(0, 10, (K, B), generator=g)
         teacher = torch.randn(K, B, 10, generator=g, dtype=torch.float64) if family == "deit" else None
-        yield x, y, teacher
+        yield x, y, teacher, loaders
 
 
 def _lightning_steps(family: str):
@@ -51,7 +59,9 @@ def _lightning_steps(family: str):
     opt = ref.configure_optimizers(total_steps=TOTAL)
     optimizer, schedule = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
     losses, masks = [], []
-    for i, (x, y, teacher) in enumerate(_batches(family)):
+    for i, (images, y, teacher, loaders) in enumerate(_batches(family)):
+        # each member's batch as its single run's loader makes it: BatchAugment.train with its generator
+        x = torch.stack([AUGMENT.train(images[k], y[k], loaders[k])[0] for k in range(K)]).double()
         m = ref._drop_path_masks(x)
         masks.append(m)
         ref._drop_path_masks = lambda x, m=m: m
@@ -68,11 +78,14 @@ def _lightning_steps(family: str):
 
 def _pure_steps(family: str, masks, compiled: bool):
     packed = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double()
-    step = PackedStep(packed, total_steps=TOTAL, clip=1.0)
+    step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=AUGMENT)
     run = torch.compile(step, fullgraph=True) if compiled else step
     state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
-    for (x, y, teacher), m in zip(_batches(family), masks):
-        state, loss = run(state, x, y, lr, m, teacher)
+    for (images, y, teacher, loaders), m in zip(_batches(family), masks):
+        # the same random numbers, drawn outside the step: crop offsets and flips per member
+        draws = [geometry_draws(AUGMENT.cfg, B, g) for g in loaders]
+        draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
+        state, loss = run(state, images, y, lr, m, teacher, draws)
         losses.append(loss)
     return state, torch.stack(losses)
 
@@ -114,3 +127,10 @@ def test_lr_multiplier_is_warmup_cosine_on_the_device():
     got = [step.lr_multiplier(torch.tensor(float(s))).item() for s in range(60)]
     want = [warmup_cosine(s, 50, 5, 0.01) for s in range(60)]
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-6
+
+
+def test_pure_step_rejects_the_strong_recipe():
+    packed = PackedClassifier(seeds=[0], family="resnet", budget="tiny")
+    strong = BatchAugment(AugmentConfig(randaugment=True), torch.tensor([72.9]), torch.tensor([90.0]), 10)
+    with pytest.raises(ValueError, match="crop and flip only: RandAugment, Random Erasing and MixUp/CutMix"):
+        PackedStep(packed, total_steps=10, augment=strong)
