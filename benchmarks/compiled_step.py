@@ -44,6 +44,16 @@ warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on a CPU
 
 
+def first_calls(step, device: torch.device) -> float:
+    """Seconds of a compiled step's first two calls: the first compiles, the second checks that nothing recompiles."""
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(2):
+        step()
+    sync(device)
+    return time.perf_counter() - t
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", nargs="+", default=["vit", "resnet"], choices=FAMILIES,
@@ -70,12 +80,7 @@ def main() -> None:
         _, eager = single_step(family, a.budget, a.batch, device, precision, total, fused)
         clf, compiled = single_step(family, a.budget, a.batch, device, precision, total, fused)
         clf.model = torch.compile(clf.model)  # the same parameters: the optimizer and clipping see them
-        sync(device)
-        t = time.perf_counter()
-        for _ in range(2):  # the first call compiles; the second checks nothing recompiles
-            compiled()
-        sync(device)
-        compile_s = time.perf_counter() - t
+        compile_s = first_calls(compiled, device)
         eager()
         rates = []
         for _ in range(a.repeats):
@@ -120,12 +125,7 @@ def packed_table(a, device: torch.device) -> None:
         eager, _ = pure_step(family, a.budget, k, a.batch, device, total)
         compiled, box = pure_step(family, a.budget, k, a.batch, device, total)
         box["fn"] = torch.compile(box["fn"], fullgraph=True)
-        sync(device)
-        t = time.perf_counter()
-        for _ in range(2):  # the first call compiles; the second checks nothing recompiles
-            compiled()
-        sync(device)
-        compile_s = time.perf_counter() - t
+        compile_s = first_calls(compiled, device)
         lightning(), eager()
         rates = []
         for _ in range(a.repeats):
