@@ -49,7 +49,7 @@ FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
 .PHONY: help install data test exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
-	fit-families bench safety reference clean-venv
+	fit-families bench gpu-check safety reference clean-venv
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
@@ -127,6 +127,9 @@ fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tin
 	    extra="--model.teacher_checkpoint $$teacher/checkpoints/best.ckpt"; fi; \
 	  echo "== $$f"; $(PY) -m experiments fit $$args --model.family $$f $$extra || exit 1; \
 	done
+
+gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
+	$(PY) benchmarks/gpu_check.py
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \
