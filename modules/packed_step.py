@@ -47,13 +47,15 @@ class PackedStep:
     clipping each member's gradient at `clip` (None: no clipping); with `augment` (a BatchAugment of
     crop and flip at most) the step takes uint8 batches and augments and normalises them itself."""
 
-    def __init__(self, packed, total_steps: int, clip: float | None = 1.0, augment=None):
+    def __init__(self, packed, total_steps: int, clip: float | None = 1.0, augment=None,
+                 autocast: torch.dtype | None = None):
         if augment is not None and (augment.cfg.randaugment or augment.cfg.random_erasing > 0
                                     or augment.soft_targets):
             raise ValueError("PackedStep augments with crop and flip only: RandAugment, Random Erasing and "
                              "MixUp/CutMix (the strong recipe) are not in the pure step yet; pass augmented "
                              "batches and augment=None")
         self.augment = augment
+        self.autocast = autocast  # e.g. torch.bfloat16: the forward and backward under autocast (bf16-mixed)
         if augment is not None:  # on the group's device once (build the step after moving `packed`)
             self.mean, self.std = augment.mean.to(packed.device), augment.std.to(packed.device)
         h = packed.template.hparams
@@ -108,8 +110,11 @@ class PackedStep:
             return value, value.detach()
 
         dims = (0, 0, 0, 0, None if teacher_logits is None else 0, None if masks is None else 0)
-        grads, losses = torch.vmap(grad(loss, has_aux=True), in_dims=dims, randomness="error")(
-            state["params"], {**buffers, **fixed}, x, y, teacher_logits, masks)
+        # autocast without its weight cache: a cache would outlive one step's graph (CUDA graphs)
+        with torch.autocast(x.device.type, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
+                            cache_enabled=False):
+            grads, losses = torch.vmap(grad(loss, has_aux=True), in_dims=dims, randomness="error")(
+                state["params"], {**buffers, **fixed}, x, y, teacher_logits, masks)
         k = losses.shape[0]
 
         def per_member(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:  # (K,) -> broadcast over g (K, ...)

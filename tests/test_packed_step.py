@@ -134,3 +134,23 @@ def test_pure_step_rejects_the_strong_recipe():
     strong = BatchAugment(AugmentConfig(randaugment=True), torch.tensor([72.9]), torch.tensor([90.0]), 10)
     with pytest.raises(ValueError, match="crop and flip only: RandAugment, Random Erasing and MixUp/CutMix"):
         PackedStep(packed, total_steps=10, augment=strong)
+
+
+def test_bf16_autocast_step_tracks_the_float32_step():
+    """autocast=torch.bfloat16 (the suite's bf16-mixed): weights and optimizer state stay float32,
+    the forward and backward run in bfloat16; its losses follow the float32 step's within bf16 rounding."""
+    losses = {}
+    for dtype in (None, torch.bfloat16):
+        packed = PackedClassifier(seeds=[0, 1], family="vit", budget="tiny")
+        step = PackedStep(packed, total_steps=TOTAL, autocast=dtype)
+        state = step.init_state()
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(K, 8, 1, 28, 28, generator=g), torch.randint(0, 10, (K, 8), generator=g)
+        out = []
+        for _ in range(STEPS):
+            state, loss = step(state, x, y, torch.tensor(LRS))
+            out.append(loss)
+        assert all(p.dtype == torch.float32 for p in state["params"].values())
+        losses[dtype] = torch.stack(out)
+    assert not torch.equal(losses[None], losses[torch.bfloat16])        # bf16 did run
+    torch.testing.assert_close(losses[torch.bfloat16], losses[None], rtol=0.02, atol=0.02)
