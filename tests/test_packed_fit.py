@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -135,11 +136,14 @@ def test_interrupted_group_resumes_to_the_same_end(drop_path, fmnist_dir, tmp_pa
     fit_packed([_args(fmnist_dir, whole, s, *extra) for s in SEEDS])
     members = [_args(fmnist_dir, cut, s, *extra) for s in SEEDS]
     with pytest.raises(RuntimeError, match="crash"):
-        fit_packed(members, callbacks=(_CrashAt(5),))  # mid-epoch (3 batches per epoch), after step 4's checkpoint
+        # a group checkpoint after every batch (a zero timer), then a crash mid-epoch (3 batches per epoch)
+        fit_packed(members, callbacks=(_CrashAt(5),), checkpoint_every=timedelta(0))
     (gdir,) = (cut / "p" / "packed").iterdir()
     assert (gdir / "checkpoints" / "last.ckpt").exists()
     assert not any((d / "summary.json").exists() for d in _folders(cut).values())
-    assert set(fit_packed(members).values()) == {"fitted"}
+    saves = _CountSaves()
+    assert set(fit_packed(members, callbacks=(saves,)).values()) == {"fitted"}
+    assert saves.count == 1   # the default timer (10 min) never fired in this short group: its end only
     for name, d in _folders(whole).items():
         a, b = (json.loads((x / "summary.json").read_text()) for x in (d, _folders(cut)[name]))
         assert a["val_history"] == b["val_history"] and b["steps"] == 8
@@ -147,6 +151,14 @@ def test_interrupted_group_resumes_to_the_same_end(drop_path, fmnist_dir, tmp_pa
         wb = ImageClassifier.load_from_checkpoint(_folders(cut)[name] / "checkpoints" / "last.ckpt").model.state_dict()
         for n in wa:
             assert torch.equal(wb[n], wa[n]), n
+
+
+class _CountSaves(Callback):
+    """How many checkpoints the group's Trainer wrote."""
+    count = 0
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.count += 1
 
 
 class _Poison(Callback):
