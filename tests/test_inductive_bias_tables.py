@@ -334,3 +334,18 @@ def test_robustness_is_read_from_paired_intervals(tmp_path):
             "interval") in text
     assert ("*Verdict*: At 1 (59,000 images): cannot tell: some transformer − CNN interval includes 0 or the "
             "intervals point different ways.") in text
+
+
+def test_uniform_attention_caveat_names_each_family_once_with_its_sizes():
+    """Rows are one per family and size: a family flat at two sizes is named once, with both sizes;
+    at one size only, without sizes."""
+    from experiments.inductive_bias.tables import still_uniform
+    from experiments.report.statistics import Estimate
+
+    def row(name, size, rel):
+        est = Estimate(rel, None, 1) if rel is not None else None
+        return {"name": name, "train_size": size, "rel_first": est, "rel_last": est}
+    rows = [row("vit", 118, 0.99), row("vit", 295, 1.01), row("resnet", 118, None),
+            row("deit", 118, 0.80), row("deit", 295, 1.00)]
+    assert still_uniform(rows) == ["vit (at 118 and 295 images)", "deit (at 295 images)"]
+    assert still_uniform([row("vit", 590, 0.99)]) == ["vit"]

@@ -419,9 +419,16 @@ UNIFORM_TOLERANCE = 0.05  # every layer within 5% of its uniform-attention dista
 
 
 def still_uniform(families: list[dict]) -> list[str]:
-    """The attention families whose first and last layers attend as far as uniform attention would."""
-    return [r["name"] for r in families if r.get("rel_first") is not None
-            and abs(r["rel_first"].value - 1) < UNIFORM_TOLERANCE and abs(r["rel_last"].value - 1) < UNIFORM_TOLERANCE]
+    """The attention families whose first and last layers attend as far as uniform attention would,
+    each once, with its training-set sizes where there are several (rows: one per family and size)."""
+    sizes: dict[str, list] = {}
+    for r in families:
+        if r.get("rel_first") is not None and abs(r["rel_first"].value - 1) < UNIFORM_TOLERANCE \
+                and abs(r["rel_last"].value - 1) < UNIFORM_TOLERANCE:
+            sizes.setdefault(r["name"], []).append(r.get("train_size"))
+    several = len({r.get("train_size") for r in families}) > 1
+    return [name + (f" (at {' and '.join(f'{n:,}' for n in found)} images)" if several and None not in found else "")
+            for name, found in sizes.items()]
 
 
 def _uniform_caveat(families: list[dict]) -> str:
