@@ -379,3 +379,22 @@ def test_rows_follow_the_sweeps_current_plan(tmp_path):
     assert "not in the table: 1 finished runs outside the sweep's current plan" in md and old in md
     (exp / "sweep.json").unlink()
     assert len([r for r in _table(make_tables(exp, tmp_path / "out")[1].read_text(), "resnet") if "± n/a" in r]) == 2
+
+
+@pytest.mark.parametrize("last, expected", [
+    ({"runs": 20, "trained": 20}, "invocation ran 20 runs in 10.0 min"),
+    ({"runs": 20, "trained": 3}, "invocation trained or tested 3 of the 20 runs in its plan (the others had "
+                                 "finished before) in 10.0 min"),
+    ({"runs": 20}, "invocation ended a plan of 20 runs (some may have finished before it) in 10.0 min"),
+])
+def test_the_last_sweep_says_how_many_runs_it_trained(tmp_path, last, expected):
+    """A sweep over a pool of finished runs trains a few: its wall time is theirs, not the plan's."""
+    import shutil
+    ref = Path(__file__).resolve().parents[1] / "results" / "reference" / "datascale"
+    exp = tmp_path / "runs" / "datascale"
+    shutil.copytree(ref, exp)
+    record = json.loads((exp / "sweep.json").read_text())
+    record["profiles"]["cpu"]["last_invocation"] = {"wall_time_s": 600, "jobs": 2, "pack": 1, **last}
+    (exp / "sweep.json").write_text(json.dumps(record))
+    make_tables(exp, tmp_path / "out")
+    assert expected in (tmp_path / "out" / "datascale.md").read_text()

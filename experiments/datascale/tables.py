@@ -608,7 +608,15 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
     for profile, rec in sorted((sweep.get("profiles") or {}).items()):
         last = rec.get("last_invocation")
         if last:
-            out.append(f"- the last `sweep --profile {profile}` invocation ran {plural(last['runs'], 'run')} in "
+            # runs: its whole plan, finished ones included; trained: those it trained or tested itself
+            if "trained" not in last:   # a record from before the count
+                did = f"ended a plan of {plural(last['runs'], 'run')} (some may have finished before it)"
+            elif last["trained"] < last["runs"]:
+                did = (f"trained or tested {last['trained']} of the {plural(last['runs'], 'run')} in its plan "
+                       "(the others had finished before)")
+            else:
+                did = f"ran {plural(last['runs'], 'run')}"
+            out.append(f"- the last `sweep --profile {profile}` invocation {did} in "
                        f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time"
                        + (f", up to {last['pack']} packed per process" if last.get("pack", 1) > 1 else ""))
     out += [*_provenance(summaries), ""]

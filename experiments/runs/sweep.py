@@ -429,7 +429,8 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
         record["profiles"][profile]["main_runs"] = dict(sorted(plan.items()))
     if a.stage == "all" and not a.only and ran:
         record["profiles"][profile]["last_invocation"] = {"wall_time_s": round(wall), "runs": len(results),
-                                                         "statuses": counts, "jobs": jobs, "pack": pack}
+                                                         "trained": len(ran), "statuses": counts, "jobs": jobs,
+                                                         "pack": pack}
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
     exp_dir.mkdir(parents=True, exist_ok=True)
