@@ -1,7 +1,8 @@
 """PackedStep, a packed group's training step as one pure function (modules/packed_step.py):
 for every family it takes the same steps as PackedClassifier under Lightning's optimisation
 (which tests/test_packed.py holds equal to single runs), and torch.compile(fullgraph=True) turns
-it into one graph that computes the same thing: no host synchronisation, no graph break. The step
+it into one graph that computes the same thing: no host synchronisation, no graph break (inductor
+for vit and resnet, aot_eager for the other families: see BACKEND). The step
 crops, flips and normalises uint8 batches itself, from random numbers drawn outside it from each
 member's loader generator; they equal the batches each member's single run makes.
 
@@ -76,10 +77,16 @@ def _lightning_steps(family: str):
     return ref, torch.stack(losses), masks
 
 
+# fullgraph=True is the proof (dynamo's trace, whatever the backend); inductor's generated kernels are
+# also checked for the two families the cpu profiles train, aot_eager (the traced graph, eager kernels)
+# for the others: inductor's C++ compile takes 1-3 minutes per family on 2 cores
+BACKEND = {"vit": "inductor", "resnet": "inductor"}
+
+
 def _pure_steps(family: str, masks, compiled: bool):
     packed = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double()
     step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=AUGMENT)
-    run = torch.compile(step, fullgraph=True) if compiled else step
+    run = torch.compile(step, fullgraph=True, backend=BACKEND.get(family, "aot_eager")) if compiled else step
     state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
     for (images, y, teacher, loaders), m in zip(_batches(family), masks):
         # the same random numbers, drawn outside the step: crop offsets and flips per member
