@@ -5,7 +5,7 @@ backward, clipping, AdamW + warmup/cosine) eager, against the same step with the
 Then a packed group of K members (--members, default 4): PackedClassifier's step under Lightning's
 optimisation (autograd backward, torch's AdamW, the per-member lr's clone + lerp) against
 modules/packed_step.PackedStep, the same step as one pure function, eager and compiled whole with
-`torch.compile(step, fullgraph=True)` (float32: PackedStep has no autocast yet).
+`torch.compile(step, fullgraph=True)` (gpu_check.group: float32 on the CPU, bf16 autocast on CUDA).
 
 Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 128 (GPU) of
 28x28x1 synthetic images already on the device. The first compiled steps pay for compilation
@@ -36,9 +36,8 @@ import torch  # noqa: E402
 from experiments.runs.cli import default_precision
 from experiments.runs.provenance import hardware, versions
 from family_throughput import packed_step, single_step, sync, timed
+from gpu_check import group
 from modules import FAMILIES
-from modules.packed import PackedClassifier
-from modules.packed_step import PackedStep
 
 warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on a CPU
@@ -98,33 +97,18 @@ def main() -> None:
         packed_table(a, device)
 
 
-def pure_step(family: str, budget: str, k: int, batch: int, device, total: int):
-    """PackedStep of K members as a step() of no arguments (its state carried between calls), and the step."""
-    packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
-    h = packed.template.hparams
-    step = PackedStep(packed, total_steps=total)
-    x = torch.randn(k, batch, h.in_chans, h.image_size, h.image_size, device=device)
-    y = torch.randint(0, h.num_classes, (k, batch), device=device)
-    lr = torch.full((k,), float(h.lr), device=device)
-    box = {"state": step.init_state(), "fn": step}
-
-    def call():
-        box["state"], _ = box["fn"](box["state"], x, y, lr)
-    return call, box
-
-
 def packed_table(a, device: torch.device) -> None:
     k = a.members
-    print(f"\npacked group of {k} members, batch {a.batch} each, float32; img/s over all members; "
+    precision = "bf16 autocast" if device.type == "cuda" else "float32"
+    print(f"\npacked group of {k} members, batch {a.batch} each, {precision}; img/s over all members; "
           f"{a.repeats} x {a.steps} timed steps each, interleaved")
     print(f"{'family':9} {'Lightning img/s':>15} {'pure eager img/s':>16} {'compile s':>9} {'pure compiled img/s':>19} "
           f"{'compiled vs Lightning':>21}")
     for family in a.family:
         total = 2 + 3 * a.repeats * a.steps + 4
         lightning = packed_step(family, a.budget, k, a.batch, device, "32-true", total)
-        eager, _ = pure_step(family, a.budget, k, a.batch, device, total)
-        compiled, box = pure_step(family, a.budget, k, a.batch, device, total)
-        box["fn"] = torch.compile(box["fn"], fullgraph=True)
+        eager, _ = group(family, k, a.batch, device, None, budget=a.budget)
+        compiled, _ = group(family, k, a.batch, device, "default", budget=a.budget)
         compile_s = first_calls(compiled, device)
         lightning(), eager()
         rates = []

@@ -45,10 +45,12 @@ PARTS = ("step", "syncs", "fit", "sweep")
 warnings.filterwarnings("ignore", "There is a performance drop")
 
 
-def group(family: str, k: int, batch: int, device: torch.device, mode: str | None, backend: str):
-    """A K-member group's step() (state carried between calls) and its losses, eager or compiled."""
+def group(family: str, k: int, batch: int, device: torch.device, mode: str | None, backend: str = "inductor",
+          budget: str = "tiny"):
+    """A K-member group's step() (state carried between calls) and its losses: PackedStep eager
+    (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py too)."""
     torch.manual_seed(0)
-    packed = PackedClassifier(seeds=range(k), family=family, budget="tiny").to(device).train()
+    packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
     h = packed.template.hparams
     step = PackedStep(packed, total_steps=10_000, autocast=torch.bfloat16 if device.type == "cuda" else None)
     fn = step if mode is None else torch.compile(step, fullgraph=True, mode=mode, backend=backend)
