@@ -6,8 +6,8 @@ Each family at its budget (default tiny), batch 128 (GPU) or 32 (CPU: the cpu pr
 precision the suite trains in
 (experiments.runs.cli.default_precision: bf16 autocast where the hardware has native bf16, else fp32).
   single : a plain loop over ImageClassifier.training_loss + AdamW/warmup-cosine + clipping, with the
-           attention kernel the suite trains with on this device (fused SDPA on a GPU, explicit
-           matmuls on the CPU: ImageClassifier.setup); "other kernel": the same with the other one
+           attention kernel the suite trains with (explicit matmuls on every device:
+           ImageClassifier.setup); "other kernel": the same with fused SDPA
   packed : PackedClassifier, K members (vmap over stacked weights), per-member clipping
   FLOPs  : ImageClassifier.complexity["flops"] (forward, 2 x MACs) x 3 for forward + backward
   MFU    : achieved FLOP/s / peak FLOP/s of a large square matmul in the same precision
@@ -141,7 +141,6 @@ def main() -> None:
     device = torch.device(a.device)
     steps = a.steps or (30 if device.type == "cuda" else 5)
     a.batch = a.batch or (128 if device.type == "cuda" else 32)
-    fused = device.type == "cuda"  # the kernel ImageClassifier.setup picks
     warmup = a.warmup if a.warmup is not None else (5 if device.type == "cuda" else 1)
     precision = default_precision()
     peak, how = matmul_peak(device, precision)
@@ -150,19 +149,19 @@ def main() -> None:
     print(f"{a.budget} budget, batch {a.batch} x 28x28x1 (synthetic, on {device.type}), {precision}, "
           f"{steps} timed steps after {warmup}; packed K={a.k}")
     print(f"peak: {peak / 1e12:.3f} TFLOP/s ({how}, measured); training FLOPs = 3 x forward")
-    print(f"single: {'fused SDPA' if fused else 'explicit'} attention; other kernel: "
-          f"{'explicit' if fused else 'fused SDPA'} (transformer families)")
+    print("single: explicit attention (ImageClassifier's, on every device); other kernel: fused SDPA "
+          "(transformer families)")
     print(f"{'family':9} {'MFLOP/img':>9} {'single img/s':>12} {'MFU':>6} {'GPU':>5} {'other kernel':>12} | "
           f"{'packed img/s':>12} {'MFU':>6} {'GPU':>5} {'speed-up':>8}")
     for family in a.family:
         total = warmup + steps
-        clf, step = single_step(family, a.budget, a.batch, device, precision, total, fused)
+        clf, step = single_step(family, a.budget, a.batch, device, precision, total, fused=False)
         flops = 3 * clf.complexity["flops"]
         seconds, util1 = timed(step, steps, warmup, device)
         single = a.batch * steps / seconds
         other = "n/a"
         if any(hasattr(m, "fused_attn") for m in clf.model.modules()):
-            _, step = single_step(family, a.budget, a.batch, device, precision, total, not fused)
+            _, step = single_step(family, a.budget, a.batch, device, precision, total, fused=True)
             other = f"{a.batch * steps / timed(step, steps, warmup, device)[0]:,.0f}"
         del clf, step  # free the single run before the packed one
         step = packed_step(family, a.budget, a.k, a.batch, device, precision, total)

@@ -10,7 +10,7 @@ from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 import numpy as np
 import torch
 
-from .batch_augment import AugmentConfig, BatchAugment
+from .batch_augment import AugmentConfig, BatchAugment, geometry_draws
 from .sources import FASHION_MNIST, FASHION_MNIST_CLASSES, load_decoded
 from .splits import default_val_size, resolve_train_size, split_train_val, training_subset
 from .tensor_loader import TensorBatchLoader
@@ -190,9 +190,12 @@ class ImageClassificationDataModule(L.LightningDataModule):
     # nothing a fit decides, such as the tested checkpoint or a tuned learning rate, may see it)
     STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
-    def setup(self, stage: str | None = None) -> None:
+    def setup(self, stage: str | None = None, device: torch.device | None = None) -> None:
+        """The stage's splits as tensors on the Trainer's device, or on `device` (a loop of its own)."""
         if self.trainer is not None:
             self._device = self.trainer.strategy.root_device
+        elif device is not None:
+            self._device = torch.device(device)
         self._tensors = {}  # split name -> (uint8 NCHW, int64), on the training device
         for name in self.STAGE_SPLITS.get(stage, ("train", "val", "test")):
             self._split_tensors(name)
@@ -221,11 +224,34 @@ class ImageClassificationDataModule(L.LightningDataModule):
         return self.trainer.global_rank, self.trainer.world_size
 
     def train_dataloader(self) -> TensorBatchLoader:
+        return self.train_loader(position=self._train_position if self.trainer is not None else None)
+
+    def train_loader(self, position=None, draws_only: bool = False) -> TensorBatchLoader:
+        """The training batches (train_dataloader's, also outside a Trainer). position: where a pass
+        starts (TensorBatchLoader's). draws_only: batches are (uint8 x, y, draws), the crop and flip
+        left undone and their random numbers (geometry_draws, drawn as augment.train draws them)
+        handed over, for a step that augments on its own (modules.packed_step); the crop and flip
+        recipe only."""
         rank, world = self._rank_world()
         x, y = self._split_tensors("train")
-        return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=self.augment.train,
+        transform = self.augment.train
+        if draws_only:
+            cfg = self.augment.cfg
+            if cfg.randaugment or cfg.random_erasing > 0 or self.augment.soft_targets:
+                raise ValueError("train_loader(draws_only=True): the recipe draws more than a crop and a flip "
+                                 "(RandAugment, Random Erasing or MixUp/CutMix): allowed only crop_padding and hflip")
+            transform = lambda xb, yb, g: (xb, yb, geometry_draws(cfg, len(yb), g))  # noqa: E731
+        return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=transform,
                                  shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
-                                 position=self._train_position if self.trainer is not None else None)
+                                 position=position)
+
+    def share_decoded(self, other: "ImageClassificationDataModule") -> None:
+        """Read the decoded images of `other` (the same dataset, read the same way) instead of
+        decoding them again: the members of a packed group each have a DataModule."""
+        if (self.dataset, self._load_args) == (other.dataset, other._load_args):
+            for key in ("_decoded", "_train_arrays"):
+                if key in other.__dict__:
+                    self.__dict__[key] = other.__dict__[key]
 
     def _train_position(self) -> tuple[int, int] | None:
         """(epoch, batches of it already trained) when a training pass starts during a fit. Read from

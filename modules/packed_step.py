@@ -7,9 +7,10 @@ that owns it (issue #23): every input and output is a tensor of fixed shape, not
 to the host, so `torch.compile(step, fullgraph=True)` compiles it into one graph, and on CUDA the
 graph can be captured once and replayed. It covers:
 
-- the vmapped forward and backward: torch.func.grad of each member's loss (ImageClassifier's:
-  label smoothing, DeiT's heads and distillation against the given teacher logits), vmapped over
-  the members with randomness="error" (nothing random runs inside: drop-path keep masks come in);
+- the vmapped forward and backward: torch.func.grad of the sum of the members' losses
+  (ImageClassifier's: label smoothing, DeiT's heads and distillation against the given teacher
+  logits), vmapped over the members with randomness="error" (nothing random runs inside: drop-path
+  keep masks come in); members share no weights, so each gets its own gradient;
 - BatchNorm running statistics, updated per member (stacked buffers, returned);
 - gradient clipping by each member's own global norm (clip_grad_norm_per_member's arithmetic);
 - AdamW with decay on the weight matrices only (param_groups), each member's peak lr a (K,)
@@ -104,17 +105,22 @@ class PackedStep:
         buffers = {n: b.clone() for n, b in state["buffers"].items()}  # BatchNorm updates these in place
         fixed = {n: p for n, p in self.packed.members.named_parameters() if n not in self.decay}  # frozen (sin-cos)
 
-        def loss(p, b, xk, yk, tk, mk):  # one member: its loss and (for the caller) the loss again
+        def loss(p, b, xk, yk, tk, mk):  # one member's loss
             weights = {f"clf.model.{n}": t for n, t in {**p, **b}.items()}
-            value, _ = functional_call(self.member_fn, weights, (xk, yk, tk, mk))
-            return value, value.detach()
+            return functional_call(self.member_fn, weights, (xk, yk, tk, mk))[0]
 
         dims = (0, 0, 0, 0, None if teacher_logits is None else 0, None if masks is None else 0)
+
+        def total(params, held):  # members share no weights: the gradient of the sum is each member's own
+            losses = torch.vmap(loss, in_dims=dims, randomness="error")(params, held, x, y, teacher_logits, masks)
+            return losses.sum(), losses.detach()
+
+        # grad of the vmapped sum, not vmap of grad: the same gradients, and vmap(grad) fails on
+        # BatchNorm under CPU autocast (torch 2.14: "expected scalar type BFloat16 but found Float").
         # autocast without its weight cache: a cache would outlive one step's graph (CUDA graphs)
         with torch.autocast(x.device.type, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
                             cache_enabled=False):
-            grads, losses = torch.vmap(grad(loss, has_aux=True), in_dims=dims, randomness="error")(
-                state["params"], {**buffers, **fixed}, x, y, teacher_logits, masks)
+            grads, losses = grad(total, has_aux=True)(state["params"], {**buffers, **fixed})  # BatchNorm writes buffers
         k = losses.shape[0]
 
         def per_member(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:  # (K,) -> broadcast over g (K, ...)

@@ -283,3 +283,17 @@ def test_loader_after_a_fit_counts_its_own_passes(make_dm, tmp_path):
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(ImageClassifier("resnet"), dm)
     assert len(list(dm.train_dataloader())) == 4
+
+
+def test_a_loader_of_draws_only_takes_the_crop_and_flip_recipe_only(make_dm):
+    """train_loader(draws_only=True) hands over uint8 images and the crop and flip's random numbers,
+    the ones augment.train draws; a recipe that draws more is refused in one line."""
+    from datamodules.batch_augment import geometry
+    dm = make_dm(batch_size=16, train_size=64)
+    dm.setup("fit")
+    draws_only = dm.train_loader(draws_only=True)
+    for (x, y, draws), (xa, ya) in zip(draws_only, dm.train_loader()):
+        assert x.dtype == torch.uint8 and torch.equal(y, ya) and set(draws) == {"dy", "dx", "flip"}
+        torch.testing.assert_close(dm.augment.normalize(geometry(x, dm.augment.cfg.crop_padding, draws)), xa)
+    with pytest.raises(ValueError, match="RandAugment, Random Erasing or MixUp/CutMix"):
+        make_dm(randaugment=True).train_loader(draws_only=True)

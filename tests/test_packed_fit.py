@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.__main__ import main
@@ -117,12 +116,14 @@ def test_recipes_pack_together(fmnist_dir, tmp_path):
     assert losses[0] != losses[1]  # the recipes did differ
 
 
-class _CrashAt(Callback):
+class _CrashAt:
+    """A hook of the group's loop (packed_loop.GroupLoop) that fails before step `step`."""
+
     def __init__(self, step: int):
         self.step = step
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step == self.step:
+    def on_train_batch_start(self, loop, step: int) -> None:
+        if step == self.step:
             raise RuntimeError("crash")
 
 
@@ -153,25 +154,24 @@ def test_interrupted_group_resumes_to_the_same_end(drop_path, fmnist_dir, tmp_pa
             assert torch.equal(wb[n], wa[n]), n
 
 
-class _CountSaves(Callback):
-    """How many checkpoints the group's Trainer wrote."""
+class _CountSaves:
+    """How many group checkpoints the loop wrote."""
     count = 0
 
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+    def on_save_checkpoint(self, loop, checkpoint) -> None:
         self.count += 1
 
 
-class _Poison(Callback):
+class _Poison:
     """Member `k`'s weights (all members' when k is None) become NaN before step 2."""
 
     def __init__(self, k: int | None):
         self.k = k
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if trainer.global_step == 2:
-            with torch.no_grad():
-                for p in pl_module.members.parameters():
-                    p[slice(None) if self.k is None else self.k].fill_(float("nan"))
+    def on_train_batch_start(self, loop, step: int) -> None:
+        if step == 2:
+            for p in loop.state["params"].values():
+                p[slice(None) if self.k is None else self.k].fill_(float("nan"))
 
 
 def test_diverged_members_are_recorded_and_the_others_go_on(fmnist_dir, tmp_path):
@@ -260,3 +260,39 @@ def test_pack_groups_by_everything_but_the_seed_and_lr():
     assert [[r.name for r in g] for g in groups] == [
         ["x_s0_0.003_1", "x_s1_0.003_1", "x_s2_0.003_1"], ["x_s0_0.01_1"], ["x_s1_0.003_0.5", "x_s2_0.003_0.5"]]
     assert [len(g) for g in pack_groups(runs, 1)] == [1] * 6
+
+
+def test_compiled_group_trains_as_the_eager_group(fmnist_dir, tmp_path, monkeypatch):
+    """The group's loop with its step compiled whole (torch.compile(fullgraph=True): a graph break,
+    such as a host sync inside the step, fails) leaves the members the eager loop leaves. A ResNet
+    of one block per stage keeps inductor's compilation short."""
+    import modules.budgets as budgets
+    monkeypatch.setitem(budgets.ARCHS, ("resnet", "tiny"), {**budgets.ARCHS["resnet", "tiny"], "depths": (1, 1, 1)})
+    extra = ("--model.family", "resnet", "--test_after_fit", "false")
+    for compiled in (False, True):
+        status = fit_packed([_args(fmnist_dir, tmp_path / str(compiled), s, *extra) for s in SEEDS], compile=compiled)
+        assert set(status.values()) == {"fitted"}
+    eager, compiled = _folders(tmp_path / "False"), _folders(tmp_path / "True")
+    assert sorted(eager) == sorted(compiled)
+    for name in eager:
+        a, b = (json.loads((d / "summary.json").read_text()) for d in (eager[name], compiled[name]))
+        assert a["engine"]["compiled"] is None and b["engine"]["compiled"] == "default"
+        one = 1 / a["val_size"] + 1e-6   # at most one of the validation images flips by rounding
+        assert all(abs(x - y) <= one for (_, x), (_, y) in zip(a["val_history"], b["val_history"]))
+        la, lb = _scalars(eager[name], "train/loss_step"), _scalars(compiled[name], "train/loss_step")
+        assert [s for s, _ in la] == [s for s, _ in lb] and len(la) == 6
+        torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_a_trainer_setting_the_loop_cannot_honour_is_one_line(fmnist_dir, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    path = tmp_path / "members.json"
+    for option, value in (("accumulate_grad_batches", "2"), ("gradient_clip_algorithm", "value"),
+                          ("precision", "16-mixed")):
+        path.write_text(json.dumps({"members": [_args(fmnist_dir, runs, s, f"--trainer.{option}", value)
+                                                for s in SEEDS]}))
+        assert main(["fit_packed", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"trainer.{option}=" in err[0] and "allowed" in err[0], err
+        assert not (runs / "p").exists()  # nothing written
