@@ -349,7 +349,8 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
     assert all("--trainer.max_steps" in c and "--test_after_fit false" in c for c in commands)
     # 6 families x 7 fractions x 3 seeds x 2 recipes; 6 x 2 tuned fractions x 2 recipes are tuning trials (seed 0)
     assert out[-2].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: 252 runs (24 of them tuning trials")
-    assert out[-1] == "## the whole profile: packed groups have no measured group step time yet, so no estimate"
+    # packed 8 (tuning: 4 lrs x 2 recipes) and 6 (3 seeds x 2 recipes): no such group measured here
+    assert out[-1].startswith("## the whole profile: no step time") and out[-1].endswith("so no estimate")
 
 
 def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device(tmp_path):
@@ -359,7 +360,7 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     from experiments.runs.spec import Run
     runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000)
             for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
-    table = {("dev", "vit", "tiny", 32): 100.0, ("dev", "resnet", "tiny", 32): 50.0}
+    table = {("dev", "vit", "tiny", 32, 1): 100.0, ("dev", "resnet", "tiny", 32, 1): 50.0}
     # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min; with 8 cores no
     # less than the longest run (a ViT's 10 min)
     assert estimate(runs[:3], 32, 2, "dev", table) == ("; about 12 min on this device (2 at a time), about 10 min "
@@ -371,6 +372,15 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
                                                        "32, so no estimate")
     assert estimate(runs, 32, 1, "an H200", table) == ("; no step times measured on an H200 "
                                                        "(results/step_times.csv), so no estimate")
+    # packed: the runs as the sweep groups them, each group at its measured group step time
+    seeds = [Run(i, f"vit_s{i}", "vit", 0.1, i, "default", ("--seed_everything", str(i)),
+                 run_dir=tmp_path / f"vit_s{i}", steps=6000) for i in range(4)]
+    groups = {**table, ("dev", "vit", "tiny", 32, 4): 200.0}   # one group of 4: 6000 x 200 ms = 20 min
+    assert estimate(seeds, 32, 1, "dev", groups, pack=4) == ("; about 20 min on this device (1 at a time), "
+                                                             "about 20 min with 8 such cores")
+    assert estimate(seeds, 32, 1, "dev", groups, pack=3) == ("; about 10 min on this device (1 at a time), about "
+                                                             "10 min with 8 such cores, not counting vit-tiny packed 3 "
+                                                             "(no step time measured at batch 32)")
     _write_run(tmp_path / "x", "vit", 0.1, 0, 0.7, 100)  # a finished run: nothing left to train
     done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
     assert estimate([done], 32, 1, "dev", table) == "; nothing left to train"
@@ -382,9 +392,17 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
         (d / "summary.json").write_text(json.dumps({"status": "done", "family": "vit", "budget": "tiny", "steps": steps,
                                                     "wall_time_s": wall, "hardware": "dev"}))
         (d / "identity.json").write_text(json.dumps({"identity": {"data.batch_size": 32}}))
-    (row,) = measured([exp])
-    assert row == {"device": "dev", "family": "vit", "budget": "tiny", "batch_size": 32, "ms_per_step": 150.0,
-                   "runs": 3, "experiments": "exp"}
+    for k in range(2):  # a packed group of 2 (its own loop): one sample, from either member
+        d = exp / f"vit_packed_m{k}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({
+            "status": "done", "family": "vit", "budget": "tiny", "steps": 600, "wall_time_s": 120, "hardware": "dev",
+            "engine": {"packed": 2, "member": k, "group": "g", "loop": "fabric"}}))
+        (d / "identity.json").write_text(json.dumps({"identity": {"data.batch_size": 32}}))
+    single, group = measured([exp])
+    assert single == {"device": "dev", "family": "vit", "budget": "tiny", "batch_size": 32, "members": 1,
+                      "ms_per_step": 150.0, "runs": 3, "experiments": "exp"}
+    assert group == {**single, "members": 2, "ms_per_step": 200.0, "runs": 1}
     assert read_step_times(tmp_path / "none.csv") == {}
 
 

@@ -43,7 +43,7 @@ from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, fini
                                       phases, run_cost, run_status)
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
-from experiments.runs.estimate import PACKED, estimate
+from experiments.runs.estimate import estimate
 
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
               console: Console | None = None, pack: int = 1,
@@ -245,12 +245,12 @@ class AnyLr(dict):
         return True
 
 
-def whole_profile(runs: list[Run], axes: dict, jobs: int) -> None:
+def whole_profile(runs: list[Run], axes: dict, jobs: int, pack: int = 1) -> None:
     """Prints what the whole profile would take: its tuning trials and every run it plans once they
     are done (planned with AnyLr), each configuration once."""
     every = list({r.run_dir: r for r in runs}.values())
     print(f"## the whole profile ({len(every)} runs, {sum(r.steps for r in every):,} optimisation steps): "
-          + (estimate(every, axes["batch_size"], jobs).lstrip("; ") or "nothing planned"))
+          + (estimate(every, axes["batch_size"], jobs, pack=pack).lstrip("; ") or "nothing planned"))
 
 
 def _runnable_families(axes: dict, choices: dict) -> list[str]:
@@ -271,7 +271,7 @@ def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1, jobs: int
     steps = sum(r.steps for r in runs)
     print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images"
           + packed_cost(runs, pack)
-          + (PACKED if pack > 1 else estimate(runs, axes["batch_size"], jobs or axes.get("jobs") or 1)))
+          + estimate(runs, axes["batch_size"], jobs or axes.get("jobs") or 1, pack=pack))
     for r in runs:
         print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
         print(r.shell())
@@ -353,11 +353,11 @@ def main(argv: list[str]) -> int:
                 stages.append(("main, not yet planned", rest))
                 print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
                       f"trials, then only tested), {new:,} more optimisation steps"
-                      + (packed_cost(rest, pack) + PACKED if pack > 1 else estimate(rest, axes["batch_size"], jobs))
+                      + packed_cost(rest, pack) + estimate(rest, axes["batch_size"], jobs, pack=pack)
                       + "; their commands are known once their tuning is done")
         if a.status:
             return print_status([s for s in stages if s[0] != "main, not yet planned"], waiting_note, exp_dir)
-        whole = PACKED if pack > 1 else estimate([r for _, runs in stages for r in runs], axes["batch_size"], jobs)
+        whole = estimate([r for _, runs in stages for r in runs], axes["batch_size"], jobs, pack=pack)
         print(f"## the whole profile: {whole.lstrip('; ')}")
         return 0
     try:
