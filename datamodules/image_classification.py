@@ -245,10 +245,15 @@ class ImageClassificationDataModule(L.LightningDataModule):
                                  shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
                                  position=position)
 
+    @property
+    def source(self) -> tuple:
+        """The dataset and how it is read: DataModules with the same source decode the same images."""
+        return self.dataset, tuple(sorted(self._load_args.items()))
+
     def share_decoded(self, other: "ImageClassificationDataModule") -> None:
-        """Read the decoded images of `other` (the same dataset, read the same way) instead of
-        decoding them again: the members of a packed group each have a DataModule."""
-        if (self.dataset, self._load_args) == (other.dataset, other._load_args):
+        """Read the decoded images of `other` (the same source) instead of decoding them again: the
+        members of a packed group, and the groups of a stage, each have DataModules of their own."""
+        if self.source == other.source:
             for key in ("_decoded", "_train_arrays"):
                 if key in other.__dict__:
                     self.__dict__[key] = other.__dict__[key]

@@ -212,8 +212,9 @@ class PackedClassifier(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self._rng_saved, self._gens = checkpoint.get("member_rng"), None
 
-    def _teacher_logits(self, x: torch.Tensor) -> torch.Tensor | None:
-        """(K, B, classes) logits of each member's frozen teacher on its own images, or None."""
+    def teacher_stack(self, device: torch.device) -> tuple | None:
+        """The members' frozen teachers stacked on `device`: (meta skeleton, params, buffers), each
+        tensor (K, ...); loaded on first use. None without distillation."""
         h = self.template.hparams
         if not self.is_deit or h.distillation == "none" or self.teacher_checkpoints is None:
             return None
@@ -224,11 +225,15 @@ class PackedClassifier(L.LightningModule):
             tp, tb = stack_module_state(nets)
             self.teachers = (copy.deepcopy(nets[0]).to("meta").eval(), tp, tb)
         skel, tp, tb = self.teachers
-        if next(iter(tp.values())).device != x.device:
-            tp, tb = ({n: t.to(x.device) for n, t in d.items()} for d in (tp, tb))
+        if next(iter(tp.values())).device != device:
+            tp, tb = ({n: t.to(device) for n, t in d.items()} for d in (tp, tb))
             self.teachers = (skel, tp, tb)
-        with torch.no_grad():
-            return torch.vmap(lambda p, b, xk: functional_call(skel, (p, b), (xk,)))(tp, tb, x)
+        return self.teachers
+
+    def _teacher_logits(self, x: torch.Tensor) -> torch.Tensor | None:
+        """(K, B, classes) logits of each member's frozen teacher on its own images, or None."""
+        stack = self.teacher_stack(x.device)
+        return None if stack is None else teacher_logits(stack, x)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None):
         """Training (y given): per-member (losses (K,), logits (K, B, classes)); x (K, B, C, H, W).
@@ -368,6 +373,14 @@ class PackedClassifier(L.LightningModule):
                     "val_acc_best": None, "epoch": self.current_epoch, "global_step": self.global_step,
                     "pytorch-lightning_version": L.__version__, "packed": {"member": k, "seed": self.seeds[k]},
                     **(extra or {})}, path)
+
+
+def teacher_logits(stack: tuple, x: torch.Tensor) -> torch.Tensor:
+    """(K, B, classes): each member's teacher (`stack`: PackedClassifier.teacher_stack) on its own
+    images x (K, B, C, H, W), without gradients."""
+    skel, tp, tb = stack
+    with torch.no_grad():
+        return torch.vmap(lambda p, b, xk: functional_call(skel, (p, b), (xk,)))(tp, tb, x)
 
 
 def _member(seed: int, config: dict) -> tuple[ImageClassifier, torch.Tensor]:

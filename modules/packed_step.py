@@ -20,8 +20,11 @@ graph can be captured once and replayed. It covers:
   uint8 batches, with each member's random numbers drawn outside by geometry_draws from its own
   loader generator (a draw with generator= breaks the graph): the same numbers its single run draws.
 
+- with `teachers` (PackedClassifier.teacher_stack), DeiT's frozen teachers' forward on the members'
+  augmented images, under the same autocast as the student's.
+
 Not yet inside: RandAugment, Random Erasing and MixUp/CutMix (the strong recipe: batches then come
-in augmented) and the teacher's forward.
+in augmented).
 tests/test_packed_step.py: the step equals PackedClassifier's for every family, and compiled with
 fullgraph=True equals itself eager.
 
@@ -41,6 +44,7 @@ from torch.func import functional_call, grad
 from datamodules.batch_augment import geometry
 
 from .optim import param_groups
+from .packed import teacher_logits as teacher_logits_of
 
 
 class PackedStep:
@@ -49,13 +53,14 @@ class PackedStep:
     crop and flip at most) the step takes uint8 batches and augments and normalises them itself."""
 
     def __init__(self, packed, total_steps: int, clip: float | None = 1.0, augment=None,
-                 autocast: torch.dtype | None = None):
+                 autocast: torch.dtype | None = None, teachers: tuple | None = None):
         if augment is not None and (augment.cfg.randaugment or augment.cfg.random_erasing > 0
                                     or augment.soft_targets):
             raise ValueError("PackedStep augments with crop and flip only: RandAugment, Random Erasing and "
                              "MixUp/CutMix (the strong recipe) are not in the pure step yet; pass augmented "
                              "batches and augment=None")
         self.augment = augment
+        self.teachers = teachers  # PackedClassifier.teacher_stack: DeiT's teachers run inside the step
         self.autocast = autocast  # e.g. torch.bfloat16: the forward and backward under autocast (bf16-mixed)
         if augment is not None:  # on the group's device once (build the step after moving `packed`)
             self.mean, self.std = augment.mean.to(packed.device), augment.std.to(packed.device)
@@ -97,7 +102,8 @@ class PackedStep:
                  draws: dict[str, torch.Tensor] | None = None):
         """One step of every member: x (K, B, C, H, W), y (K, B) or soft (K, B, classes), lr (K,) the
         members' peak learning rates, masks (K, n, B) their drop-path keep masks (n drawing drop
-        paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None.
+        paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None
+        (with `teachers`: computed here).
         With `augment`: x uint8 and draws {dy, dx, flip: (K, B)} (geometry_draws of each member,
         stacked). Returns the next state and the members' losses (K,)."""
         if self.augment is not None:
@@ -109,6 +115,12 @@ class PackedStep:
             weights = {f"clf.model.{n}": t for n, t in {**p, **b}.items()}
             return functional_call(self.member_fn, weights, (xk, yk, tk, mk))[0]
 
+        # autocast without its weight cache: a cache would outlive one step's graph (CUDA graphs)
+        amp = dict(device_type=x.device.type, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
+                   cache_enabled=False)
+        if self.teachers is not None and teacher_logits is None:  # on the members' augmented images, as a single run
+            with torch.autocast(**amp):
+                teacher_logits = teacher_logits_of(self.teachers, x)
         dims = (0, 0, 0, 0, None if teacher_logits is None else 0, None if masks is None else 0)
 
         def total(params, held):  # members share no weights: the gradient of the sum is each member's own
@@ -116,10 +128,8 @@ class PackedStep:
             return losses.sum(), losses.detach()
 
         # grad of the vmapped sum, not vmap of grad: the same gradients, and vmap(grad) fails on
-        # BatchNorm under CPU autocast (torch 2.14: "expected scalar type BFloat16 but found Float").
-        # autocast without its weight cache: a cache would outlive one step's graph (CUDA graphs)
-        with torch.autocast(x.device.type, dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None,
-                            cache_enabled=False):
+        # BatchNorm under CPU autocast (torch 2.14: "expected scalar type BFloat16 but found Float")
+        with torch.autocast(**amp):
             grads, losses = grad(total, has_aux=True)(state["params"], {**buffers, **fixed})  # BatchNorm writes buffers
         k = losses.shape[0]
 

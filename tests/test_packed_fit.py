@@ -72,6 +72,10 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
         for (_, x), (_, y) in zip(sa["val_history"], sb["val_history"]):
             assert abs(x - y) <= 0.011  # accuracy on 100 images: at most one prediction flips by rounding
         assert abs(sa["test_acc"] - sb["test_acc"]) <= 0.011 and sa["plateau"].keys() == sb["plateau"].keys()
+        # every member tested in one vmapped pass: the metrics of its own Lightning test, on the same images
+        assert sa["test"].keys() == sb["test"].keys() and {"acc", "acc_top5", "ece", "loss"} <= set(sb["test"])
+        for key in sa["test"]:
+            assert abs(sa["test"][key] - sb["test"][key]) <= 0.011, key
         la, lb = _scalars(a, "train/loss_step"), _scalars(b, "train/loss_step")
         assert [s for s, _ in la] == [s for s, _ in lb] and len(la) >= 5
         torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
@@ -296,3 +300,67 @@ def test_a_trainer_setting_the_loop_cannot_honour_is_one_line(fmnist_dir, tmp_pa
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"trainer.{option}=" in err[0] and "allowed" in err[0], err
         assert not (runs / "p").exists()  # nothing written
+
+
+def test_a_stage_trains_its_packed_groups_in_one_process(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
+    """One run at a time and several packed groups in a phase: one `fit_packed` process (one log
+    line) trains them all, one after another, each member recorded as its own fit."""
+    from .test_sweep import ROOT
+    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    spec = {"name": "stage", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipes": ["default"],
+            "recipe_args": {"default": {}},
+            "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0, 1, 2], "epochs": 0.25,
+                                 "min_steps": 4, "val_checks": 2, "batch_size": 32, "lrs": [0.003, 0.01],
+                                 "pack": 2, "jobs": 1}}}   # jobs 1: a GPU machine's default
+    path = tmp_path / "stage.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    runs = tmp_path / "runs"
+    assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs)]) == 0
+    log = (runs / "stage" / "packed" / "log.txt").read_text()
+    launched = [line for line in log.splitlines() if line.startswith("$ python -m experiments fit_packed")]
+    assert len(launched) == 2 and all(len(line.split()[5:]) == 2 for line in launched)  # tune, then main: 2 groups each
+    summaries = [json.loads(p.read_text()) for p in (runs / "stage").glob("*/summary.json")]
+    assert len(summaries) == 8 and all(s["engine"]["packed"] == 2 and s["engine"]["loop"] == "fabric" for s in summaries)
+    assert len({s["engine"]["group"] for s in summaries}) == 4
+    assert sum(s["status"] == "done" for s in summaries) == 6  # 2 chosen trials (then tested), 4 main runs
+    assert not any((g / "log.txt").exists() for g in (runs / "stage" / "packed").iterdir() if g.is_dir())
+
+
+def test_a_failing_group_of_a_stage_does_not_stop_the_next(fmnist_dir, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    bad, good = tmp_path / "bad.json", tmp_path / "good.json"
+    bad.write_text(json.dumps({"members": [_args(fmnist_dir, runs, s, "--trainer.accumulate_grad_batches", "2")
+                                           for s in SEEDS]}))
+    good.write_text(json.dumps({"members": [_args(fmnist_dir, runs, s, "--test_after_fit", "false") for s in SEEDS]}))
+    assert main(["fit_packed", str(bad), str(good), "--compile", "false"]) == 1
+    err = capsys.readouterr().err
+    assert f"fit_packed: group {bad} failed: ValueError: fit_packed: trainer.accumulate_grad_batches=2" in err
+    assert sorted(json.loads((d / "summary.json").read_text())["status"] for d in _folders(runs).values()) == [
+        "fitted", "fitted"]
+    assert main(["fit_packed", str(good), str(tmp_path / "missing.json")]) == 2  # every file read before any trains
+    assert "missing.json' does not exist" in capsys.readouterr().err
+
+
+def test_distilled_deit_members_equal_their_single_fits(fmnist_dir, tmp_path):
+    """DeiT members, each distilled from the ResNet of its own seed (the teachers' forward inside the
+    group's step, on each member's augmented images), train as their single fits do."""
+    teachers = tmp_path / "teachers"
+    for s in SEEDS:
+        assert main(["fit", *_args(fmnist_dir, teachers, s, "--model.family", "resnet", "--test_after_fit", "false")]) == 0
+    ckpt = {json.loads((d / "summary.json").read_text())["seed"]: d / "checkpoints" / "best.ckpt"
+            for d in _folders(teachers).values()}
+
+    def args(runs: Path, s: int) -> list[str]:
+        return _args(fmnist_dir, runs, s, "--model.family", "deit", "--model.distillation", "hard",
+                     "--model.teacher_checkpoint", str(ckpt[s]), "--test_after_fit", "false")
+    for s in SEEDS:
+        assert main(["fit", *args(tmp_path / "single", s)]) == 0
+    assert set(fit_packed([args(tmp_path / "packed", s) for s in SEEDS]).values()) == {"fitted"}
+    single, packed = _folders(tmp_path / "single"), _folders(tmp_path / "packed")
+    assert sorted(single) == sorted(packed) and len(single) == 2
+    for name in single:
+        la, lb = _scalars(single[name], "train/loss_step"), _scalars(packed[name], "train/loss_step")
+        assert [s for s, _ in la] == [s for s, _ in lb] and len(la) == 6
+        torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
+                                   rtol=1e-4, atol=1e-5)

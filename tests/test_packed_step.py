@@ -161,3 +161,37 @@ def test_bf16_autocast_step_tracks_the_float32_step():
         losses[dtype] = torch.stack(out)
     assert not torch.equal(losses[None], losses[torch.bfloat16])        # bf16 did run
     torch.testing.assert_close(losses[torch.bfloat16], losses[None], rtol=0.02, atol=0.02)
+
+
+def test_teachers_inside_the_step_see_the_augmented_images():
+    """With `teachers` (PackedClassifier.teacher_stack), DeiT's teachers run inside the step on each
+    member's cropped and flipped images: the same step as with their logits computed outside on those
+    images and passed in; and it compiles to one graph."""
+    from torch.func import stack_module_state
+    from modules import ImageClassifier
+    from modules.packed import teacher_logits
+    nets = []
+    for seed in range(K):  # each member's own frozen ResNet teacher
+        torch.manual_seed(100 + seed)
+        nets.append(ImageClassifier(family="resnet", budget="tiny").model.double().eval())
+    tp, tb = stack_module_state(nets)
+    stack = (nets[0].to("meta"), tp, tb)
+    runs = {}
+    for inside in (False, True, "compiled"):
+        packed = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config("deit")).double()
+        step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=AUGMENT, teachers=stack if inside else None)
+        run = torch.compile(step, fullgraph=True, backend="aot_eager") if inside == "compiled" else step
+        state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
+        for images, y, _, loaders in _batches("deit"):
+            draws = [geometry_draws(AUGMENT.cfg, B, g) for g in loaders]
+            draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
+            given = None
+            if not inside:   # the same augmentation, done here, and the teachers' logits on it
+                x = step._augment(images, draws, torch.float64)
+                given = teacher_logits(stack, x)
+            state, loss = run(state, images, y, lr, None, given, draws)
+            losses.append(loss)
+        runs[inside] = torch.stack(losses)
+        torch._dynamo.reset()
+    torch.testing.assert_close(runs[True], runs[False], rtol=0, atol=1e-10)
+    torch.testing.assert_close(runs["compiled"], runs[True], rtol=0, atol=1e-10)

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -94,9 +95,9 @@ def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
     return order
 
 
-def launch_packed(group: list[Run], threads: int | None = None) -> int:
-    """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
-    member's log.txt says where."""
+def _members_file(group: list[Run], log: Path) -> Path:
+    """The group's members.json (fit_packed's input), and a line in each member's log.txt saying where
+    the group's output goes."""
     from experiments.runs.packed_fit import group_dir
     gdir = group_dir([r.run_dir for r in group])
     gdir.mkdir(parents=True, exist_ok=True)
@@ -104,10 +105,30 @@ def launch_packed(group: list[Run], threads: int | None = None) -> int:
     members.write_text(json.dumps({"members": [list(r.args) for r in group]}, indent=1) + "\n")
     for r in group:
         r.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(r.run_dir / "log.txt", "a") as log:
-            log.write(f"\ntrained packed with {len(group) - 1} other run(s): see {gdir / 'log.txt'}\n")
+        with open(r.run_dir / "log.txt", "a") as f:
+            f.write(f"\ntrained packed with {len(group) - 1} other run(s): see {log}\n")
+    return members
+
+
+def launch_packed(group: list[Run], threads: int | None = None) -> int:
+    """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
+    member's log.txt says where."""
+    from experiments.runs.packed_fit import group_dir
+    gdir = group_dir([r.run_dir for r in group])
+    members = _members_file(group, gdir / "log.txt")
     return _run_logged([sys.executable, "-m", "experiments", "fit_packed", str(members)],
                        f"python -m experiments fit_packed {members}", gdir, threads)
+
+
+def launch_packed_stage(groups: list[list[Run]], threads: int | None = None) -> int:
+    """Every packed group of a stage in ONE `fit_packed` process, one group after another (no process
+    start-up per group; the data decoded once, the compiled step's kernels built once per shape); its
+    output goes to <experiment>/packed/log.txt."""
+    from experiments.runs.packed_fit import PACKED_DIR
+    folder = groups[0][0].run_dir.parent / PACKED_DIR
+    files = [str(_members_file(g, folder / "log.txt")) for g in groups]
+    return _run_logged([sys.executable, "-m", "experiments", "fit_packed", *files],
+                       f"python -m experiments fit_packed {' '.join(files)}", folder, threads)
 
 
 def execute(run: Run, launcher: Callable[[Run], int]) -> str:
@@ -143,20 +164,63 @@ def _record_failure(run: Run, reason: str) -> None:
 
 def execute_group(group: list[Run], launcher: Callable[[list[Run]], int]) -> dict[str, str]:
     """Runs a packed group (its unfinished members); returns each member's status, as execute does."""
-    todo = [r for r in group if not finished(r, run_status(r))]
-    teachers = [r for r in todo if r.teacher is not None and run_status(replace_dir(r, r.teacher)) not in TUNED]
-    for r in teachers:
-        _record_failure(r, f"teacher run {r.teacher} is not trained")
-    todo = [r for r in todo if r not in teachers]
-    code = launcher(todo) if todo else 0
+    return execute_groups([group], lambda groups: launcher(groups[0]))
+
+
+def execute_groups(groups: list[list[Run]], launcher: Callable[[list[list[Run]]], int],
+                   reported: Callable[[list[Run], dict[str, str]], None] | None = None) -> dict[str, str]:
+    """Runs packed groups (their unfinished members) by one call of `launcher`; returns each member's
+    status, as execute does. `reported(group, statuses)` is called for each group as soon as its
+    members are final (watched while the launcher runs), and for the rest when it returns."""
+    todo, teachers = [], set()
+    for group in groups:
+        waiting = [r for r in group if not finished(r, run_status(r))]
+        for r in waiting:
+            if r.teacher is not None and run_status(replace_dir(r, r.teacher)) not in TUNED:
+                _record_failure(r, f"teacher run {r.teacher} is not trained")
+                teachers.add(r.name)
+        todo.append([r for r in waiting if r.name not in teachers])
+    done: set[int] = set()
+
+    def statuses(i: int, code: int | None) -> dict[str, str] | None:
+        out = {}
+        for r in groups[i]:
+            status = run_status(r)
+            if r in todo[i] and not finished(r, status) and status != "diverged":
+                if code is None:
+                    return None   # still training
+                _record_failure(r, f"packed group exit status {code}; see log.txt")
+                status = "failed"
+            out[r.name] = status if r.name not in teachers else "failed"
+        return out
+
+    def watch(stop: threading.Event) -> None:
+        while not stop.wait(WATCH_EVERY_S):
+            for i in range(len(groups)):
+                s = None if i in done else statuses(i, None)
+                if s is not None:
+                    done.add(i)
+                    reported(groups[i], s)
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(stop,), daemon=True) if reported and len(groups) > 1 else None
+    if watcher:
+        watcher.start()
+    try:
+        code = launcher([g for g in todo if g]) if any(todo) else 0
+    finally:
+        stop.set()
+        if watcher:
+            watcher.join()
     out = {}
-    for r in group:
-        status = run_status(r)
-        if r in todo and not finished(r, status) and status != "diverged":
-            _record_failure(r, f"packed group exit status {code}; see log.txt")
-            status = "failed"
-        out[r.name] = status if r not in teachers else "failed"
+    for i in range(len(groups)):
+        s = statuses(i, code)
+        out.update(s)
+        if reported and i not in done:
+            reported(groups[i], s)
     return out
+
+
+WATCH_EVERY_S = 5.0   # how often a stage process's groups are checked for members that ended
 
 
 def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:

@@ -1,41 +1,49 @@
-"""`python -m experiments fit_packed MEMBERS.json`: K runs that differ only in their seed, learning
-rate and augmentation, trained at once in one process (modules/packed.py), each leaving the folder
-and records its own `fit` would.
+"""`python -m experiments fit_packed MEMBERS.json [MORE.json ...]`: K runs that differ only in their
+seed, learning rate and augmentation, trained at once in one process (modules/packed.py), each
+leaving the folder and records its own `fit` would; several files: their groups one after another
+in this process (a sweep's stage).
 
 MEMBERS.json holds {"members": [[fit arguments], ...]} (what `sweep --pack` writes). Every member
 resolves to the folder, identity.json and hash its `fit` would use; their configurations must be
 equal except for their seed, lr, augmentation and DeiT's teacher (MEMBER_KEYS). Member k trains on
 its own subset, batch order and augmentation (its own DataModule; batches stacked to (K, B, ...))
 and all validate on the one shared validation split, in a loop of the group's own under Lightning
-Fabric (packed_loop.GroupLoop: one pure step per batch, compiled whole on CUDA). Each member gets, in its own folder:
-train_indices.json, TensorBoard curves (train/loss_step, train/lr, val/acc, val/acc_best) and hparams,
-checkpoints/best.ckpt (its best validation) and last.ckpt as ordinary single-run checkpoints
-(`test`, DeiT's teacher loading and the probes take them), summary.json with its val_history and
-plateau flag, and then its test (`status: done`) unless --test_after_fit false. The group's own
-checkpoint (<runs_dir>/<experiment>/packed/<group>/) makes an interrupted group resume exactly; it
-is written on a timer (GROUP_CHECKPOINT_EVERY) and at the group's end, not at every validation: it
-holds K members' weights and AdamW moments (51 MB for 8 tiny members), and a write at every
-validation stalls a GPU group. An interrupted group loses at most that interval.
+Fabric (packed_loop.GroupLoop: one pure step per batch, compiled whole on CUDA). Each member gets,
+in its own folder: train_indices.json, TensorBoard curves (train/loss_step, train/lr, val/acc,
+val/acc_best) and hparams, checkpoints/best.ckpt (its best validation) and last.ckpt as ordinary
+single-run checkpoints (`test`, DeiT's teacher loading and the probes take them), summary.json
+with its val_history and plateau flag, and then its test (`status: done`) unless --test_after_fit
+false: every member's best checkpoint in one vmapped pass over the test split, scored by its own
+test metrics. The group's own checkpoint (<runs_dir>/<experiment>/packed/<group>/) makes an
+interrupted group resume exactly; it is written on a timer (GROUP_CHECKPOINT_EVERY) and at the
+group's end, not at every validation: it holds K members' weights and AdamW moments (51 MB for 8
+tiny members), and a write at every validation stalls a GPU group. An interrupted group loses at
+most that interval.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
+import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state
 
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import read_checkpoint
+from modules.registry import use_fused_attention
 
 from experiments.runs.identity import config_hash, evaluation_identity
 from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule
-from experiments.runs.record import read_summary
-from experiments.runs.recorder import RunRecord
+from experiments.runs.record import read_summary, record_summary
 from experiments.runs.provenance import git_commit
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
@@ -104,10 +112,11 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
         todo = [m for m in members if status[m.run_dir.name] not in ("fitted", "done", "diverged")]
         if todo:
             _train(todo, callbacks, checkpoint_every, compile)
+        tested = [m for m in members if (read_summary(m.run_dir) or {}).get("status") == "fitted"
+                  and m.config["test_after_fit"]]
+        if tested:
+            _test(tested)
         for m in members:
-            s = read_summary(m.run_dir) or {}
-            if s.get("status") == "fitted" and m.config["test_after_fit"]:
-                _test(m)
             status[m.run_dir.name] = (read_summary(m.run_dir) or {}).get("status")
         return status
     finally:
@@ -115,10 +124,17 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
             lock.close()
 
 
+_DECODED: dict[tuple, ImageClassificationDataModule] = {}   # DataModule.source -> the first DataModule of it
+
+
 def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timedelta = GROUP_CHECKPOINT_EVERY,
            compile: bool | None = None) -> None:
     first = members[0].config
     dms = [ImageClassificationDataModule(**m.config["data"]) for m in members]
+    for dm in dms:  # the images decoded once per process: every group of a stage reads the first one's
+        source = _DECODED.setdefault(dm.source, dm)
+        if source is not dm:
+            dm.share_decoded(source)
     model_cfg = {k: v for k, v in first["model"].items() if k != "teacher_checkpoint"}
     model_cfg.update(image_size=dms[0].image_size, in_chans=dms[0].num_channels, num_classes=dms[0].num_classes)
     teachers = [m.config["model"].get("teacher_checkpoint") for m in members]
@@ -142,26 +158,76 @@ def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timed
               checkpoint_every=checkpoint_every).fit()
 
 
-def _test(m: Member) -> None:
-    """The member's best checkpoint on the test split, recorded as its own fit's test would be."""
+class _Heads(nn.Module):
+    """One member's reported logits and, for DeiT, each head's (ImageClassifier._eval_logits), as a
+    function of its weights (functional_call: "clf.model.<name>")."""
+
+    def __init__(self, clf: ImageClassifier):
+        super().__init__()
+        self.clf = clf
+
+    def forward(self, x):
+        return self.clf._eval_logits(x)
+
+
+@torch.no_grad()
+def _test(members: list[Member]) -> None:
+    """Every member's best checkpoint on the test split in ONE vmapped pass (their networks stacked),
+    each scored by its own ImageClassifier's test metrics and recorded as its own fit's test would be
+    (summary.json: status done, test)."""
     from experiments.runs.cli import default_precision
-    c = m.config
+    c = members[0].config
     precision = c["trainer"].get("precision") or default_precision()
-    best = m.run_dir / "checkpoints" / "best.ckpt"
-    read_checkpoint(best)  # one line naming the file
-    model = ImageClassifier.load_from_checkpoint(best, map_location="cpu", weights_only=True)
-    record = RunRecord(m.run_dir, c["experiment"], identity=m.identity,
-                       evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt"))
-    trainer = L.Trainer(precision=precision, logger=False, callbacks=[record], enable_progress_bar=False,
-                        enable_model_summary=False, limit_test_batches=c["trainer"].get("limit_test_batches"),
-                        accelerator=c["trainer"].get("accelerator", "auto"), devices=1)
-    trainer.test(model, datamodule=ImageClassificationDataModule(**c["data"]))
+    clfs = []
+    for m in members:
+        best = m.run_dir / "checkpoints" / "best.ckpt"
+        read_checkpoint(best)  # one line naming the file
+        clfs.append(ImageClassifier.load_from_checkpoint(best, map_location="cpu", weights_only=True).eval())
+    accelerator = c["trainer"].get("accelerator") or "auto"
+    device = torch.device("cuda" if torch.cuda.is_available() and accelerator in ("auto", "gpu", "cuda") else "cpu")
+    for clf in clfs:
+        use_fused_attention(clf.model, False)   # the training kernel; the only one vmap batches on the CPU
+        clf.to(device)
+    params, buffers = stack_module_state([clf.model for clf in clfs])
+    skeleton = _Heads(copy.deepcopy(clfs[0]).to("meta"))
+    weights = {f"clf.model.{n}": t for n, t in {**params, **buffers}.items()}
+    heads = torch.vmap(lambda w, x: functional_call(skeleton, w, (x,)), in_dims=(0, None))
+    dm = ImageClassificationDataModule(**c["data"])
+    dm.setup("test", device=device)
+    loader, limit = dm.test_dataloader(), c["trainer"].get("limit_test_batches")
+    limit = len(loader) if limit is None else min(len(loader), int(limit)) if isinstance(limit, int) \
+        else int(len(loader) * float(limit))
+    loss, count = torch.zeros(len(clfs), device=device), 0
+    autocast = precision == "bf16-mixed"   # as the single run's test under its Trainer's precision
+    for i, (x, y) in enumerate(loader):
+        if i >= limit:
+            break
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            outs = heads(weights, x)          # head -> (K, B, classes)
+        for k, clf in enumerate(clfs):
+            for head, logits in outs.items():
+                clf.test_metrics[head].update(logits[k].float(), y)
+        loss += torch.nn.functional.cross_entropy(outs["avg"].float().flatten(0, 1), y.repeat(len(clfs)),
+                                                  reduction="none").view(len(clfs), -1).sum(1)
+        count += len(y)
+    commit = git_commit()
+    for k, (m, clf) in enumerate(zip(members, clfs)):
+        test = {n.removeprefix("test/"): float(v) for coll in clf.test_metrics.values() for n, v in coll.compute().items()}
+        test["loss"] = float(loss[k] / count)   # Lightning's epoch mean of the batch losses, weighted by batch size
+        record_summary(m.run_dir, "done", experiment=m.config["experiment"], identity=m.identity,
+                       evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
+                       hparams=clf.hparams, complexity=clf.complexity,
+                       datamodule=ImageClassificationDataModule(**m.config["data"]), precision=str(precision),
+                       devices=1, commit=commit, test=test)
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments fit_packed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("members", help='a .json file holding {"members": [[fit arguments], ...]}')
+    p.add_argument("members", nargs="+",
+                   help='a .json file holding {"members": [[fit arguments], ...]}; several: their groups one after '
+                        "another in this one process (a sweep's stage: the data decoded once, the step compiled "
+                        "once per shape), a failing group reported and the next one trained")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="compile the group's whole step with torch.compile(fullgraph=True): auto = on CUDA "
                         "only, as CUDA graphs (mode reduce-overhead); on the CPU it pays only over long groups "
@@ -171,14 +237,28 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"{message} (python -m experiments fit_packed --help)")
     p.error = one_line
     a = p.parse_args(argv)
-    try:
-        arg_lists = json.loads(Path(a.members).read_text())["members"]
-    except FileNotFoundError:
-        raise ValueError(f"fit_packed: {a.members!r} does not exist") from None
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"fit_packed: {a.members!r} is not a members file ({type(e).__name__}: {e}): "
-                         'allowed {"members": [[fit arguments], ...]}') from None
-    status = fit_packed(arg_lists, compile={"auto": None, "true": True, "false": False}[a.compile])
+    groups = [_members_file(path) for path in a.members]   # every file read before anything trains
+    compile_ = {"auto": None, "true": True, "false": False}[a.compile]
+    status, failed = {}, 0
+    for path, arg_lists in zip(a.members, groups):
+        try:
+            status.update(fit_packed(arg_lists, compile=compile_))
+        except Exception as e:
+            if len(groups) == 1:
+                raise
+            failed += 1   # the sweep records each member's failure from its summary; the next group trains
+            traceback.print_exc()
+            print(f"fit_packed: group {path} failed: {type(e).__name__}: {e}", file=sys.stderr)
     for name, s in status.items():
         print(f"{name}: {s}", file=sys.stderr)
-    return 0 if all(s in ("fitted", "done") for s in status.values()) else 1
+    return 0 if not failed and all(s in ("fitted", "done") for s in status.values()) else 1
+
+
+def _members_file(path: str) -> list[list[str]]:
+    try:
+        return json.loads(Path(path).read_text())["members"]
+    except FileNotFoundError:
+        raise ValueError(f"fit_packed: {path!r} does not exist") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"fit_packed: {path!r} is not a members file ({type(e).__name__}: {e}): "
+                         'allowed {"members": [[fit arguments], ...]}') from None

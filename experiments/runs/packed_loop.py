@@ -3,9 +3,9 @@
 Single runs stay LightningModules under the Trainer; a packed group trains here, in a loop written
 for its one pure step (modules.packed_step.PackedStep): every member's augmentation, vmapped
 forward and backward, clipping, AdamW and BatchNorm statistics in one function of static-shape
-tensors that reads nothing back to the host. Around it, per step, the host only hands over the
-members' batches (uint8, with the crop and flip's random numbers), their drop-path masks (each
-member's own generator) and, for DeiT, their teachers' logits. The host reads the device only at
+tensors that reads nothing back to the host (DeiT's teachers run inside it). Around it, per step,
+the host only hands over the members' batches (uint8, with the crop and flip's random numbers) and
+their drop-path masks (each member's own generator). The host reads the device only at
 log steps (the members' losses), at validations (one vmapped pass of all members over the shared
 validation split) and when the group checkpoint is written: on a timer and at the group's end.
 
@@ -161,17 +161,16 @@ class GroupLoop:
                                  "validation split (dataset, val_size, split_seed) is the same")
         self.packed.to(device).train(True)
         cfgs = [dm.augment.cfg for dm in self.dms]
-        h = self.packed.template.hparams
-        teachers = self.packed.is_deit and h.distillation != "none" and self.packed.teacher_checkpoints
         # the step augments when it can (crop and flip, the same for all); otherwise (the strong
-        # recipe, or a teacher that must see the augmented images) batches come in augmented
+        # recipe) batches come in augmented. DeiT's teachers run inside the step either way.
         self.inside = all(c == cfgs[0] for c in cfgs) and not cfgs[0].randaugment \
-            and cfgs[0].random_erasing == 0 and not any(dm.augment.soft_targets for dm in self.dms) and not teachers
+            and cfgs[0].random_erasing == 0 and not any(dm.augment.soft_targets for dm in self.dms)
         position = lambda: (self.epoch, self.batch)  # noqa: E731
         self.loaders = [dm.train_loader(position=position, draws_only=self.inside) for dm in self.dms]
         self.schedule.start(min(len(loader) for loader in self.loaders))
         self.pure = PackedStep(self.packed, self.schedule.total, clip=self.schedule.clip,
-                               augment=self.dms[0].augment if self.inside else None, autocast=self.autocast)
+                               augment=self.dms[0].augment if self.inside else None, autocast=self.autocast,
+                               teachers=self.packed.teacher_stack(device))
         compile_ = self.compile if self.compile is not None else device.type == "cuda"
         self.mode = ("reduce-overhead" if device.type == "cuda" else "default") if compile_ else None
         self.run = torch.compile(self.pure, fullgraph=True, mode=self.mode) if compile_ else self.pure
@@ -238,10 +237,9 @@ class GroupLoop:
         x, y = torch.stack([b[0] for b in batches]), _targets([b[1] for b in batches])
         draws = {n: torch.stack([b[2][n] for b in batches]) for n in batches[0][2]} if self.inside else None
         masks = self.packed._drop_path_masks(x)  # each member's own generator, outside the graph
-        teacher = None if self.inside else self.packed._teacher_logits(x)
         if self.mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are this one's inputs
-        self.state, losses = self.run(self.state, x, y, self.lrs, masks=masks, teacher_logits=teacher, draws=draws)
+        self.state, losses = self.run(self.state, x, y, self.lrs, masks=masks, draws=draws)
         return losses
 
     def _watch(self, losses: torch.Tensor) -> None:

@@ -39,8 +39,8 @@ from experiments.runs.record import read_summary, write_json
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
-from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, finished, launch, launch_packed, pack_groups,
-                                      phases, run_cost, run_status)
+from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, execute_groups, finished, launch,
+                                      launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status)
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 from experiments.runs.estimate import estimate
@@ -63,6 +63,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             results.update(run_stage(runs, phases(todo, pack), cluster, launcher, packed_launcher, console))
         return results
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    # the default launchers: one process per run, per packed group, or (one at a time) per stage
+    stage_launcher = launch_packed_stage if launcher is None and packed_launcher is None else None
     launcher = launcher or (lambda r: launch(r, threads=threads))
     packed_launcher = packed_launcher or (lambda g: launch_packed(g, threads=threads))
     results: dict[str, str] = {}
@@ -99,7 +101,19 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             # a run whose training is done (a tuning trial; only its test is left) is not packed
             trained = [r for r in phase if run_status(r) == "fitted"]
             units = [[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack)
-            if jobs <= 1:
+            groups = [u for u in units if len(u) > 1]
+            if jobs <= 1 and len(groups) > 1 and stage_launcher is not None:
+                # every packed group of the phase in one process (execute.launch_packed_stage), each
+                # reported as it ends; the runs alone before them
+                for u in units:
+                    if len(u) == 1:
+                        progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {u[0].name}")
+                        one(u)
+                progress.update(task, description=f"{groups[0][0].stage}: {len(groups)} packed groups in one process")
+                start = time.perf_counter()
+                execute_groups(groups, stage_launcher, lambda g, statuses: [
+                    report(r, statuses[r.name], time.perf_counter() - start) for r in g])
+            elif jobs <= 1:
                 for u in units:
                     what = u[0].name if len(u) == 1 else f"{u[0].name} and {len(u) - 1} more, packed"
                     progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {what}")
