@@ -2,10 +2,10 @@
 backward, clipping, AdamW + warmup/cosine) eager, against the same step with the network compiled
 (`torch.compile(model)`, inductor: what a user would switch on), in the suite's precision.
 
-Then a packed group of K members (--members, default 4): PackedClassifier's step under Lightning's
-optimisation (autograd backward, torch's AdamW, the per-member lr's clone + lerp) against
-modules/packed_step.PackedStep, the same step as one pure function, eager and compiled whole with
-`torch.compile(step, fullgraph=True)` (gpu_check.group: float32 on the CPU, bf16 autocast on CUDA).
+Then a packed group of K members (--members, default 4): modules/packed_step.PackedStep, the step
+a packed group trains with (experiments/runs/packed_loop.py), eager against compiled whole with
+`torch.compile(step, fullgraph=True)` (gpu_check.group, in the suite's precision: bf16 autocast
+where the hardware has native bf16), and the group length from which compiling pays.
 
 Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 128 (GPU) of
 28x28x1 synthetic images already on the device. The first compiled steps pay for compilation
@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from experiments.runs.cli import default_precision
 from experiments.runs.provenance import hardware, versions
-from family_throughput import packed_step, single_step, sync, timed
+from family_throughput import single_step, sync, timed
 from gpu_check import group
 from modules import FAMILIES
 
@@ -66,7 +66,6 @@ def main() -> None:
     a = p.parse_args()
     device = torch.device(a.device)
     a.batch = a.batch or (128 if device.type == "cuda" else 32)
-    fused = device.type == "cuda"  # the attention kernel ImageClassifier.setup picks on this device
     precision = default_precision()
     v = versions()
     print(f"hardware: {hardware()}; torch {v['torch']}, timm {v['timm']}")
@@ -76,8 +75,8 @@ def main() -> None:
           f"{'pays after':>12}  (repeats)")
     for family in a.family:
         total = 2 + 2 * a.repeats * a.steps + 4
-        _, eager = single_step(family, a.budget, a.batch, device, precision, total, fused)
-        clf, compiled = single_step(family, a.budget, a.batch, device, precision, total, fused)
+        _, eager = single_step(family, a.budget, a.batch, device, precision, total, fused=False)
+        clf, compiled = single_step(family, a.budget, a.batch, device, precision, total, fused=False)
         clf.model = torch.compile(clf.model)  # the same parameters: the optimizer and clipping see them
         compile_s = first_calls(compiled, device)
         eager()
@@ -99,24 +98,24 @@ def main() -> None:
 
 def packed_table(a, device: torch.device) -> None:
     k = a.members
-    precision = "bf16 autocast" if device.type == "cuda" else "float32"
-    print(f"\npacked group of {k} members, batch {a.batch} each, {precision}; img/s over all members; "
+    amp = torch.bfloat16 if default_precision() == "bf16-mixed" else None   # the suite's precision here
+    precision = "bf16 autocast" if amp else "float32"
+    print(f"\npacked group of {k} members (PackedStep), batch {a.batch} each, {precision}; img/s over all members; "
           f"{a.repeats} x {a.steps} timed steps each, interleaved")
-    print(f"{'family':9} {'Lightning img/s':>15} {'pure eager img/s':>16} {'compile s':>9} {'pure compiled img/s':>19} "
-          f"{'compiled vs Lightning':>21}")
+    print(f"{'family':9} {'eager img/s':>11} {'compile s':>9} {'compiled img/s':>14} {'speed-up':>8} {'pays from':>10}")
     for family in a.family:
-        total = 2 + 3 * a.repeats * a.steps + 4
-        lightning = packed_step(family, a.budget, k, a.batch, device, "32-true", total)
-        eager, _ = group(family, k, a.batch, device, None, budget=a.budget)
-        compiled, _ = group(family, k, a.batch, device, "default", budget=a.budget)
+        eager, _ = group(family, k, a.batch, device, None, budget=a.budget, autocast=amp)
+        compiled, _ = group(family, k, a.batch, device, "default", budget=a.budget, autocast=amp)
         compile_s = first_calls(compiled, device)
-        lightning(), eager()
+        eager()
         rates = []
         for _ in range(a.repeats):
-            rates.append([k * a.batch * a.steps / timed(f, a.steps, 0, device)[0] for f in (lightning, eager, compiled)])
-        lit, eag, com = (statistics.median(r[i] for r in rates) for i in range(3))
-        ratio = statistics.median(r[2] / r[0] for r in rates)
-        print(f"{family:9} {lit:15,.0f} {eag:16,.0f} {compile_s:9.1f} {com:19,.0f} {ratio:20.2f}x", flush=True)
+            rates.append([k * a.batch * a.steps / timed(f, a.steps, 0, device)[0] for f in (eager, compiled)])
+        eag, com = (statistics.median(r[i] for r in rates) for i in range(2))
+        ratio = statistics.median(r[1] / r[0] for r in rates)
+        saved = k * a.batch / eag - k * a.batch / com   # seconds per step
+        pays = f"{compile_s / saved:,.0f} steps" if saved > 0 else "never"
+        print(f"{family:9} {eag:11,.0f} {compile_s:9.1f} {com:14,.0f} {ratio:7.2f}x {pays:>10}", flush=True)
         torch._dynamo.reset()
 
 

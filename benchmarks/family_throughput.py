@@ -1,4 +1,4 @@
-"""Training throughput per family, one run against K runs packed in one process (PackedClassifier),
+"""Training throughput per family, one run against K runs packed in one process (PackedStep),
 with model FLOPs utilisation (MFU) against this device's measured matmul peak.
 
 Each family at its budget (default tiny), batch 128 (GPU) or 32 (CPU: the cpu profiles') of
@@ -8,7 +8,8 @@ precision the suite trains in
   single : a plain loop over ImageClassifier.training_loss + AdamW/warmup-cosine + clipping, with the
            attention kernel the suite trains with (explicit matmuls on every device:
            ImageClassifier.setup); "other kernel": the same with fused SDPA
-  packed : PackedClassifier, K members (vmap over stacked weights), per-member clipping
+  packed : modules/packed_step.PackedStep eager (what a packed group trains with on the CPU), K
+           members (vmap over stacked weights), per-member clipping and lr (gpu_check.group)
   FLOPs  : ImageClassifier.complexity["flops"] (forward, 2 x MACs) x 3 for forward + backward
   MFU    : achieved FLOP/s / peak FLOP/s of a large square matmul in the same precision
 DeiT runs without a teacher (its distillation head learns the labels).
@@ -28,7 +29,6 @@ from experiments.runs.cli import default_precision
 from experiments.runs.provenance import hardware, versions
 from modules import FAMILIES, ImageClassifier
 from modules.optim import adamw_warmup_cosine
-from modules.packed import PackedClassifier, clip_grad_norm_per_member
 from modules.registry import use_fused_attention
 
 warnings.filterwarnings("ignore", "There is a performance drop")  # vmap falls back to a loop for some ops
@@ -107,26 +107,6 @@ def single_step(family: str, budget: str, batch: int, device, precision: str, to
     return clf, step
 
 
-def packed_step(family: str, budget: str, k: int, batch: int, device, precision: str, total: int):
-    packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
-    h = packed.template.hparams
-    conf = packed.configure_optimizers(total_steps=total)
-    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
-    x = torch.randn(k, batch, h.in_chans, h.image_size, h.image_size, device=device)
-    y = torch.randint(0, h.num_classes, (k, batch), device=device)
-    params = list(packed.members.parameters())
-
-    def step():
-        with autocast(device, precision):
-            losses, _ = packed(x, y)
-        opt.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        clip_grad_norm_per_member(params, 1.0)
-        opt.step()
-        sched.step()
-    return step
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", nargs="+", default=list(FAMILIES), choices=FAMILIES, help="families (default all)")
@@ -164,7 +144,9 @@ def main() -> None:
             _, step = single_step(family, a.budget, a.batch, device, precision, total, fused=True)
             other = f"{a.batch * steps / timed(step, steps, warmup, device)[0]:,.0f}"
         del clf, step  # free the single run before the packed one
-        step = packed_step(family, a.budget, a.k, a.batch, device, precision, total)
+        from gpu_check import group  # the packed group's step, as gpu_check and compiled_step build it
+        step, _ = group(family, a.k, a.batch, device, None, budget=a.budget,
+                        autocast=torch.bfloat16 if precision == "bf16-mixed" else None)
         seconds, utilk = timed(step, steps, warmup, device)
         packed = a.k * a.batch * steps / seconds
         print(f"{family:9} {flops / 3e6:9.1f} {single:12,.0f} {single * flops / peak:6.1%} {util1:>5} {other:>12} | "

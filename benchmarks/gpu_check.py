@@ -46,13 +46,16 @@ warnings.filterwarnings("ignore", "There is a performance drop")
 
 
 def group(family: str, k: int, batch: int, device: torch.device, mode: str | None, backend: str = "inductor",
-          budget: str = "tiny"):
+          budget: str = "tiny", autocast: torch.dtype | None | str = "device"):
     """A K-member group's step() (state carried between calls) and its losses: PackedStep eager
-    (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py too)."""
+    (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py and
+    family_throughput.py too); autocast: bf16 on CUDA and float32 on the CPU ("device"), or as given."""
     torch.manual_seed(0)
     packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
     h = packed.template.hparams
-    step = PackedStep(packed, total_steps=10_000, autocast=torch.bfloat16 if device.type == "cuda" else None)
+    if autocast == "device":
+        autocast = torch.bfloat16 if device.type == "cuda" else None
+    step = PackedStep(packed, total_steps=10_000, autocast=autocast)
     fn = step if mode is None else torch.compile(step, fullgraph=True, mode=mode, backend=backend)
     g = torch.Generator(device).manual_seed(1)
     x = torch.randn(k, batch, h.in_chans, h.image_size, h.image_size, device=device, generator=g)
