@@ -207,19 +207,25 @@ def test_members_that_differ_in_more_than_their_seed_are_refused(fmnist_dir, tmp
     assert "is not a members file" in capsys.readouterr().err
 
 
-def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
-    """pack 2: the tuning grid's two lrs of each family train as one group, then the main stage's
-    two seeds; the records are those of single runs."""
+def _packed_spec(fmnist_dir, tmp_path, monkeypatch, name: str, families: list[str], **profile) -> Path:
+    """A tiny spec packing 2 runs to a group: 3 seeds, 2 lrs, a few steps on the test data."""
     from .test_sweep import ROOT
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    spec = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "deit"], "recipes": ["default"],
+    spec = {"name": name, "dataset": "fashion_mnist", "families": families, "recipes": ["default"],
             "recipe_args": {"default": {}},
             "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0, 1, 2], "epochs": 0.25,
                                  "min_steps": 4, "val_checks": 2, "batch_size": 32, "lrs": [0.003, 0.01],
-                                 "pack": 2}}}
-    path = tmp_path / "tiny.yaml"
+                                 "pack": 2, **profile}}}
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
+    """pack 2: the tuning grid's two lrs of each family train as one group, then the main stage's
+    two seeds; the records are those of single runs."""
+    path = _packed_spec(fmnist_dir, tmp_path, monkeypatch, "tiny", ["resnet", "deit"])
     runs = tmp_path / "runs"
     assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs), "--stage", "tune"]) == 0
     assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs)]) == 0
@@ -305,16 +311,7 @@ def test_a_trainer_setting_the_loop_cannot_honour_is_one_line(fmnist_dir, tmp_pa
 def test_a_stage_trains_its_packed_groups_in_one_process(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
     """One run at a time and several packed groups in a phase: one `fit_packed` process (one log
     line) trains them all, one after another, each member recorded as its own fit."""
-    from .test_sweep import ROOT
-    monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    spec = {"name": "stage", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipes": ["default"],
-            "recipe_args": {"default": {}},
-            "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0, 1, 2], "epochs": 0.25,
-                                 "min_steps": 4, "val_checks": 2, "batch_size": 32, "lrs": [0.003, 0.01],
-                                 "pack": 2, "jobs": 1}}}   # jobs 1: a GPU machine's default
-    path = tmp_path / "stage.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = _packed_spec(fmnist_dir, tmp_path, monkeypatch, "stage", ["resnet", "vit"], jobs=1)  # a GPU's default
     runs = tmp_path / "runs"
     assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs)]) == 0
     log = (runs / "stage" / "packed" / "log.txt").read_text()
