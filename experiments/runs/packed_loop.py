@@ -173,6 +173,11 @@ class GroupLoop:
                                teachers=self.packed.teacher_stack(device))
         compile_ = self.compile if self.compile is not None else device.type == "cuda"
         self.mode = ("reduce-overhead" if device.type == "cuda" else "default") if compile_ else None
+        if compile_:
+            # a fresh start for this group's graphs: every group of a stage process compiles the same
+            # PackedStep.__call__, and past dynamo's recompile limit (8) it would run eager unannounced;
+            # inductor's on-disk cache still serves the kernels an earlier group built
+            torch._dynamo.reset()
         self.run = torch.compile(self.pure, fullgraph=True, mode=self.mode) if compile_ else self.pure
         self.lrs = torch.tensor([self.packed.member_lr(k) for k in range(len(self.members))], device=device)
         self.state = self.pure.init_state()
