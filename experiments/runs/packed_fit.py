@@ -42,7 +42,7 @@ from modules.checkpoint_io import read_checkpoint
 from modules.registry import use_fused_attention
 
 from experiments.runs.identity import config_hash, evaluation_identity
-from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule
+from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule, limited
 from experiments.runs.record import read_summary, record_summary
 from experiments.runs.provenance import git_commit
 
@@ -102,8 +102,7 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
     from experiments.runs.cli import check_folder_identity, lock_run_folder
     members = resolve_members(arg_lists)
     Schedule(members[0].config["trainer"])  # settings the group's loop cannot honour: one line, nothing written
-    for m in members:  # the data's checks (its values, val_size against the pool) before any folder is made
-        ImageClassificationDataModule(**m.config["data"]).check_sizes()
+    _data_modules(members)  # the data's checks (its values, val_size against the pool) before any folder is made
     locks = [lock_run_folder(m.run_dir) for m in members]
     try:
         for m in members:
@@ -127,14 +126,24 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
 _DECODED: dict[tuple, ImageClassificationDataModule] = {}   # DataModule.source -> the first DataModule of it
 
 
-def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timedelta = GROUP_CHECKPOINT_EVERY,
-           compile: bool | None = None) -> None:
-    first = members[0].config
-    dms = [ImageClassificationDataModule(**m.config["data"]) for m in members]
-    for dm in dms:  # the images decoded once per process: every group of a stage reads the first one's
+def _data_modules(members: list[Member]) -> list[ImageClassificationDataModule]:
+    """Each member's DataModule with its data's checks done (values, sizes against the pool); the
+    images decoded once per process: every later DataModule of the same source reads the first one's."""
+    dms = []
+    for m in members:
+        dm = ImageClassificationDataModule(**m.config["data"])
         source = _DECODED.setdefault(dm.source, dm)
         if source is not dm:
             dm.share_decoded(source)
+        dm.check_sizes()   # decodes the source's images the first time, reads them after
+        dms.append(dm)
+    return dms
+
+
+def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timedelta = GROUP_CHECKPOINT_EVERY,
+           compile: bool | None = None) -> None:
+    first = members[0].config
+    dms = _data_modules(members)
     model_cfg = {k: v for k, v in first["model"].items() if k != "teacher_checkpoint"}
     model_cfg.update(image_size=dms[0].image_size, in_chans=dms[0].num_channels, num_classes=dms[0].num_classes)
     teachers = [m.config["model"].get("teacher_checkpoint") for m in members]
@@ -192,11 +201,10 @@ def _test(members: list[Member]) -> None:
     skeleton = _Heads(copy.deepcopy(clfs[0]).to("meta"))
     weights = {f"clf.model.{n}": t for n, t in {**params, **buffers}.items()}
     heads = torch.vmap(lambda w, x: functional_call(skeleton, w, (x,)), in_dims=(0, None))
-    dm = ImageClassificationDataModule(**c["data"])
+    dm = _data_modules(members[:1])[0]   # the test split all members share
     dm.setup("test", device=device)
-    loader, limit = dm.test_dataloader(), c["trainer"].get("limit_test_batches")
-    limit = len(loader) if limit is None else min(len(loader), int(limit)) if isinstance(limit, int) \
-        else int(len(loader) * float(limit))
+    loader = dm.test_dataloader()
+    limit = limited(len(loader), c["trainer"].get("limit_test_batches"))
     loss, count = torch.zeros(len(clfs), device=device), 0
     autocast = precision == "bf16-mixed"   # as the single run's test under its Trainer's precision
     for i, (x, y) in enumerate(loader):
@@ -211,13 +219,13 @@ def _test(members: list[Member]) -> None:
                                                   reduction="none").view(len(clfs), -1).sum(1)
         count += len(y)
     commit = git_commit()
-    for k, (m, clf) in enumerate(zip(members, clfs)):
+    for k, (m, clf, data) in enumerate(zip(members, clfs, _data_modules(members))):
         test = {n.removeprefix("test/"): float(v) for coll in clf.test_metrics.values() for n, v in coll.compute().items()}
         test["loss"] = float(loss[k] / count)   # Lightning's epoch mean of the batch losses, weighted by batch size
         record_summary(m.run_dir, "done", experiment=m.config["experiment"], identity=m.identity,
                        evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
                        hparams=clf.hparams, complexity=clf.complexity,
-                       datamodule=ImageClassificationDataModule(**m.config["data"]), precision=str(precision),
+                       datamodule=data, precision=str(precision),
                        devices=1, commit=commit, test=test)
 
 

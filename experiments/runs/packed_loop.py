@@ -97,7 +97,7 @@ class Schedule:
         self.progress = trainer.get("enable_progress_bar", True) is not False
 
     def start(self, batches_per_epoch: int) -> None:
-        self.batches = _limited(batches_per_epoch, self.limit_train)   # training batches per epoch
+        self.batches = limited(batches_per_epoch, self.limit_train)   # training batches per epoch
         if self.batches < 1:
             raise ValueError(f"fit_packed: trainer.limit_train_batches={self.limit_train!r} leaves no training "
                              f"batch of the {batches_per_epoch} an epoch has")
@@ -116,10 +116,10 @@ class Schedule:
         return (epoch + 1) % self.every == 0 and (batch + 1) % self.val_batch == 0
 
     def val_batches(self, n: int) -> int:
-        return _limited(n, self.limit_val)
+        return limited(n, self.limit_val)
 
 
-def _limited(n: int, limit) -> int:
+def limited(n: int, limit) -> int:
     """Lightning's limit_*_batches: None = all, an int = that many, a float = that share."""
     if limit is None:
         return n
@@ -150,8 +150,6 @@ class GroupLoop:
     # ---------------- setup ----------------
     def _setup(self) -> None:
         device = self.fabric.device
-        for dm in self.dms[1:]:
-            dm.share_decoded(self.dms[0])          # the images are decoded once per group
         for dm in self.dms:
             dm.setup("fit", device=device)
         val = self.dms[0].val_indices
