@@ -6,7 +6,8 @@ or runs out of time is recorded as such and the next one runs):
            per family at K = 8, 16, 32 members: ms per group
            step eager and captured (torch.compile(fullgraph=True, mode="reduce-overhead"): CUDA
            graphs), images/s over all members, GPU utilisation; captured equals eager (losses)
-  syncs    host synchronisations per captured step (torch.cuda.set_sync_debug_mode("warn"), counted)
+  syncs    host synchronisations per captured step, and per step of the strong recipe's draws
+           (torch.cuda.set_sync_debug_mode("warn"), counted)
   fit      one single run through `python -m experiments fit` (vit, tiny, 10% of Fashion-MNIST):
            its wall time and images/s from its summary
   sweep    `sweep --profile gpu` of exp-datascale reduced to vit and resnet at one fraction and
@@ -114,20 +115,38 @@ def part_syncs(a, device) -> dict:
     if device.type != "cuda":
         return {"syncs_per_step": "n/a (counted on CUDA only)"}
     call, _ = group(a.families[0], a.members[0], a.batch, device, a.mode, a.backend)
+    draw = strong_draws(a.members[0], a.batch, device)
     for _ in range(3):
         call()
+        draw()
     sync(device)
+    step, draws = _synchronisations(call, a.steps), _synchronisations(draw, a.steps)
+    return {"family": a.families[0], "members": a.members[0], "steps": a.steps,
+            "syncs_per_step": len(step) / a.steps, "first": step[:3],
+            "strong_recipe_draw_syncs_per_step": len(draws) / a.steps, "draws_first": draws[:3]}
+
+
+def strong_draws(k: int, batch: int, device: torch.device):
+    """The host's part of a step of the strong recipe: each member's augmentation draws (RandAugment,
+    Random Erasing, MixUp/CutMix) from its loader's generator on the device, stacked."""
+    from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
+    aug = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.25,
+                                     mixup_alpha=0.8, cutmix_alpha=1.0), torch.tensor([72.9]), torch.tensor([90.0]), 10)
+    gens = [torch.Generator(device).manual_seed(i) for i in range(k)]
+    return lambda: member_draws([aug.draws(batch, (1, 28, 28), g) for g in gens])
+
+
+def _synchronisations(call, steps: int) -> list[str]:
+    """The host synchronisations `steps` calls make, as torch.cuda.set_sync_debug_mode reports them."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            for _ in range(a.steps):
+            for _ in range(steps):
                 call()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
-    return {"family": a.families[0], "members": a.members[0], "steps": a.steps,
-            "syncs_per_step": len(syncs) / a.steps, "first": syncs[:3]}
+    return [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
 
 
 def _python(args: list[str], limit: int, cwd: Path) -> dict:

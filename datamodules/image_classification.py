@@ -10,7 +10,7 @@ from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 import numpy as np
 import torch
 
-from .batch_augment import AugmentConfig, BatchAugment, geometry_draws
+from .batch_augment import AugmentConfig, BatchAugment
 from .sources import FASHION_MNIST, FASHION_MNIST_CLASSES, load_decoded
 from .splits import default_val_size, resolve_train_size, split_train_val, training_subset
 from .tensor_loader import TensorBatchLoader
@@ -49,8 +49,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
             not part of a run's identity.
         crop_padding: random crop with this zero padding (default max(2, image_size // 16); 0 = off).
         hflip: random horizontal flip (default: on, except for digit datasets).
-        randaugment: torchvision RandAugment(2, 9) on uint8 batches.
-        random_erasing: per-image probability of timm Random Erasing (0 = off).
+        randaugment: torchvision's RandAugment (2 ops, magnitude 9) on uint8 batches, ops drawn per image.
+        random_erasing: per-image probability of timm's Random Erasing (0 = off).
         mixup_alpha: MixUp alpha (0 = off); targets become soft.
         cutmix_alpha: CutMix alpha (0 = off); targets become soft.
         cache_dir: where decoded datasets are cached (default $VIT_FAMILIES_CACHE or ~/.cache/vit-families).
@@ -196,6 +196,7 @@ class ImageClassificationDataModule(L.LightningDataModule):
             self._device = self.trainer.strategy.root_device
         elif device is not None:
             self._device = torch.device(device)
+        self.augment.to(self._device)
         self._tensors = {}  # split name -> (uint8 NCHW, int64), on the training device
         for name in self.STAGE_SPLITS.get(stage, ("train", "val", "test")):
             self._split_tensors(name)
@@ -228,19 +229,14 @@ class ImageClassificationDataModule(L.LightningDataModule):
 
     def train_loader(self, position=None, draws_only: bool = False) -> TensorBatchLoader:
         """The training batches (train_dataloader's, also outside a Trainer). position: where a pass
-        starts (TensorBatchLoader's). draws_only: batches are (uint8 x, y, draws), the crop and flip
-        left undone and their random numbers (geometry_draws, drawn as augment.train draws them)
-        handed over, for a step that augments on its own (modules.packed_step); the crop and flip
-        recipe only."""
+        starts (TensorBatchLoader's). draws_only: batches are (uint8 x, y, draws), augmentation left
+        undone and its random numbers (BatchAugment.draws) handed over, for a step that augments on
+        its own (modules.packed_step)."""
         rank, world = self._rank_world()
         x, y = self._split_tensors("train")
-        transform = self.augment.train
+        transform, augment = self.augment.train, self.augment
         if draws_only:
-            cfg = self.augment.cfg
-            if cfg.randaugment or cfg.random_erasing > 0 or self.augment.soft_targets:
-                raise ValueError("train_loader(draws_only=True): the recipe draws more than a crop and a flip "
-                                 "(RandAugment, Random Erasing or MixUp/CutMix): allowed only crop_padding and hflip")
-            transform = lambda xb, yb, g: (xb, yb, geometry_draws(cfg, len(yb), g))  # noqa: E731
+            transform = lambda xb, yb, g: (xb, yb, augment.draws(len(yb), tuple(xb.shape[1:]), g))  # noqa: E731
         return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=transform,
                                  shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
                                  position=position)

@@ -16,22 +16,22 @@ graph can be captured once and replayed. It covers:
 - AdamW with decay on the weight matrices only (param_groups), each member's peak lr a (K,)
   tensor times warmup + cosine computed on the device from the step-count tensor.
 
-- the crop, flip and normalisation of the default recipe (datamodules.batch_augment.geometry), on
-  uint8 batches, with each member's random numbers drawn outside by geometry_draws from its own
-  loader generator (a draw with generator= breaks the graph): the same numbers its single run draws.
+- augmentation (datamodules.batch_augment.BatchAugment.apply: crop, flip, RandAugment, Random
+  Erasing, MixUp/CutMix) on uint8 batches, with each member's random numbers drawn outside by
+  BatchAugment.draws from its own loader generator (a draw with generator= breaks the graph): the
+  same numbers its single run draws. Members of different recipes pack (default and strong): a
+  stage a member leaves out gets identity draws (batch_augment.member_draws).
 
 - with `teachers` (PackedClassifier.teacher_stack), DeiT's frozen teachers' forward on the members'
   augmented images, under the same autocast as the student's.
 
-Not yet inside: RandAugment, Random Erasing and MixUp/CutMix (the strong recipe: batches then come
-in augmented).
 tests/test_packed_step.py: the step equals PackedClassifier's for every family, and compiled with
 fullgraph=True equals itself eager.
 
     step = PackedStep(packed, total_steps=2000, clip=1.0)
     state = step.init_state()                       # weights, buffers, Adam moments, step count
     state, losses = step(state, x, y, lr)           # x (K, B, C, H, W), y (K, B), lr (K,)
-    step = PackedStep(packed, 2000, augment=dm.augment)   # x uint8, plus draws: geometry_draws per member
+    step = PackedStep(packed, 2000, augment=dm.augment)   # x uint8, plus draws: member_draws of BatchAugment.draws
     compiled = torch.compile(step, fullgraph=True)  # the same function, one graph
 """
 from __future__ import annotations
@@ -41,29 +41,23 @@ import math
 import torch
 from torch.func import functional_call, grad
 
-from datamodules.batch_augment import geometry
-
 from .optim import param_groups
 from .packed import teacher_logits as teacher_logits_of
 
 
 class PackedStep:
     """The training step of `packed`'s members (a PackedClassifier) over `total_steps` steps,
-    clipping each member's gradient at `clip` (None: no clipping); with `augment` (a BatchAugment of
-    crop and flip at most) the step takes uint8 batches and augments and normalises them itself."""
+    clipping each member's gradient at `clip` (None: no clipping); with `augment` (a BatchAugment:
+    the members' shared crop and flip settings, their data's normalisation and classes) the step
+    takes uint8 batches and augments and normalises them itself."""
 
     def __init__(self, packed, total_steps: int, clip: float | None = 1.0, augment=None,
                  autocast: torch.dtype | None = None, teachers: tuple | None = None):
-        if augment is not None and (augment.cfg.randaugment or augment.cfg.random_erasing > 0
-                                    or augment.soft_targets):
-            raise ValueError("PackedStep augments with crop and flip only: RandAugment, Random Erasing and "
-                             "MixUp/CutMix (the strong recipe) are not in the pure step yet; pass augmented "
-                             "batches and augment=None")
         self.augment = augment
         self.teachers = teachers  # PackedClassifier.teacher_stack: DeiT's teachers run inside the step
         self.autocast = autocast  # e.g. torch.bfloat16: the forward and backward under autocast (bf16-mixed)
-        if augment is not None:  # on the group's device once (build the step after moving `packed`)
-            self.mean, self.std = augment.mean.to(packed.device), augment.std.to(packed.device)
+        if augment is not None:  # its mean and std on the group's device once (build the step after moving `packed`)
+            augment.to(packed.device)
         h = packed.template.hparams
         self.member_fn = packed.member_fn
         self.member_fn.train(True)
@@ -104,10 +98,12 @@ class PackedStep:
         members' peak learning rates, masks (K, n, B) their drop-path keep masks (n drawing drop
         paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None
         (with `teachers`: computed here).
-        With `augment`: x uint8 and draws {dy, dx, flip: (K, B)} (geometry_draws of each member,
-        stacked). Returns the next state and the members' losses (K,)."""
-        if self.augment is not None:
-            x = self._augment(x, draws, next(iter(state["params"].values())).dtype)
+        With `augment`: x uint8, y labels (K, B) and draws (batch_augment.member_draws of the members'
+        BatchAugment.draws). Returns the next state and the members' losses (K,)."""
+        if self.augment is not None:  # labels become soft targets when a member mixes (MixUp/CutMix)
+            x, y = self.augment.apply(x, y, draws)
+            dtype = next(iter(state["params"].values())).dtype
+            x, y = x.to(dtype), (y.to(dtype) if y.is_floating_point() else y)
         buffers = {n: b.clone() for n, b in state["buffers"].items()}  # BatchNorm updates these in place
         fixed = {n: p for n, p in self.packed.members.named_parameters() if n not in self.decay}  # frozen (sin-cos)
 
@@ -153,13 +149,6 @@ class PackedStep:
             new["params"][n] = p - (r / c1) * m / (v.sqrt() / c2 + self.eps)
             new["exp_avg"][n], new["exp_avg_sq"][n] = m, v
         return new, losses
-
-    def _augment(self, x: torch.Tensor, draws: dict, dtype: torch.dtype) -> torch.Tensor:
-        """uint8 (K, B, C, H, W) -> cropped, flipped, normalised as BatchAugment.train (float32), in `dtype`."""
-        K, B = x.shape[:2]
-        x = geometry(x.flatten(0, 1), self.augment.cfg.crop_padding, {k: d.flatten() for k, d in draws.items()})
-        x = (x.float() - self.mean) / self.std                       # BatchAugment.normalize
-        return x.view(K, B, *x.shape[1:]).to(dtype)
 
     def load_into(self, state: dict) -> None:
         """Write a state's weights and buffers back into `packed` (to validate or export members)."""

@@ -11,7 +11,7 @@ from PIL import Image
 
 from datamodules import DatasetError, ImageClassificationDataModule
 from datamodules import sources
-from datamodules.batch_augment import random_crop
+from datamodules.batch_augment import AugmentConfig, geometry, geometry_draws
 
 from .conftest import make_images
 
@@ -232,7 +232,7 @@ def test_epochs_draw_different_batches(make_dm):
 def test_random_crop_is_a_shifted_window():
     x = torch.arange(2 * 1 * 6 * 6, dtype=torch.uint8).view(2, 1, 6, 6)
     g = torch.Generator().manual_seed(0)
-    out = random_crop(x, 2, g)
+    out = geometry(x, 2, geometry_draws(AugmentConfig(crop_padding=2), 2, g))
     padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
     for i in range(2):
         windows = [padded[i, :, dy:dy + 6, dx:dx + 6] for dy in range(5) for dx in range(5)]
@@ -285,15 +285,15 @@ def test_loader_after_a_fit_counts_its_own_passes(make_dm, tmp_path):
     assert len(list(dm.train_dataloader())) == 4
 
 
-def test_a_loader_of_draws_only_takes_the_crop_and_flip_recipe_only(make_dm):
-    """train_loader(draws_only=True) hands over uint8 images and the crop and flip's random numbers,
-    the ones augment.train draws; a recipe that draws more is refused in one line."""
-    from datamodules.batch_augment import geometry
-    dm = make_dm(batch_size=16, train_size=64)
+@pytest.mark.parametrize("recipe", [{}, dict(randaugment=True, random_erasing=0.5, mixup_alpha=0.8, cutmix_alpha=1.0)])
+def test_a_loader_of_draws_only_hands_over_what_augment_train_draws(make_dm, recipe):
+    """train_loader(draws_only=True) hands over uint8 images and their augmentation's random numbers,
+    the ones augment.train draws: applied, they make its batches (the default and the strong recipe)."""
+    dm = make_dm(batch_size=16, train_size=64, **recipe)
     dm.setup("fit")
     draws_only = dm.train_loader(draws_only=True)
     for (x, y, draws), (xa, ya) in zip(draws_only, dm.train_loader()):
-        assert x.dtype == torch.uint8 and torch.equal(y, ya) and set(draws) == {"dy", "dx", "flip"}
-        torch.testing.assert_close(dm.augment.normalize(geometry(x, dm.augment.cfg.crop_padding, draws)), xa)
-    with pytest.raises(ValueError, match="RandAugment, Random Erasing or MixUp/CutMix"):
-        make_dm(randaugment=True).train_loader(draws_only=True)
+        assert x.dtype == torch.uint8
+        assert (set(draws) == {"dy", "dx", "flip"}) == (not recipe)
+        xb, yb = dm.augment.apply(x, y, draws)
+        assert torch.equal(xb, xa) and torch.equal(yb, ya)

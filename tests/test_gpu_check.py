@@ -31,3 +31,9 @@ def test_cpu_smoke_writes_the_step_and_syncs_parts(tmp_path):
     assert row["eager_ms"] > 0 and row["captured_ms"] > 0 and row["captured_images_per_s"] > 0
     assert summary["parts"]["syncs"]["result"]["syncs_per_step"].startswith("n/a")
     assert summary["hardware"] and summary["versions"]["torch"]
+
+
+def test_the_strong_recipe_draws_it_counts_are_every_members():
+    draws = gpu_check.strong_draws(3, 8, torch.device("cpu"))()
+    assert draws["ra_variant"].shape == (3, 8, 2) and draws["erase_noise"].shape == (3, 8, 1, 28, 28)
+    assert draws["mix_lam"].shape == (3,) and draws["mix_box"].shape == (3, 4)

@@ -3,8 +3,10 @@ for every family it takes the same steps as PackedClassifier under Lightning's o
 (which tests/test_packed.py holds equal to single runs), and torch.compile(fullgraph=True) turns
 it into one graph that computes the same thing: no host synchronisation, no graph break (inductor
 for vit and resnet, aot_eager for the other families: see BACKEND). The step
-crops, flips and normalises uint8 batches itself, from random numbers drawn outside it from each
-member's loader generator; they equal the batches each member's single run makes.
+augments and normalises uint8 batches itself (crop and flip; RandAugment, Random Erasing and
+MixUp/CutMix for a member of the strong recipe, packed beside one of the default), from random
+numbers drawn outside it from each member's loader generator; they equal the batches each
+member's single run makes.
 
 Float64, so that equality is tight: Adam's first steps divide by sqrt(v), which turns fp32
 rounding of near-zero gradients into visible weight differences. One block per stage keeps
@@ -16,7 +18,7 @@ import pytest
 import torch
 
 import modules.budgets as budgets
-from datamodules.batch_augment import AugmentConfig, BatchAugment, geometry_draws
+from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
 from modules import FAMILIES
 from modules.packed import PackedClassifier, clip_grad_norm_per_member
 from modules.packed_step import PackedStep
@@ -40,6 +42,8 @@ def _config(family: str) -> dict:
 
 
 AUGMENT = BatchAugment(AugmentConfig(crop_padding=2, hflip=True), torch.tensor([72.9]), torch.tensor([90.0]), 10)
+STRONG = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.5,
+                                    mixup_alpha=0.8, cutmix_alpha=1.0), torch.tensor([72.9]), torch.tensor([90.0]), 10)
 
 
 def _batches(family: str):
@@ -53,16 +57,20 @@ def _batches(family: str):
         yield x, y, teacher, loaders
 
 
-def _lightning_steps(family: str):
+def _lightning_steps(family: str, augments=(AUGMENT,) * K):
     """PackedClassifier's step as Lightning takes it: forward, backward of the summed losses,
-    per-member clipping at 1, AdamW at lr 1 with the lerp to each member's lr, then the schedule."""
+    per-member clipping at 1, AdamW at lr 1 with the lerp to each member's lr, then the schedule.
+    Member k's batches are augmented by augments[k]."""
+    from experiments.runs.packed_loop import _targets
     ref = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double().train()
     opt = ref.configure_optimizers(total_steps=TOTAL)
     optimizer, schedule = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
     losses, masks = [], []
     for i, (images, y, teacher, loaders) in enumerate(_batches(family)):
         # each member's batch as its single run's loader makes it: BatchAugment.train with its generator
-        x = torch.stack([AUGMENT.train(images[k], y[k], loaders[k])[0] for k in range(K)]).double()
+        xs, ys = zip(*(augments[k].train(images[k], y[k], loaders[k]) for k in range(K)))
+        x, y = torch.stack(xs).double(), _targets(list(ys))
+        y = y.double() if y.is_floating_point() else y     # soft targets when a member mixes
         m = ref._drop_path_masks(x)
         masks.append(m)
         ref._drop_path_masks = lambda x, m=m: m
@@ -83,15 +91,14 @@ def _lightning_steps(family: str):
 BACKEND = {"vit": "inductor", "resnet": "inductor"}
 
 
-def _pure_steps(family: str, masks, compiled: bool):
+def _pure_steps(family: str, masks, compiled: bool, augments=(AUGMENT,) * K, backend: str | None = None):
     packed = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double()
-    step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=AUGMENT)
-    run = torch.compile(step, fullgraph=True, backend=BACKEND.get(family, "aot_eager")) if compiled else step
+    step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=augments[0])
+    run = torch.compile(step, fullgraph=True, backend=backend or BACKEND.get(family, "aot_eager")) if compiled else step
     state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
     for (images, y, teacher, loaders), m in zip(_batches(family), masks):
-        # the same random numbers, drawn outside the step: crop offsets and flips per member
-        draws = [geometry_draws(AUGMENT.cfg, B, g) for g in loaders]
-        draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
+        # the same random numbers, drawn outside the step from each member's generator
+        draws = member_draws([augments[k].draws(B, (1, 28, 28), g) for k, g in enumerate(loaders)])
         state, loss = run(state, images, y, lr, m, teacher, draws)
         losses.append(loss)
     return state, torch.stack(losses)
@@ -136,11 +143,22 @@ def test_lr_multiplier_is_warmup_cosine_on_the_device():
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-6
 
 
-def test_pure_step_rejects_the_strong_recipe():
-    packed = PackedClassifier(seeds=[0], family="resnet", budget="tiny")
-    strong = BatchAugment(AugmentConfig(randaugment=True), torch.tensor([72.9]), torch.tensor([90.0]), 10)
-    with pytest.raises(ValueError, match="crop and flip only: RandAugment, Random Erasing and MixUp/CutMix"):
-        PackedStep(packed, total_steps=10, augment=strong)
+@pytest.mark.parametrize("family", ["resnet", "vit"])
+def test_strong_recipe_member_beside_a_default_one(family):
+    """A member of the strong recipe (RandAugment, Random Erasing, MixUp/CutMix: soft targets) packed
+    beside one of the default recipe: the step augments both from their own draws, as their single
+    runs' loaders do, and takes the same steps as Lightning's; compiled, one graph, the same steps."""
+    augments = (AUGMENT, STRONG)
+    ref, ref_losses, masks = _lightning_steps(family, augments)
+    state, losses = _pure_steps(family, masks, compiled=False, augments=augments)
+    torch.testing.assert_close(losses, ref_losses, rtol=0, atol=1e-10)
+    weights = {n: p for n, p in ref.members.named_parameters() if n in state["params"]}
+    assert _max_diff(state["params"], weights) < 1e-9
+    torch._dynamo.reset()
+    compiled, compiled_losses = _pure_steps(family, masks, compiled=True, augments=augments, backend="aot_eager")
+    torch.testing.assert_close(compiled_losses, losses, rtol=0, atol=1e-10)
+    assert _max_diff(compiled["params"], state["params"]) < 1e-9
+    torch._dynamo.reset()
 
 
 def test_bf16_autocast_step_tracks_the_float32_step():
@@ -183,11 +201,10 @@ def test_teachers_inside_the_step_see_the_augmented_images():
         run = torch.compile(step, fullgraph=True, backend="aot_eager") if inside == "compiled" else step
         state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
         for images, y, _, loaders in _batches("deit"):
-            draws = [geometry_draws(AUGMENT.cfg, B, g) for g in loaders]
-            draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
+            draws = member_draws([AUGMENT.draws(B, (1, 28, 28), g) for g in loaders])
             given = None
             if not inside:   # the same augmentation, done here, and the teachers' logits on it
-                x = step._augment(images, draws, torch.float64)
+                x = AUGMENT.apply(images, y, draws)[0].double()
                 given = teacher_logits(stack, x)
             state, loss = run(state, images, y, lr, None, given, draws)
             losses.append(loss)

@@ -4,7 +4,7 @@ Single runs stay LightningModules under the Trainer; a packed group trains here,
 for its one pure step (modules.packed_step.PackedStep): every member's augmentation, vmapped
 forward and backward, clipping, AdamW and BatchNorm statistics in one function of static-shape
 tensors that reads nothing back to the host (DeiT's teachers run inside it). Around it, per step,
-the host only hands over the members' batches (uint8, with the crop and flip's random numbers) and
+the host only hands over the members' batches (uint8, with their augmentation's random numbers) and
 their drop-path masks (each member's own generator). The host reads the device only at
 log steps (the members' losses), at validations (one vmapped pass of all members over the shared
 validation split) and when the group checkpoint is written: on a timer and at the group's end.
@@ -36,6 +36,7 @@ import lightning as L
 import torch
 from lightning.fabric import Fabric
 
+from datamodules.batch_augment import member_draws
 from modules.checkpoint_io import SafeCheckpointIO
 from modules.optim import warmup_cosine
 from modules.packed_step import PackedStep
@@ -159,10 +160,10 @@ class GroupLoop:
                                  "validation split (dataset, val_size, split_seed) is the same")
         self.packed.to(device).train(True)
         cfgs = [dm.augment.cfg for dm in self.dms]
-        # the step augments when it can (crop and flip, the same for all); otherwise (the strong
-        # recipe) batches come in augmented. DeiT's teachers run inside the step either way.
-        self.inside = all(c == cfgs[0] for c in cfgs) and not cfgs[0].randaugment \
-            and cfgs[0].random_erasing == 0 and not any(dm.augment.soft_targets for dm in self.dms)
+        # the step augments when the members crop and flip alike (their other stages may differ:
+        # the default and strong recipes pack); otherwise batches come in augmented. DeiT's teachers
+        # run inside the step either way.
+        self.inside = all((c.crop_padding, c.hflip) == (cfgs[0].crop_padding, cfgs[0].hflip) for c in cfgs)
         position = lambda: (self.epoch, self.batch)  # noqa: E731
         self.loaders = [dm.train_loader(position=position, draws_only=self.inside) for dm in self.dms]
         self.schedule.start(min(len(loader) for loader in self.loaders))
@@ -238,7 +239,7 @@ class GroupLoop:
 
     def _step(self, batches: list) -> torch.Tensor:
         x, y = torch.stack([b[0] for b in batches]), _targets([b[1] for b in batches])
-        draws = {n: torch.stack([b[2][n] for b in batches]) for n in batches[0][2]} if self.inside else None
+        draws = member_draws([b[2] for b in batches]) if self.inside else None
         masks = self.packed._drop_path_masks(x)  # each member's own generator, outside the graph
         if self.mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are this one's inputs

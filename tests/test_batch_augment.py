@@ -1,0 +1,195 @@
+"""Batched augmentation from random numbers drawn beforehand (datamodules/batch_augment.py,
+randaugment.py, erasing_mixing.py): each op is the one torchvision's RandAugment or timm's
+RandomErasing / Mixup computes, given the same random choices; the draws follow their
+distributions; a stage a member leaves out passes its images unchanged; and `apply` traces into
+one graph (torch.compile fullgraph: no host read inside)."""
+from __future__ import annotations
+
+import math
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules import erasing_mixing as em
+from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
+from datamodules.randaugment import NUM_OPS, SPACE, _TORCHVISION, randaugment, randaugment_draws, variants
+
+MEAN, STD = torch.tensor([72.9]), torch.tensor([90.0])
+
+
+def _images(n: int, c: int, size: int, seed: int = 0) -> torch.Tensor:
+    """uint8 images with structure (a gradient plus noise), so that every op changes something."""
+    g = torch.Generator().manual_seed(seed)
+    ramp = torch.linspace(0, 200, size).view(1, 1, 1, size) + torch.linspace(0, 50, size).view(1, 1, size, 1)
+    return (ramp + torch.randint(0, 40, (n, c, size, size), generator=g)).clamp(0, 255).to(torch.uint8)
+
+
+@pytest.mark.parametrize("channels, size", [(1, 28), (3, 32)])
+def test_every_randaugment_variant_is_torchvisions_op(channels, size):
+    table = variants(size, size)
+    assert len(table) == 23 and {name for name, _, _ in table} == set(SPACE)
+    x = _images(3, channels, size)
+    identity = 0
+    assert table[identity][0] == "Identity"
+    for v, (name, magnitude, _) in enumerate(table):
+        got = randaugment(x, torch.tensor([[v, identity]] * len(x)))
+        for i in range(len(x)):
+            want = _TORCHVISION._apply_image_or_video_transform(
+                x[i], name, magnitude, interpolation=_TORCHVISION.interpolation, fill=_TORCHVISION._fill)
+            assert torch.equal(got[i], want), (name, magnitude)
+
+
+def test_randaugment_gives_each_image_its_own_ops_in_turn():
+    x = _images(4, 1, 28)
+    table = variants(28, 28)
+    names = [name for name, _, _ in table]
+    rot, sol = names.index("Rotate"), names.index("Solarize")
+    variant = torch.tensor([[rot, sol], [sol, rot], [0, 0], [rot, 0]])
+    got = randaugment(x, variant)
+    op = lambda img, v: _TORCHVISION._apply_image_or_video_transform(  # noqa: E731
+        img, table[v][0], table[v][1], interpolation=_TORCHVISION.interpolation, fill=_TORCHVISION._fill)
+    for i, (a, b) in enumerate(variant.tolist()):
+        assert torch.equal(got[i], op(op(x[i], a), b))
+    assert not torch.equal(got[0], got[1])          # the order of the ops matters
+
+
+def test_randaugment_draws_are_uniform_over_ops_and_signs():
+    g = torch.Generator().manual_seed(0)
+    v = randaugment_draws(20_000, (28, 28), g)
+    assert v.shape == (20_000, NUM_OPS)
+    table = variants(28, 28)
+    counts = torch.bincount(v.flatten(), minlength=len(table)).double() / v.numel()
+    for i, (name, _, _) in enumerate(table):
+        signed = SPACE[name][1]
+        want = 1 / len(SPACE) / (2 if signed else 1)
+        assert abs(counts[i] - want) < 0.15 * want, (name, counts[i].item(), want)
+
+
+def test_erasing_is_timms_given_the_same_numbers(monkeypatch):
+    """Each image's box and pixels as timm's RandomErasing._erase makes them when its Python RNG
+    returns our draws (its first fitting try) and its pixels are our noise's top-left corner."""
+    from timm.data import random_erasing as timm_re
+    timm = timm_re.RandomErasing(0.5, mode="pixel", device="cpu")
+    assert (timm.min_area, timm.max_area) == em.ERASE_AREA
+    assert np.allclose(timm.log_aspect_ratio, em.ERASE_LOG_ASPECT)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 3, 16, 16)
+    d = em.erasing_draws(0.5, 64, (3, 16, 16), g)
+    assert 10 < int(d["erase"].sum()) < 54
+    got = em.erase(x, d)
+    for i in range(64):
+        h, w = int(d["erase_h"][i]), int(d["erase_w"][i])
+        top, left = int(d["erase_top"][i]), int(d["erase_left"][i])
+        assert 0 <= top <= 16 - h and 0 <= left <= 16 - w and h < 16 and w < 16
+
+        class Fixed:  # timm's `random`: this image's draws, one fitting try
+            random = staticmethod(lambda: 0.0 if d["erase"][i] else 1.0)
+            randint = staticmethod(lambda lo, hi, it=iter([top, left]): next(it))
+            uniform = staticmethod(lambda lo, hi, it=iter([h * w / 256, 0.0]): next(it))  # area, log aspect
+
+        # exp(log aspect) = h / w: with area h * w, timm's sqrt and round give this box's h and w
+        monkeypatch.setattr(timm_re, "random", Fixed)
+        monkeypatch.setattr(timm_re, "math", SimpleNamespace(sqrt=math.sqrt, exp=lambda a, r=h / w: r))
+        monkeypatch.setattr(timm_re, "_get_pixels", lambda *a, i=i, h=h, w=w, **k: d["erase_noise"][i, :, :h, :w])
+        want = x[i].clone()
+        timm._erase(want, 3, 16, 16, want.dtype)
+        assert torch.equal(got[i], want)
+    monkeypatch.undo()
+
+
+def test_cutmix_box_is_timms(monkeypatch):
+    from timm.data import mixup as timm_mixup
+    for lam, cy, cx in [(0.3, 5, 27), (0.9, 0, 0), (0.5, 14, 13), (0.01, 27, 3)]:
+        it = iter([cy, cx])
+        monkeypatch.setattr(timm_mixup.np.random, "randint", lambda lo, hi, size=None: next(it))
+        (yl, yh, xl, xh), want_lam = timm_mixup.cutmix_bbox_and_lam((8, 1, 28, 28), lam, correct_lam=True)
+        box, got_lam = em.cutmix_box(torch.tensor(lam), torch.tensor(cy), torch.tensor(cx), 28, 28)
+        assert box.tolist() == [yl, yh, xl, xh]
+        assert got_lam.item() == pytest.approx(want_lam, abs=1e-7)
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_mix_is_timms_batch_mode(monkeypatch, cut):
+    """x and the soft targets as timm's Mixup(mode="batch") makes them for the same lambda and box."""
+    from timm.data import mixup as timm_mixup
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 10, (8,), generator=g)
+    lam = torch.tensor(0.37)
+    box, boxed = em.cutmix_box(lam, torch.tensor(9), torch.tensor(20), 28, 28)
+    d = {"mix_lam": boxed if cut else lam, "mix_cut": torch.tensor(cut), "mix_box": box}
+    got_x, got_y = em.mix(x, y, d, 10)
+    timm = timm_mixup.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.0, num_classes=10)
+    monkeypatch.setattr(timm, "_params_per_batch", lambda: (float(lam), cut))
+    monkeypatch.setattr(timm_mixup, "cutmix_bbox_and_lam", lambda *a, **k: (tuple(box.tolist()), float(boxed)))
+    want_x, want_y = timm(x.clone(), y)
+    torch.testing.assert_close(got_x, want_x, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got_y, want_y, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.8, 1.0, 2.0])
+def test_beta_draws_have_betas_mean_and_variance(alpha):
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([em.beta(alpha, g) for _ in range(4000)]).double()
+    assert ((draws > 0) & (draws < 1)).all()
+    mean, var = 0.5, 1 / (4 * (2 * alpha + 1))
+    assert abs(draws.mean() - mean) < 4 * math.sqrt(var / 4000)
+    assert abs(draws.var() - var) < 0.1 * var
+
+
+def test_mixing_draws_switch_between_cutmix_and_mixup():
+    g = torch.Generator().manual_seed(1)
+    draws = [em.mixing_draws(0.8, 1.0, (28, 28), g) for _ in range(400)]
+    cuts = torch.stack([d["mix_cut"] for d in draws])
+    assert 150 < int(cuts.sum()) < 250
+    for d in draws:  # CutMix's lambda is 1 - the box's area
+        yl, yh, xl, xh = d["mix_box"].tolist()
+        if d["mix_cut"]:
+            assert d["mix_lam"].item() == pytest.approx(1 - (yh - yl) * (xh - xl) / 784, abs=1e-6)
+    only_mixup = em.mixing_draws(0.8, 0.0, (28, 28), g)
+    assert not only_mixup["mix_cut"]
+
+
+def test_a_stage_a_member_leaves_out_passes_its_images_unchanged():
+    """member_draws fills the stages only a strong member has with identity draws for a default one:
+    each member's images come out as its own recipe makes them (labels one-hot where the group mixes)."""
+    default = BatchAugment(AugmentConfig(crop_padding=2, hflip=True), MEAN, STD, 10)
+    strong = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=1.0,
+                                        mixup_alpha=0.8, cutmix_alpha=1.0), MEAN, STD, 10)
+    x = torch.stack([_images(8, 1, 28, seed) for seed in (1, 2)])
+    y = torch.randint(0, 10, (2, 8), generator=torch.Generator().manual_seed(0))
+    own = [default.draws(8, (1, 28, 28), torch.Generator().manual_seed(s)) for s in (10, 11)]
+    own[1] = strong.draws(8, (1, 28, 28), torch.Generator().manual_seed(11))
+    gx, gy = default.apply(x, y, member_draws(own))
+    x0, y0 = default.apply(x[0], y[0], own[0])
+    x1, y1 = strong.apply(x[1], y[1], own[1])
+    assert torch.equal(gx[0], x0) and torch.equal(gx[1], x1)
+    assert torch.equal(gy[0], torch.nn.functional.one_hot(y0, 10).float()) and torch.equal(gy[1], y1)
+    assert not torch.equal(x1, default.apply(x[1], y[1], own[1] | {"ra_variant": torch.zeros(8, 2, dtype=torch.long)})[0])
+
+
+def test_apply_traces_into_one_graph():
+    aug = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.5,
+                                     mixup_alpha=0.8, cutmix_alpha=1.0), MEAN, STD, 10)
+    x, y = _images(8, 1, 28), torch.arange(8)
+    d = aug.draws(8, (1, 28, 28), torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    got = torch.compile(aug.apply, fullgraph=True, backend="aot_eager")(x, y, d)   # a graph break raises
+    want = aug.apply(x, y, d)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    torch._dynamo.reset()
+
+
+def test_the_draws_read_nothing_back_from_the_device(monkeypatch):
+    """Every draw stays a tensor (no .item(), int() or .tolist() of one): on CUDA each would wait for
+    the device. Tensor.__int__ / item / tolist are made to fail while drawing."""
+    aug = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.5,
+                                     mixup_alpha=0.8, cutmix_alpha=1.0), MEAN, STD, 10)
+    variants(28, 28)
+    for method in ("__int__", "__float__", "__bool__", "item", "tolist"):
+        monkeypatch.setattr(torch.Tensor, method, lambda *a, m=method, **k: pytest.fail(f"Tensor.{m} while drawing"))
+    aug.draws(16, (1, 28, 28), torch.Generator().manual_seed(0))
+    monkeypatch.undo()
+    random.seed(0)  # (the global RNGs play no part: nothing above reads them)
