@@ -201,7 +201,8 @@ def _test(members: list[Member]) -> None:
     skeleton = _Heads(copy.deepcopy(clfs[0]).to("meta"))
     weights = {f"clf.model.{n}": t for n, t in {**params, **buffers}.items()}
     heads = torch.vmap(lambda w, x: functional_call(skeleton, w, (x,)), in_dims=(0, None))
-    dm = _data_modules(members[:1])[0]   # the test split all members share
+    data = _data_modules(members)
+    dm = data[0]   # the test split all members share
     dm.setup("test", device=device)
     loader = dm.test_dataloader()
     limit = limited(len(loader), c["trainer"].get("limit_test_batches"))
@@ -219,13 +220,13 @@ def _test(members: list[Member]) -> None:
                                                   reduction="none").view(len(clfs), -1).sum(1)
         count += len(y)
     commit = git_commit()
-    for k, (m, clf, data) in enumerate(zip(members, clfs, _data_modules(members))):
+    for k, (m, clf, member_dm) in enumerate(zip(members, clfs, data)):
         test = {n.removeprefix("test/"): float(v) for coll in clf.test_metrics.values() for n, v in coll.compute().items()}
         test["loss"] = float(loss[k] / count)   # Lightning's epoch mean of the batch losses, weighted by batch size
         record_summary(m.run_dir, "done", experiment=m.config["experiment"], identity=m.identity,
                        evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
                        hparams=clf.hparams, complexity=clf.complexity,
-                       datamodule=data, precision=str(precision),
+                       datamodule=member_dm, precision=str(precision),
                        devices=1, commit=commit, test=test)
 
 
