@@ -83,3 +83,16 @@ def test_the_committed_results_are_what_make_tables_makes_of_the_reference(tmp_p
     assert made == committed
     assert [n for n in sorted(made) if (tmp_path / "results" / n).read_bytes() != (root / "results" / n).read_bytes()] == []
     assert (tmp_path / "README.md").read_text() == (root / "README.md").read_text()
+
+
+def test_every_committed_reference_record_belongs_to_a_run_the_tables_read():
+    """No stale record hides in results/reference: every run folder has its summary.json (a probe
+    file of a run whose configuration changed would otherwise sit beside nothing), and every CKA
+    file pairs two runs that are there."""
+    root = Path(__file__).resolve().parents[1] / REFERENCE
+    runs = {d.name for d in root.glob("*/*") if (d / "summary.json").is_file()}
+    orphans = [d.relative_to(root).as_posix() for d in root.glob("*/*")
+               if d.is_dir() and d.name not in ("tensorboard", "cka") and d.name not in runs]
+    assert orphans == []
+    for f in root.glob("*/cka/*.json"):
+        assert set(f.stem.split("__")) <= runs, f.name
