@@ -172,6 +172,14 @@ def test_outputs_and_the_table_per_head(made):
     assert main["hard/vit"]["cls+dist, 0.05"].endswith(" †")
     assert not main["hard/vit"]["cls+dist, 0.01"].endswith("†")
     assert "† still improving at its last validation: 1 run" in made["md"]
+    # ... and every paired difference resting on it, in the claims' table
+    claims = section(made["md"], "DeiT's claims: paired differences by seed")
+    rows = {ln.split(" | ")[0].lstrip("| ") + ", " + ln.split(" | ")[1]: ln.split(" | ")[2]
+            for ln in claims.splitlines() if ln.startswith("| hard/")}
+    assert rows["hard/vit (cls+dist) − none (cls), 0.05"].endswith(" †")
+    assert not rows["hard/vit (cls+dist) − none (cls), 0.01"].endswith("†")
+    assert not rows["hard/resnet (cls+dist) − none (cls), 0.05"].endswith("†")
+    assert "† rests on a run still improving at its last validation: shown, not read." in claims
     # the csv: mean, interval and the paired difference to none's cls by seed
     row = csv_row(made["rows"], "hard/resnet", 0.01, "both")
     d = diffs(hard, REPORTED["none", 0.01])                    # 0.04, 0.06, 0.08

@@ -470,9 +470,14 @@ def main_table(p: Profile) -> list[str]:
     return out
 
 
+def _claim_text(c: dict) -> str:
+    """A claim's paired difference, marked where a run behind it was still improving."""
+    return _est_text(c["est"]) + (f" {STILL_IMPROVING}" if c["est"] is not None and c.get("improving") else "")
+
+
 def claims_tables(cl: list[dict]) -> list[str]:
     out = markdown_table(["comparison", "fraction", "difference (mean ± 95% CI)", "pairs"],
-                 [[c["label"], f"{c['fraction']:g}", _est_text(c["est"]), str(c["est"].n if c["est"] else 0)]
+                 [[c["label"], f"{c['fraction']:g}", _claim_text(c), str(c["est"].n if c["est"] else 0)]
                   for claim in "ab" for c in cl if c["claim"] == claim])
     third = [c for c in cl if c["claim"] == "c"]
     if third:
@@ -480,10 +485,12 @@ def claims_tables(cl: list[dict]) -> list[str]:
                 "accuracy, so the teachers' own accuracies and their paired difference are beside it:", ""]
         out += markdown_table(["comparison", "fraction", "student difference", "pairs", "CNN teacher", "transformer teacher",
                        "teacher difference"],
-                      [[c["label"], f"{c['fraction']:g}", _est_text(c["est"]), str(c["est"].n if c["est"] else 0),
+                      [[c["label"], f"{c['fraction']:g}", _claim_text(c), str(c["est"].n if c["est"] else 0),
                         f"{c['cnn']} {_est_text(c['cnn_acc'], False)}",
                         f"{c['transformer']} {_est_text(c['transformer_acc'], False)}", _est_text(c["teacher_diff"])]
                        for c in third])
+    if any(c["est"] is not None and c.get("improving") for c in cl):
+        out += ["", f"{STILL_IMPROVING} rests on a run still improving at its last validation: shown, not read."]
     return out
 
 
