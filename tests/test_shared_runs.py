@@ -116,6 +116,51 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
     assert not (tmp_path / "ref" / teachers["vit"] / "checkpoints").exists()
 
 
+def test_a_fit_stopped_at_an_accuracy_keeps_the_validation_closest_to_it(tmp_path):
+    """The first validation reaching the target may overshoot it by more than an earlier one fell
+    short: the stop still comes there, but best.ckpt (the matched teacher's weights) and the record
+    take the closest validation. A real Trainer with the fit's callbacks, on scripted accuracies."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from experiments.runs.checkpoint import RunCheckpoint
+    from experiments.runs.cli import TargetGap
+    from experiments.runs.recorder import RunRecord
+    from modules.checkpoint_io import read_checkpoint
+
+    target, accs = 0.64, [0.30, 0.55, 0.62, 0.71, 0.50, 0.64]  # reached at step 4 (+0.07); step 3 is 0.02 under
+
+    class Scripted(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch, i):
+            return (self.w - batch.float().mean()).pow(2).sum()
+
+        def validation_step(self, batch, i):
+            self.log("val/acc", accs[self.global_step - 1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.arange(8), batch_size=1)
+    record = RunRecord(tmp_path, "t", evaluation={}, stop_at_val_acc=target)
+    record.on_fit_end = lambda *a: None  # the summary needs a DataModule; the history is what is read here
+    trainer = L.Trainer(max_steps=len(accs), val_check_interval=1, limit_val_batches=1, num_sanity_val_steps=0,
+                        logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[EarlyStopping(monitor="val/acc", mode="max", stopping_threshold=target - 1e-6,
+                                                 patience=2**31, check_on_train_epoch_end=False),
+                                   TargetGap(target), record,
+                                   RunCheckpoint(dirpath=tmp_path, filename="best", monitor=TargetGap.KEY, mode="max")])
+    record.identity = {}
+    trainer.fit(Scripted(), data, data)
+    assert trainer.global_step == 4                                     # stopped at the first reaching it
+    assert read_checkpoint(tmp_path / "best.ckpt")["global_step"] == 3  # kept the closest: 0.62
+    assert record._closest() == 0.62 and [s for s, _ in record.val_history] == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("name", ["../x", "a/../../b", "a/b/c", "/etc", "a/.."])
 def test_a_record_cannot_lead_a_read_outside_the_runs(tmp_path, name):
     with pytest.raises(ValueError):
@@ -130,7 +175,8 @@ def test_a_fit_stopped_at_an_accuracy_is_its_own_run(cli):
     assert code == code2 == 0 and stopped != full
     s, f = (json.loads((d / "summary.json").read_text()) for d in (stopped, full))
     assert f["steps"] == 4 and s["steps"] == 2  # the first validation reaches any accuracy above 0
-    assert s["stopped"] == {"at_val_acc": 0.001, "step": 2, "reached": True} and s["plateau"] is None
+    assert s["stopped"] == {"at_val_acc": 0.001, "step": 2, "reached": True, "checkpoint_step": 2}
+    assert s["plateau"] is None
     assert "stopped" not in f
     code, _ = cli("fit", "--model.family", "resnet", "--stop_at_val_acc", "1.5")
     assert code == 2

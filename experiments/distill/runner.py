@@ -165,8 +165,8 @@ def target_acc(run: Run) -> float | None:
 def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict, teachers: list[Run]) -> list[Run]:
     """For each matched pair (e.g. resnet: vit) x fraction x seed: the family's teacher run again,
     same configuration and schedule, stopped at the first validation whose accuracy reaches the
-    target teacher's best validation accuracy (fit --stop_at_val_acc); chosen on validation only.
-    Listed once the target teacher has finished."""
+    target teacher's best validation accuracy (fit --stop_at_val_acc), its checkpoint the validation
+    closest to that accuracy; chosen on validation only. Listed once the target teacher has finished."""
     target = {(r.family, r.fraction, r.seed): r for r in teachers}
     runs = []
     for family, to in axes["matched"].items():
@@ -178,7 +178,7 @@ def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                 if acc is None or lr is None:
                     continue
                 view = {"name": spec["name"], "recipe_args": {name: {"stop_at_val_acc": acc}}}
-                # validated often (matched_val_interval), so that it stops close to the target
+                # validated often (matched_val_interval), so that a validation lands close to the target
                 runs.append(_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main",
                                  val_interval=axes.get("matched_val_interval")))
     return with_folders(runs)

@@ -405,10 +405,12 @@ def provenance(p: Profile) -> list[str]:
     for t in (t for t in p.teacher_families if MATCHED in t):
         stops = [(s.get("stopped") or {}, s) for f in p.fractions for s in teacher_accs_runs(p, t, f)]
         out.append(f"- {t}: the {family_of(t)} teacher run again and stopped at the first validation reaching the "
-                   f"{t.split(MATCHED)[1]} teacher's best validation accuracy of its subset and seed (chosen on "
-                   "validation only): " + "; ".join(
-                       f"seed {s.get('seed')} at step {st.get('step')}, validation {fmt(s.get('val_acc_best'))} "
-                       f"against {fmt(st.get('at_val_acc'))}" + ("" if st.get("reached", True) else " (never reached)")
+                   f"{t.split(MATCHED)[1]} teacher's best validation accuracy of its subset and seed, its checkpoint "
+                   "the validation closest to that target (chosen on validation only): " + "; ".join(
+                       f"seed {s.get('seed')} at step {st.get('checkpoint_step', st.get('step'))}"
+                       + (f" of {st.get('step')}" if st.get("checkpoint_step", st.get("step")) != st.get("step") else "")
+                       + f", validation {fmt(s.get('val_acc_best'))} against {fmt(st.get('at_val_acc'))}"
+                       + ("" if st.get("reached", True) else " (never reached)")
                        for st, s in stops))
     out += [f"- hardware: {'; '.join(hardware) or 'not recorded'}",
             f"- versions: {'; '.join(versions) or 'not recorded'}",

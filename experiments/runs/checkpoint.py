@@ -5,7 +5,9 @@ Lightning's ModelCheckpoint restores its best score and paths only when the save
 the current one, and it appends -v1 to a name whose file already exists; so a moved run folder
 resumed would write best-v1.ckpt and last-v1.ckpt beside a best.ckpt that no longer follows the
 best validation. Here the saved paths are re-rooted onto the current folder and names never get
-a version suffix.
+a version suffix. And best.ckpt is always chosen at the end of a validation: Lightning otherwise
+saves at the end of the training epoch when val_check_interval == 1, which it reads as "once an
+epoch" even where it means every step, and compares only the epoch's last validation.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 class RunCheckpoint(ModelCheckpoint):
     def __init__(self, **kwargs):
+        kwargs.setdefault("save_on_train_epoch_end", False)
         super().__init__(**kwargs, enable_version_counter=False)  # best.ckpt is overwritten, never best-v1.ckpt
 
     @property

@@ -46,6 +46,11 @@ class RunRecord(Callback):
         # a resumed fit may validate the restored step again: keep one entry per step
         self.val_history = [v for v in self.val_history if v[0] != step] + [[step, round(float(acc), 6)]]
 
+    def _closest(self) -> float | None:
+        """The validation accuracy closest to stop_at_val_acc (the first on a tie, as the checkpoint)."""
+        closest = min(self.val_history, key=lambda sa: abs(sa[1] - self.stop_at_val_acc), default=None)
+        return closest[1] if closest else None
+
     def _elapsed(self) -> float:
         return self.wall_time_s + (time.perf_counter() - self._start if self._start else 0.0)
 
@@ -84,6 +89,8 @@ class RunRecord(Callback):
         if not trainer.is_global_zero:
             return
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+        if self.stop_at_val_acc is not None:  # best.ckpt holds the validation closest to the target (cli.TargetGap)
+            best = self._closest()
         fit = None
         if status == "fitted" or error is not None:
             fit = {"steps": trainer.global_step, "wall_time_s": self.wall_time_s}
@@ -92,8 +99,10 @@ class RunRecord(Callback):
                        val_acc_best=float(best) if best is not None else None, max_steps=trainer.max_steps,
                        val_history=self.val_history)
             if self.stop_at_val_acc is not None:  # stopped on purpose: no plateau is asked of it (record_summary)
+                closest = min(self.val_history, key=lambda sa: abs(sa[1] - self.stop_at_val_acc), default=None)
                 fit["stopped"] = {"at_val_acc": self.stop_at_val_acc, "step": trainer.global_step,
-                                  "reached": best is not None and float(best) >= self.stop_at_val_acc}
+                                  "reached": any(a >= self.stop_at_val_acc for _, a in self.val_history),
+                                  "checkpoint_step": closest[0] if closest else None}
         record_summary(self.run_dir, status, experiment=self.experiment, identity=self.identity,
                        evaluation=self.evaluation, hparams=pl_module.hparams, complexity=pl_module.complexity,
                        datamodule=trainer.datamodule, precision=str(trainer.precision), devices=trainer.world_size,
