@@ -377,8 +377,7 @@ def judge(est: Estimate | None, claim: str) -> str:
     if s is None:
         return f"{said}: one pair has no interval; a single draw, not a finding"
     if s == 0:  # "no difference" only where the whole interval lies inside the margin (experiments/report/verdicts.py)
-        return f"{said}: " + (no_difference(est) if equivalent(est) else "the interval includes 0, not distinguishable "
-                              f"from no difference with {plural(est.n, 'seed')}")
+        return f"{said}: " + (no_difference(est) if equivalent(est) else cannot_tell(est))
     if s > 0:
         return f"{said}: {claim}, as DeiT reports"
     return f"{said}: the opposite; the data contradict DeiT's claim that {claim}"
@@ -570,21 +569,27 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
     return out
 
 
-# Teachers count as "of similar accuracy" within 2 points: DeiT's transformer teacher (DeiT-B, 81.8)
-# and its closest convnet teacher (RegNetY-8GF, 81.7) differ by 0.1, the farthest (16GF, 82.9) by 1.1.
+# Teachers count as "of similar accuracy" when the whole 95% interval of their paired difference lies
+# within 2 points: DeiT's transformer teacher (DeiT-B, 81.8) and its closest convnet teacher
+# (RegNetY-8GF, 81.7) differ by 0.1, the farthest (16GF, 82.9) by 1.1.
 SIMILAR_TEACHERS = 0.02
 
 
 def confound(c: dict) -> str:
-    """Whether the CNN-transformer comparison is one of teachers of similar accuracy."""
+    """Whether the CNN-transformer comparison is one of teachers of similar accuracy, read from the
+    interval of the teachers' paired difference in the shared vocabulary (experiments/report/verdicts.py)."""
     td = c["teacher_diff"]
     if td is None:
         return "The teachers' accuracies can't be paired with it."
     said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
-    if abs(td.value) > SIMILAR_TEACHERS:
-        return (f"{said}, more than {SIMILAR_TEACHERS:.2f} apart: the teachers differ in accuracy, so the comparison "
-                "confounds the teacher's inductive bias with its accuracy.")
-    return f"{said}, within {SIMILAR_TEACHERS:.2f}: teachers of similar accuracy, as DeiT's claim requires."
+    if equivalent(td, SIMILAR_TEACHERS):
+        return (f"{said}, {no_difference(td, SIMILAR_TEACHERS)}: teachers of similar accuracy, as DeiT's claim "
+                "requires.")
+    if side(td):
+        return (f"{said}, the teachers differ in accuracy, so the comparison confounds the teacher's inductive bias "
+                "with its accuracy.")
+    return (f"{said}, {cannot_tell(td, SIMILAR_TEACHERS)}: whether the teachers match in accuracy is not settled, so "
+            "the comparison may confound the teacher's inductive bias with its accuracy.")
 
 
 def soft_weighting(p: Profile) -> list[str]:
@@ -614,7 +619,7 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
     (tr_label, tr), (cnn_label, (lo, hi)) = choice.items()
     out += [f"Teacher choice, DeiT-B student, hard distillation: {tr_label} gives {tr}; {cnn_label} {lo}–{hi}.", "",
             "The direction of each published effect against ours (accuracy 0–1, paired by seed): agree / disagree "
-            "when our 95% interval excludes 0, not distinguishable when it includes 0; against DeiT's no difference, "
+            "when our 95% interval excludes 0, cannot tell when it includes 0; against DeiT's no difference, "
             f"agree only when our whole interval lies within ±{MARGIN:.4f}, cannot tell when it includes 0 but "
             "reaches beyond.", ""]
     gate = unsettled(p)
@@ -662,7 +667,7 @@ def direction(est: Estimate | None, published: int | None) -> str:
     if published == 0:
         return (f"agree: {no_difference(est)}" if equivalent(est) else "disagree: DeiT finds no difference" if s
                 else cannot_tell(est))
-    return "not distinguishable" if s == 0 else "agree" if s == published else "disagree"
+    return "cannot tell" if s == 0 else "agree" if s == published else "disagree"
 
 
 def render_profile(p: Profile, png: str) -> list[str]:
