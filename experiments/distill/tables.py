@@ -328,6 +328,7 @@ def claims(p: Profile) -> list[dict]:
     student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both; (c) a CNN
     teacher's hard student minus a transformer teacher's, with the two teachers' accuracies."""
     out, names = [], p.student_names
+    alone = NO_TEACHER in names  # the cpu profile reads its students against the ViT run alone
     # the family the student is without its distillation token (DeiT: ViT), trained alone at the lr the
     # students take: DeiT's own no-distillation baseline, a teacher run of the same subset and seed
     plain = p.axes.get("student_lr_of")
@@ -335,10 +336,11 @@ def claims(p: Profile) -> list[dict]:
         none = student_accs(p, NO_TEACHER, f, "cls")
         for s in names:
             if teacher_of(s):
-                out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − none (cls)", "student": s,
-                            "baseline": "the student trained alone",
-                            "est": paired_difference(student_accs(p, s, f, "both"), none),
-                            **_behind(p, f, (s, NO_TEACHER))})
+                if alone:
+                    out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − none (cls)", "student": s,
+                                "baseline": "the student trained alone",
+                                "est": paired_difference(student_accs(p, s, f, "both"), none),
+                                **_behind(p, f, (s, NO_TEACHER))})
                 if plain in p.teacher_families:
                     out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − {plain}", "student": s,
                                 "baseline": f"{plain} (no distillation token) trained alone",
@@ -509,13 +511,16 @@ def agreement_section(p: Profile) -> list[str]:
 
 
 def agreement_reading(p: Profile) -> list[str]:
-    """Does distilling from a teacher raise agreement with that teacher above the none student's?"""
-    out = []
-    for s in (s for s in p.student_names if teacher_of(s)):
+    """Does distilling from a teacher raise agreement with that teacher above the none student's,
+    or, in a profile without none, above that of the students distilled from another family's teacher?"""
+    out, distilled = [], [s for s in p.student_names if teacher_of(s)]
+    for s in distilled:
         t = teacher_of(s)
-        for f in p.fractions:
-            d = paired_difference(agreement(p, s, f, t, "both"), agreement(p, NO_TEACHER, f, t, "cls"))
-            out.append(f"- {s} against none, agreement with {t} at {p.size_label(f)}: "
+        others = [NO_TEACHER] if NO_TEACHER in p.student_names else [o for o in distilled
+                                                                       if family_of(teacher_of(o)) != family_of(t)]
+        for o, f in ((o, f) for o in others for f in p.fractions):
+            d = paired_difference(agreement(p, s, f, t, "both"), agreement(p, o, f, t, reported(o)))
+            out.append(f"- {s} against {o}, agreement with {t} at {p.size_label(f)}: "
                        + judge(d, f"distilling from {t} raises agreement with {t}"))
     return out
 
@@ -535,8 +540,9 @@ def cosine_section(p: Profile) -> list[str]:
         rows.append([s, *cells])
     first, last = DEIT_PUBLISHED["token_cosine"]
     return [f"cos(class token, distillation token) after blocks 1, {blocks[len(blocks) // 2]} and {depth}, mean over "
-            f"images and seeds (DeiT-B: {first} between the learned tokens at the input, {last} after the last block). "
-            "none's distillation token exists but no loss trains it.", "", *markdown_table(head, rows)]
+            f"images and seeds (DeiT-B: {first} between the learned tokens at the input, {last} after the last block)."
+            + (" none's distillation token exists but no loss trains it." if NO_TEACHER in p.student_names else ""),
+            "", *markdown_table(head, rows)]
 
 
 def unsettled(p: Profile) -> str | None:
@@ -673,14 +679,20 @@ def direction(est: Estimate | None, published: int | None) -> str:
 def render_profile(p: Profile, png: str) -> list[str]:
     cl = claims(p)
     fractions = ", ".join(f"{f:g} = {p.size_label(f)}" for f in p.fractions)
+    plain = p.axes.get("student_lr_of")
+    if NO_TEACHER in p.student_names:
+        none_head = f" none's distillation head never trains: only its cls is reported ({NA})."
+        alone = "the student trained alone (cls)" + (f" and minus {plain}" if plain in p.teacher_families else "")
+    else:  # DeiT's own no-distillation baseline (its Table 3): the network without the distillation token
+        none_head, alone = "", f"{plain} trained alone (DeiT without its distillation token, at the students' lr)"
     return [f"## Profile {p.name}", "", *provenance(p), "",
             "### Test accuracy by inference head", "",
             "Mean over seeds ± the half-width of its 95% Student-t interval (n/a with one seed); fractions "
             f"{fractions}. cls: the class head; dist: the distillation head; cls+dist: the mean of their logits (the "
-            f"head DeiT reports). none's distillation head never trains: only its cls is reported ({NA}). Teacher "
-            "rows: the teacher's own test accuracy, in the cls column.", "", *main_table(p), "",
+            f"head DeiT reports).{none_head} Teacher rows: the teacher's own test accuracy, in the cls column.", "",
+            *main_table(p), "",
             "### DeiT's claims: paired differences by seed", "",
-            "(a) each distilled student (cls+dist) minus the student trained alone (cls); (b) hard minus soft from the "
+            f"(a) each distilled student (cls+dist) minus {alone}; (b) hard minus soft from the "
             "same teacher; both on the same training subset and seed.", "", *claims_tables(cl), "",
             "### Agreement with each teacher", "", *agreement_section(p), "",
             "### Class and distillation tokens", "", *cosine_section(p), "",
