@@ -73,18 +73,21 @@ def _probes(student: str, fraction: float, seed: int, teacher_runs: dict) -> dic
             "token_cosine": cosine}
 
 
-def write_experiment(exp: Path, improving: tuple | None = STILL_IMPROVING) -> None:
+def write_experiment(exp: Path, improving: tuple | None = STILL_IMPROVING, students_run: tuple = STUDENTS,
+                     student_lr_of: str | None = None) -> None:
     """2 fractions x 3 seeds, teachers resnet and vit, students none, soft/resnet, hard/resnet,
     hard/vit; one finished run the record does not list, one tuning trial that was never tested,
     and a gpu profile with nothing finished. `improving`: the (student, fraction, seed) whose run
-    was still improving at its last validation (None: every run plateaued)."""
+    was still improving at its last validation (None: every run plateaued). `students_run`: the
+    profile's students; `student_lr_of`: the family whose lr the students take (its runs are then the
+    students' no-distillation baseline too)."""
     teachers, students, names = [], [], {}
     for (family, f), accs in TEACHERS.items():
         for seed in SEEDS:
             run = names[family, f, seed] = f"{family}_{len(names):08x}"
             _write(exp, run, _summary(run, family, f, seed, {"acc": accs[seed]}))
             teachers.append({"family": family, "fraction": f, "seed": seed, "run": run})
-    for (student, f), accs in REPORTED.items():
+    for (student, f), accs in ((k, v) for k, v in REPORTED.items() if k[0] in students_run):
         variant, _, teacher = student.partition("/")
         for seed in SEEDS:
             run = f"deit_{len(names) + len(students):08x}"
@@ -102,7 +105,8 @@ def write_experiment(exp: Path, improving: tuple | None = STILL_IMPROVING) -> No
     choices = [{"family": fam, "fraction": f, "lr": lr, "tuned_at": 0.01}
                for fam, lr in (("resnet", 0.003), ("vit", 0.01), ("deit", 0.003)) for f in FRACTIONS]
     axes = {"dataset": "fashion_mnist", "budget": "tiny", "fractions": list(FRACTIONS), "seeds": list(SEEDS),
-            "teachers": ["resnet", "vit"], "students": list(STUDENTS),
+            "teachers": ["resnet", "vit"], "students": list(students_run),
+            **({"student_lr_of": student_lr_of} if student_lr_of else {}),
             "variants": {"none": {"model.distillation": "none"},
                          "soft": {"model.distillation": "soft", "model.distill_tau": 3, "model.distill_alpha": 0.1},
                          "hard": {"model.distillation": "hard", "model.distill_alpha": 0.5}},
@@ -426,3 +430,28 @@ def make_and_read(root: Path) -> str:
     write_experiment(root / "runs" / "distill", None)
     make_tables(root / "runs" / "distill", root / "results")
     return (root / "results" / f"{NAME}.md").read_text()
+
+
+def test_a_profile_without_none_reads_its_students_against_the_vit_run(tmp_path):
+    """The cpu profile runs no DeiT alone: each distilled student is read against DeiT's own
+    no-distillation baseline (the ViT run of its subset and seed), and agreement with a teacher
+    against the students of the other family's teacher; nothing speaks of none."""
+    exp, out = tmp_path / "runs" / "distill", tmp_path / "results"
+    write_experiment(exp, None, students_run=("soft/resnet", "hard/resnet", "hard/vit"), student_lr_of="vit")
+    make_tables(exp, out)
+    md = (out / f"{NAME}.md").read_text()
+    for of_none in ("| none |", "none (cls)", "against none", "none's", "cls for none"):  # no row, claim or sentence
+        assert of_none not in md, of_none
+    assert "(a) each distilled student (cls+dist) minus vit trained alone" in md
+    reading = section(md, "What the numbers say")
+    against = diffs(REPORTED["hard/resnet", 0.01], TEACHERS["vit", 0.01])    # 0.14, 0.16, 0.18
+    assert (f"hard/resnet (cls+dist) − vit at 590 images: +0.1600 ± {ci(against):.4f} (3 pairs): hard/resnet beats "
+            "vit (no distillation token) trained alone, as DeiT reports") in reading
+    assert sum(ln.startswith("- Distillation against training alone") for ln in reading.splitlines()) == 3 * 2
+    agreement = section(md, "Agreement with each teacher")
+    raised = diffs(AGREE["hard/resnet", "resnet", 0.01], (0.50, 0.51, 0.52))  # 0.40, 0.41, 0.42
+    assert (f"- hard/resnet against hard/vit, agreement with resnet at 590 images: +0.4100 ± {ci(raised):.4f} "
+            "(3 pairs): distilling from resnet raises agreement with resnet, as DeiT reports") in agreement
+    pairs = [ln.split(",")[0] for ln in agreement.splitlines() if ln.startswith("- ")]
+    assert sorted(set(pairs)) == ["- hard/resnet against hard/vit", "- hard/vit against hard/resnet",
+                                  "- hard/vit against soft/resnet", "- soft/resnet against hard/vit"]

@@ -504,7 +504,7 @@ def agreement_section(p: Profile) -> list[str]:
     images = sorted({s["_probes"].get("images") for cell in p.students.values() for s in cell.values()
                      if s["_probes"].get("images")})
     out = [f"Share of {'/'.join(f'{n:,}' for n in images) or 'the'} test images on which the student's reported head "
-           "(cls+dist; cls for none) predicts the same class as the teacher run of its fraction and seed; mean over "
+           f"(cls+dist{'; cls for none' if NO_TEACHER in p.student_names else ''}) predicts the same class as the teacher run of its fraction and seed; mean over "
            "seeds ± 95% CI.", "", *markdown_table(head, rows), ""]
     gate = unsettled(p)
     return out + ([f"- {gate}"] if gate else agreement_reading(p))
