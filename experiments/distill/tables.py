@@ -119,6 +119,12 @@ class Profile:
         listed = [e["student"] for e in self._entries("students")]
         return list(dict.fromkeys([*(self.axes.get("students") or []), *listed]))
 
+    @property
+    def trains_alone(self) -> bool:
+        """Whether the profile trains the student alone (none); the cpu profile reads its distilled
+        students against the ViT run only, and says nothing of none."""
+        return NO_TEACHER in self.student_names
+
     def planned_runs(self) -> list[str]:
         return [e["run"] for r in ("teachers", "students") for e in self._entries(r)]
 
@@ -328,7 +334,6 @@ def claims(p: Profile) -> list[dict]:
     student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both; (c) a CNN
     teacher's hard student minus a transformer teacher's, with the two teachers' accuracies."""
     out, names = [], p.student_names
-    alone = NO_TEACHER in names  # the cpu profile reads its students against the ViT run alone
     # the family the student is without its distillation token (DeiT: ViT), trained alone at the lr the
     # students take: DeiT's own no-distillation baseline, a teacher run of the same subset and seed
     plain = p.axes.get("student_lr_of")
@@ -336,7 +341,7 @@ def claims(p: Profile) -> list[dict]:
         none = student_accs(p, NO_TEACHER, f, "cls")
         for s in names:
             if teacher_of(s):
-                if alone:
+                if p.trains_alone:
                     out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − none (cls)", "student": s,
                                 "baseline": "the student trained alone",
                                 "est": paired_difference(student_accs(p, s, f, "both"), none),
@@ -504,8 +509,8 @@ def agreement_section(p: Profile) -> list[str]:
     images = sorted({s["_probes"].get("images") for cell in p.students.values() for s in cell.values()
                      if s["_probes"].get("images")})
     out = [f"Share of {'/'.join(f'{n:,}' for n in images) or 'the'} test images on which the student's reported head "
-           f"(cls+dist{'; cls for none' if NO_TEACHER in p.student_names else ''}) predicts the same class as the teacher run of its fraction and seed; mean over "
-           "seeds ± 95% CI.", "", *markdown_table(head, rows), ""]
+           f"(cls+dist{'; cls for none' if p.trains_alone else ''}) predicts the same class as the teacher run of its "
+           "fraction and seed; mean over seeds ± 95% CI.", "", *markdown_table(head, rows), ""]
     gate = unsettled(p)
     return out + ([f"- {gate}"] if gate else agreement_reading(p))
 
@@ -516,8 +521,8 @@ def agreement_reading(p: Profile) -> list[str]:
     out, distilled = [], [s for s in p.student_names if teacher_of(s)]
     for s in distilled:
         t = teacher_of(s)
-        others = [NO_TEACHER] if NO_TEACHER in p.student_names else [o for o in distilled
-                                                                       if family_of(teacher_of(o)) != family_of(t)]
+        others = [NO_TEACHER] if p.trains_alone else [o for o in distilled
+                                                      if family_of(teacher_of(o)) != family_of(t)]
         for o, f in ((o, f) for o in others for f in p.fractions):
             d = paired_difference(agreement(p, s, f, t, "both"), agreement(p, o, f, t, reported(o)))
             out.append(f"- {s} against {o}, agreement with {t} at {p.size_label(f)}: "
@@ -541,7 +546,7 @@ def cosine_section(p: Profile) -> list[str]:
     first, last = DEIT_PUBLISHED["token_cosine"]
     return [f"cos(class token, distillation token) after blocks 1, {blocks[len(blocks) // 2]} and {depth}, mean over "
             f"images and seeds (DeiT-B: {first} between the learned tokens at the input, {last} after the last block)."
-            + (" none's distillation token exists but no loss trains it." if NO_TEACHER in p.student_names else ""),
+            + (" none's distillation token exists but no loss trains it." if p.trains_alone else ""),
             "", *markdown_table(head, rows)]
 
 
@@ -680,7 +685,7 @@ def render_profile(p: Profile, png: str) -> list[str]:
     cl = claims(p)
     fractions = ", ".join(f"{f:g} = {p.size_label(f)}" for f in p.fractions)
     plain = p.axes.get("student_lr_of")
-    if NO_TEACHER in p.student_names:
+    if p.trains_alone:
         none_head = f" none's distillation head never trains: only its cls is reported ({NA})."
         alone = "the student trained alone (cls)" + (f" and minus {plain}" if plain in p.teacher_families else "")
     else:  # DeiT's own no-distillation baseline (its Table 3): the network without the distillation token
