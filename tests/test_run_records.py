@@ -52,6 +52,20 @@ def test_identity_covers_what_changes_results_only():
         assert config_hash(identity(changed, **args)) != h, (changed, kw)
 
 
+def test_a_teacher_is_its_run_not_where_the_pool_keeps_it():
+    """exp-all trains the ResNet teacher in runs/datascale, exp-distill alone in runs/distill: the
+    same teacher run, so the same student folder; another teacher run is another student."""
+    def student(ckpt):
+        cfg = {"seed_everything": 0, "model": {"family": "deit", "teacher_checkpoint": ckpt}}
+        return config_hash(identity(cfg, precision="32-true", world_size=1))
+    run = "resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_8b8eda8f/checkpoints/best.ckpt"
+    assert student(f"results/runs/datascale/{run}") == student(f"/elsewhere/runs/distill/{run}")
+    assert student(f"results/runs/datascale/{run}") != student(f"results/runs/datascale/{run.replace('8b8eda8f', '8b8eda8e')}")
+    assert student(f"results/runs/datascale/{run}") != student(f"results/runs/datascale/{run.replace('best', 'last')}")
+    # a checkpoint outside a run folder of this suite is known only by its path
+    assert student("/a/teacher/checkpoints/best.ckpt") != student("/b/teacher/checkpoints/best.ckpt")
+
+
 def test_one_knob_two_folders_two_rows(cli):
     code, a = cli("fit", "--model.family", "vit")
     assert code == 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
+from pathlib import PurePath
 
 IDENTITY_SECTIONS = ("seed_everything", "trainer", "model", "data")
 NOT_IDENTITY = frozenset({
@@ -28,6 +30,7 @@ NOT_IDENTITY = frozenset({
     "model.allow_unshifted",
 })
 HASH_CHARS = 8
+RUN_FOLDER = re.compile(rf".+_[0-9a-f]{{{HASH_CHARS}}}")  # <readable name>_<hash>, as folder_name makes it
 
 
 def flatten(cfg: Mapping, prefix: str = "") -> dict:
@@ -47,11 +50,25 @@ def identity(cfg: Mapping, *, precision: str, world_size: int) -> dict:
     resolved values (a config may leave them to the hardware)."""
     flat = flatten({k: cfg[k] for k in IDENTITY_SECTIONS if k in cfg})
     ident = {k: _plain(v) for k, v in flat.items() if k not in NOT_IDENTITY}
+    if isinstance(ident.get("model.teacher_checkpoint"), str):
+        ident["model.teacher_checkpoint"] = teacher_identity(ident["model.teacher_checkpoint"])
     ident["trainer.precision"] = str(precision)
     ident["trainer.world_size"] = int(world_size)
     if cfg.get("stop_at_val_acc") is not None:  # a run stopped early is another run (absent: every older hash stands)
         ident["stop_at_val_acc"] = float(cfg["stop_at_val_acc"])
     return dict(sorted(ident.items()))
+
+
+def teacher_identity(path: str) -> str:
+    """A teacher checkpoint inside a run folder of this suite is named by that folder and the file,
+    not by where the pool keeps it: .../runs/datascale/<run>_<hash>/checkpoints/best.ckpt and
+    .../runs/distill/<run>_<hash>/checkpoints/best.ckpt are one teacher (its folder's hash is its
+    whole configuration), so a student distilled from it is one run whichever experiment trained
+    the teacher. Any other path stays as given."""
+    p = PurePath(path)
+    if p.parent.name == "checkpoints" and RUN_FOLDER.fullmatch(p.parent.parent.name):
+        return f"{p.parent.parent.name}/checkpoints/{p.name}"
+    return path
 
 
 def config_hash(ident: Mapping) -> str:
