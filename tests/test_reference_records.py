@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
+from experiments.runs.identity import config_hash, teacher_identity
 from experiments.runs.reference import REFERENCE, RUNS, has_records, whose_runs
 
 from .test_tables import _run
@@ -96,3 +97,19 @@ def test_every_committed_reference_record_belongs_to_a_run_the_tables_read():
     assert orphans == []
     for f in root.glob("*/cka/*.json"):
         assert set(f.stem.split("__")) <= runs, f.name
+
+
+def test_every_committed_reference_record_is_named_by_todays_identity():
+    """A record's folder hash is the hash of its stored identity, and that identity is what today's
+    code would store (a teacher named by its run folder, not by the path the pool kept it under), so
+    the folders a user's `make exp-*` creates carry the names of the committed records."""
+    root = Path(__file__).resolve().parents[1] / REFERENCE
+    records = sorted(root.glob("*/*/identity.json"))
+    assert records
+    for f in records:
+        stored = json.loads(f.read_text())
+        ident = stored["identity"]
+        assert f.parent.name.endswith("_" + stored["hash"]) and config_hash(ident) == stored["hash"], f
+        teacher = ident.get("model.teacher_checkpoint")
+        if teacher is not None:
+            assert teacher == teacher_identity(teacher) and not teacher.startswith(("results/", "/")), f
