@@ -141,6 +141,16 @@ def test_reading_flags_unconverged_runs():
     assert "Not read at 1,000 images" in text and "narrows" not in text and "widens" not in text  # converged or silent
 
 
+def test_reading_draws_no_gap_from_a_still_improving_run_at_one_size():
+    """make fit-families: every family at one size; a best CNN still improving gives no gap."""
+    rows = _rows({("resnet", 1000): 0.91, ("hybrid", 1000): 0.88, ("vit", 1000): 0.81})
+    (text,) = scaling_reading(rows)
+    assert "Best transformer minus best CNN: -0.0300 at 1,000 images" in text
+    rows[0]["still_improving"] = 1  # the resnet
+    (text,) = scaling_reading(rows)
+    assert "Not read at 1,000 images" in text and "Best transformer minus best CNN" not in text and "-0.0300" not in text
+
+
 def test_reading_says_plainly_when_the_gap_widens():
     (text,) = scaling_reading(_rows({("convnext", 100): 0.80, ("convnext", 1000): 0.88,
                                      ("swin", 100): 0.75, ("swin", 1000): 0.70}, seeds=3))
