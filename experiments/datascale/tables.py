@@ -377,9 +377,11 @@ def _reading(rows: list[dict]) -> str:
     def said(n):
         d, t, c = gap(n)
         return f"{d:+.4f} at {n:,} images ({_name(t)} {t['test_acc_mean']:.4f} vs {_name(c)} {c['test_acc_mean']:.4f})"
-    used = [r for n in dict.fromkeys((both[0], both[-1])) for r in gap(n)[1:]]
+    used = [r for n in dict.fromkeys((both[0], both[-1])) for r in gap(n)[1:]]   # the rows a gap reads
     if any(r.get("still_improving") for r in used):  # converged or silent: no gap or trend from these rows
-        return text if set(both) <= set(silent) else text + " " + not_read(sum(r.get("still_improving") or 0 for r in used), sum(r.get("seeds", 1) for r in used))
+        if set(both) <= set(silent):
+            return text  # its "Not read at ..." already names them
+        return text + " " + not_read(sum(r.get("still_improving") or 0 for r in used), sum(r.get("seeds", 1) for r in used))
     if len(both) == 1:
         return text + (f" Best transformer minus best CNN: {said(both[0])}; both kinds ran at this one training-set "
                        "size only, so whether the gap narrows can't be told.")
