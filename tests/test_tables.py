@@ -408,3 +408,16 @@ def test_the_last_sweep_says_how_many_runs_it_trained(tmp_path, last, expected):
     (exp / "sweep.json").write_text(json.dumps(record))
     make_tables(exp, tmp_path / "out")
     assert expected in (tmp_path / "out" / "datascale.md").read_text()
+
+
+def test_a_run_bounded_by_epochs_shows_the_steps_it_took(tmp_path):
+    """fit-families trains for epochs (max_steps -1): its steps column is the steps its epochs set,
+    read from a done run; a run that did not finish has no budget to show."""
+    exp = tmp_path / "runs" / "epochs"
+    for family, status in (("vit", "done"), ("resnet", "failed")):
+        name = _run(exp, family, 1.0, 0, 0.8 if status == "done" else None, steps=-1, status=status)
+        summary = json.loads((exp / name / "summary.json").read_text())
+        (exp / name / "summary.json").write_text(json.dumps({**summary, "steps": 2145}))
+    by = {r["family"]: r for r in aggregate(collect(exp))}
+    assert by["vit"]["max_steps"] == 2145
+    assert "resnet" not in by or by["resnet"]["max_steps"] is None

@@ -131,8 +131,11 @@ def comparison_scope(summary: dict) -> str:
 
 
 def _steps(s: dict):
+    """A run's step budget: its max_steps, or for a run bounded by epochs (max_steps -1, as
+    fit-families trains) the steps it took once done, which its epochs set."""
     ident = s.get("identity") or {}
-    for v in (s.get("max_steps"), ident.get("trainer.max_steps")):
+    done_steps = s.get("steps") if s.get("status") == "done" else None
+    for v in (s.get("max_steps"), ident.get("trainer.max_steps"), done_steps):
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None
