@@ -48,7 +48,7 @@ EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
+.PHONY: help install data test training-digests exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench gpu-check safety reference clean-venv
 
 help: ## list the targets
@@ -73,6 +73,9 @@ data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub
 # ~50 processes, and each would otherwise compile the project's modules again (~1 s of CPU each)
 test: install ## run the test suite (offline, a few minutes on 2 cores)
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
+
+training-digests: install ## record what each family's training computes on this machine (tests/training_digests/): after a change to training and the reruns it calls for
+	TRAINING_DIGESTS=write PYTHONDONTWRITEBYTECODE= $(PY) -m pytest tests/test_training.py -k every_family_fits
 
 exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \

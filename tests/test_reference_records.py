@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ import pytest
 from experiments.__main__ import main
 from experiments.runs.identity import config_hash, teacher_identity
 from experiments.runs.reference import REFERENCE, RUNS, has_records, whose_runs
+from modules import FAMILIES
+
+from . import training_digests
 
 from .test_tables import _run
 
@@ -113,3 +117,60 @@ def test_every_committed_reference_record_is_named_by_todays_identity():
         teacher = ident.get("model.teacher_checkpoint")
         if teacher is not None:
             assert teacher == teacher_identity(teacher) and not teacher.startswith(("results/", "/")), f
+
+
+def _families_of(summary: dict, identity: dict) -> set[str]:
+    """The families whose training made a record: its own and, for a DeiT student, its teacher's
+    (a teacher run folder keeps its name when its code changes, so the student's name does too)."""
+    teacher = identity.get("model.teacher_checkpoint")
+    return {summary["family"]} | ({teacher.split("-", 1)[0]} if teacher else set())
+
+
+@pytest.mark.skipif(not training_digests.has_history(), reason="needs the checkout's whole git history")
+def test_every_committed_record_was_trained_by_code_that_trains_as_todays():
+    """A record trained before its family's training digest last changed (tests/training_digests.py)
+    is from code that trains other weights than today's: its table is a table from older code."""
+    changes = {f: training_digests.last_change(f) for f in FAMILIES}
+    root = Path(__file__).resolve().parents[1] / REFERENCE
+    stale, checked = [], 0
+    for f in sorted(root.rglob("summary.json")):
+        summary = json.loads(f.read_text())
+        ident_file = f.parent / "identity.json"
+        if "family" not in summary or not ident_file.exists():
+            continue
+        identity = json.loads(ident_file.read_text())["identity"]
+        commit = summary["commit"].removesuffix("-dirty")
+        checked += 1
+        for family in _families_of(summary, identity):
+            if changes[family] and not training_digests.is_at_or_after(commit, changes[family]):
+                stale.append(f"{f.parent.relative_to(root)} (commit {commit}; {family} changed at "
+                             f"{changes[family][:12]})")
+    assert checked and checked == len(list(root.rglob("identity.json")))  # every run record
+    assert not stale, "records from before their family's training changed: rerun them\n" + "\n".join(stale)
+
+
+def test_a_digest_changed_on_a_machine_it_had_is_a_change_and_a_new_machine_is_not(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    def commit(digests: dict, message: str) -> str:
+        (tmp_path / "tests" / "training_digests").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / "training_digests" / "vit.json").write_text(json.dumps(digests))
+        git("add", "-A")
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    first = commit({"cpu A": "aaaa"}, "digest recorded")
+    assert training_digests.last_change("vit", tmp_path) is None
+    commit({"cpu A": "aaaa", "cpu B": "bbbb"}, "another machine")
+    assert training_digests.last_change("vit", tmp_path) is None
+    changed = commit({"cpu A": "cccc", "cpu B": "bbbb"}, "training changed")
+    later = commit({"cpu A": "cccc", "cpu B": "bbbb", "cpu C": "dddd"}, "a third machine")
+    assert training_digests.last_change("vit", tmp_path) == changed
+    assert training_digests.is_at_or_after(later, changed, tmp_path)
+    assert training_digests.is_at_or_after(changed, changed, tmp_path)
+    assert not training_digests.is_at_or_after(first, changed, tmp_path)
+    assert not training_digests.is_at_or_after("0123456789ab", changed, tmp_path)  # unknown: not after
+    assert training_digests.last_change("swin", tmp_path) is None  # no file: never changed

@@ -17,6 +17,7 @@ import torch
 from experiments.__main__ import main
 from modules import FAMILIES, ImageClassifier
 
+from tests import training_digests
 from tests.conftest import ROOT, SMOKE
 
 
@@ -38,6 +39,15 @@ def test_every_family_fits_and_tests(cli, family):
     if family == "deit":
         assert {"acc_cls", "acc_dist"} <= set(s["test"])
     assert s["images_per_sec"] > 0 and s["commit"] and s["versions"]["timm"] and s["hardware"]
+    # what the code trains this family to, against the digest recorded on this machine (training_digests.py)
+    digest = training_digests.weights_digest(run_dir / "checkpoints" / "last.ckpt")
+    if training_digests.WRITE:
+        training_digests.record(family, digest)
+    want = training_digests.recorded(family).get(training_digests.machine())
+    assert want in (None, digest), (
+        f"{family} now trains to other weights (digest {digest}, recorded {want} on this machine): every "
+        f"committed record of {family} is from older code; rerun its experiments, then record the digest "
+        "(tests/training_digests.py)")
 
 
 @pytest.fixture
