@@ -75,7 +75,8 @@ test: install ## run the test suite (offline, a few minutes on 2 cores)
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
 training-digests: install ## record what each family's training computes on this machine (tests/training_digests/): after a change to training and the reruns it calls for
-	TRAINING_DIGESTS=write PYTHONDONTWRITEBYTECODE= $(PY) -m pytest tests/test_training.py -k every_family_fits
+	TRAINING_DIGESTS=write PYTHONDONTWRITEBYTECODE= $(PY) -m pytest tests/test_training.py \
+	  -k "every_family_fits or cli_with_a_teacher"
 
 exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \

@@ -119,18 +119,11 @@ def test_every_committed_reference_record_is_named_by_todays_identity():
             assert teacher == teacher_identity(teacher) and not teacher.startswith(("results/", "/")), f
 
 
-def _families_of(summary: dict, identity: dict) -> set[str]:
-    """The families whose training made a record: its own and, for a DeiT student, its teacher's
-    (a teacher run folder keeps its name when its code changes, so the student's name does too)."""
-    teacher = identity.get("model.teacher_checkpoint")
-    return {summary["family"]} | ({teacher.split("-", 1)[0]} if teacher else set())
-
-
 @pytest.mark.skipif(not training_digests.has_history(), reason="needs the checkout's whole git history")
 def test_every_committed_record_was_trained_by_code_that_trains_as_todays():
-    """A record trained before its family's training digest last changed (tests/training_digests.py)
-    is from code that trains other weights than today's: its table is a table from older code."""
-    changes = {f: training_digests.last_change(f) for f in FAMILIES}
+    """A record trained before its training's digest last changed (tests/training_digests.py) is
+    from code that trains other weights than today's: its table is a table from older code."""
+    changes = {f: training_digests.last_change(f) for f in (*FAMILIES, training_digests.DISTILLED)}
     root = Path(__file__).resolve().parents[1] / REFERENCE
     stale, checked = [], 0
     for f in sorted(root.rglob("summary.json")):
@@ -141,7 +134,7 @@ def test_every_committed_record_was_trained_by_code_that_trains_as_todays():
         identity = json.loads(ident_file.read_text())["identity"]
         commit = summary["commit"].removesuffix("-dirty")
         checked += 1
-        for family in _families_of(summary, identity):
+        for family in training_digests.trainings_of(summary, identity):
             if changes[family] and not training_digests.is_at_or_after(commit, changes[family]):
                 stale.append(f"{f.parent.relative_to(root)} (commit {commit}; {family} changed at "
                              f"{changes[family][:12]})")

@@ -39,15 +39,7 @@ def test_every_family_fits_and_tests(cli, family):
     if family == "deit":
         assert {"acc_cls", "acc_dist"} <= set(s["test"])
     assert s["images_per_sec"] > 0 and s["commit"] and s["versions"]["timm"] and s["hardware"]
-    # what the code trains this family to, against the digest recorded on this machine (training_digests.py)
-    digest = training_digests.weights_digest(run_dir / "checkpoints" / "last.ckpt")
-    if training_digests.WRITE:
-        training_digests.record(family, digest)
-    want = training_digests.recorded(family).get(training_digests.machine())
-    assert want in (None, digest), (
-        f"{family} now trains to other weights (digest {digest}, recorded {want} on this machine): every "
-        f"committed record of {family} is from older code; rerun its experiments, then record the digest "
-        "(tests/training_digests.py)")
+    training_digests.check(family, run_dir / "checkpoints" / "last.ckpt")
 
 
 @pytest.fixture
@@ -86,6 +78,7 @@ def test_teacher_frozen_and_out_of_checkpoint(resnet_ckpt, make_dm, tmp_path):
 def test_deit_through_the_cli_with_a_teacher(cli, resnet_ckpt):
     code, run_dir = cli("fit", "--model.family", "deit", "--model.teacher_checkpoint", str(resnet_ckpt))
     assert code == 0 and _summary(run_dir)["status"] == "done"
+    training_digests.check(training_digests.DISTILLED, run_dir / "checkpoints" / "last.ckpt")
 
 
 def test_corrupt_or_missing_checkpoints_fail_with_one_line(cli, tmp_path, capsys):

@@ -1,14 +1,15 @@
 """What each family's training computes, as a digest, so that a change to it cannot pass unseen.
 
 `test_every_family_fits_and_tests` trains every family 4 steps of the smoke config on the tests'
-IDX data; the sha1 of the weights it ends with is that family's training digest on this machine
-(CPU model and ISA, precision, threads, torch and timm versions: the same code gives other bits on
-another). tests/training_digests/<family>.json keeps one digest per machine. A digest that differs
-from the recorded one fails the test: the code now trains that family to other weights (a kernel,
-an init, the optimiser, augmentation, the data path), so every committed record of that family
-is from older code. Rerun its experiments, then record the new digests:
+IDX data, and `test_deit_through_the_cli_with_a_teacher` a DeiT distilled from a ResNet; the sha1 of
+the weights each ends with is that training's digest on this machine (CPU model and ISA, precision,
+threads, torch and timm versions: the same code gives other bits on another).
+tests/training_digests/<family>.json (and deit-distilled.json) keeps one digest per machine. A digest
+that differs from the recorded one fails the test: the code now trains to other weights (a kernel,
+an init, the optimiser, augmentation, distillation, the data path), so every committed record
+trained that way is from older code. Rerun its experiments, then record the new digests:
 
-    make training-digests   # TRAINING_DIGESTS=write pytest tests/test_training.py -k every_family_fits
+    make training-digests   # TRAINING_DIGESTS=write pytest tests/test_training.py -k "every_family_fits or cli_with_a_teacher"
 
 The git history of those files says when each family's training last changed;
 tests/test_reference_records.py holds every committed record to be trained at or after it.
@@ -27,6 +28,7 @@ import torch
 DIGESTS = Path(__file__).resolve().parent / "training_digests"
 ROOT = DIGESTS.parents[1]
 WRITE = os.environ.get("TRAINING_DIGESTS") == "write"
+DISTILLED = "deit-distilled"  # a DeiT student with a teacher: the families' digests never run one
 
 
 def machine() -> str:
@@ -63,6 +65,29 @@ def record(family: str, digest: str) -> None:
     DIGESTS.mkdir(exist_ok=True)
     (DIGESTS / f"{family}.json").write_text(json.dumps({**recorded(family), machine(): digest},
                                                        indent=1, sort_keys=True) + "\n")
+
+
+def check(name: str, checkpoint: Path) -> None:
+    """The weights a test's run ended with against the digest recorded for `name` on this machine
+    (none recorded here: nothing to compare); with TRAINING_DIGESTS=write, records them first."""
+    digest = weights_digest(checkpoint)
+    if WRITE:
+        record(name, digest)
+    want = recorded(name).get(machine())
+    assert want in (None, digest), (
+        f"{name} now trains to other weights (digest {digest}, recorded {want} on this machine): every "
+        f"committed record trained as {name} is from older code; rerun its experiments, then "
+        "make training-digests (tests/training_digests.py)")
+
+
+def trainings_of(summary: dict, identity: dict) -> set[str]:
+    """The trainings a run record came from: its family's and, for a DeiT student, its teacher
+    family's (a teacher's folder keeps its name when its code changes, so the student's does too)
+    and the distilled DeiT's."""
+    teacher = identity.get("model.teacher_checkpoint")
+    if not teacher or identity.get("model.distillation") == "none":
+        return {summary["family"]}
+    return {summary["family"], teacher.split("-", 1)[0], DISTILLED}
 
 
 def _git(root: Path, *args: str) -> str:
