@@ -36,13 +36,17 @@ def machine() -> str:
     from importlib.metadata import version
 
     from experiments.runs.cli import default_precision
-    cpu = platform.processor() or platform.machine()
+    cpu, isa = platform.processor() or platform.machine(), ""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+        # a VM may name every EPYC alike; the vector extensions decide which kernels run
+        flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+        vector = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
+        isa = f", vector ISA {hashlib.sha1(' '.join(vector).encode()).hexdigest()[:8]}" if vector else ""
+    except OSError:
         pass
-    return (f"{cpu} ({torch.backends.cpu.get_cpu_capability()}), {default_precision()}, "
+    return (f"{cpu} ({torch.backends.cpu.get_cpu_capability()}{isa}), {default_precision()}, "
             f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, timm {version('timm')}")
 
 
