@@ -123,13 +123,15 @@ families: install ## the family x budget table: parameters and FLOPs at 28x28x1 
 	$(PY) -m experiments families --image_size 28 --in_chans 1
 	$(PY) -m experiments families --image_size 32 --in_chans 3
 
-fit-families: install ## fit every family once on full Fashion-MNIST (BUDGET=tiny EPOCHS=5 FAMILIES=...; DeiT distils from the ResNet)
-	@b=$${BUDGET:-tiny}; args="--experiment fit-families --model.budget $$b --trainer.max_epochs $(EPOCHS)"; \
-	for f in $(or $(FAMILIES),$(FAMILY_ORDER)); do \
-	  extra=""; if [ $$f = deit ]; then \
-	    teacher=$$($(PY) -m experiments run_dir $$args --model.family resnet) || exit 1; \
-	    extra="--model.teacher_checkpoint $$teacher/checkpoints/best.ckpt"; fi; \
-	  echo "== $$f"; $(PY) -m experiments fit $$args --model.family $$f $$extra || exit 1; \
+fit-families: install ## fit every family on full Fashion-MNIST (BUDGET=tiny EPOCHS=5 FAMILIES=... SEEDS="0 1 2", default 0; DeiT distils from the ResNet of its seed)
+	@b=$${BUDGET:-tiny}; for s in $(or $(SEEDS),0); do \
+	  args="--experiment fit-families --model.budget $$b --trainer.max_epochs $(EPOCHS) --seed_everything $$s --data.seed $$s"; \
+	  for f in $(or $(FAMILIES),$(FAMILY_ORDER)); do \
+	    extra=""; if [ $$f = deit ]; then \
+	      teacher=$$($(PY) -m experiments run_dir $$args --model.family resnet) || exit 1; \
+	      extra="--model.teacher_checkpoint $$teacher/checkpoints/best.ckpt"; fi; \
+	    echo "== $$f, seed $$s"; $(PY) -m experiments fit $$args --model.family $$f $$extra || exit 1; \
+	  done; \
 	done
 
 gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
