@@ -167,3 +167,13 @@ def test_a_digest_changed_on_a_machine_it_had_is_a_change_and_a_new_machine_is_n
     assert not training_digests.is_at_or_after(first, changed, tmp_path)
     assert not training_digests.is_at_or_after("0123456789ab", changed, tmp_path)  # unknown: not after
     assert training_digests.last_change("swin", tmp_path) is None  # no file: never changed
+
+
+def test_a_students_record_comes_from_its_teachers_training_too():
+    of = training_digests.trainings_of
+    assert of({"family": "vit"}, {}) == {"vit"}
+    student = {"model.teacher_checkpoint": "resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_0adbf6f3/checkpoints/best.ckpt"}
+    assert of({"family": "deit"}, student) == {"deit", "resnet", training_digests.DISTILLED}
+    assert of({"family": "deit"}, {**student, "model.distillation": "none"}) == {"deit"}
+    assert of({"family": "deit"}, {"model.teacher_checkpoint": "/elsewhere/teacher.ckpt"}) == {
+        "deit", training_digests.DISTILLED}  # a teacher outside the suite's run folders: no family to name

@@ -9,7 +9,7 @@ that differs from the recorded one fails the test: the code now trains to other 
 an init, the optimiser, augmentation, distillation, the data path), so every committed record
 trained that way is from older code. Rerun its experiments, then record the new digests:
 
-    make training-digests   # TRAINING_DIGESTS=write pytest tests/test_training.py -k "every_family_fits or cli_with_a_teacher"
+    make training-digests   # TRAINING_DIGESTS=write pytest on those two tests
 
 The git history of those files says when each family's training last changed;
 tests/test_reference_records.py holds every committed record to be trained at or after it.
@@ -88,10 +88,12 @@ def trainings_of(summary: dict, identity: dict) -> set[str]:
     """The trainings a run record came from: its family's and, for a DeiT student, its teacher
     family's (a teacher's folder keeps its name when its code changes, so the student's does too)
     and the distilled DeiT's."""
+    from modules import FAMILIES
     teacher = identity.get("model.teacher_checkpoint")
     if not teacher or identity.get("model.distillation") == "none":
         return {summary["family"]}
-    return {summary["family"], teacher.split("-", 1)[0], DISTILLED}
+    teacher_family = teacher.split("-", 1)[0]  # <family>-<budget>_..._<hash>/checkpoints/<file>
+    return {summary["family"], DISTILLED} | ({teacher_family} if teacher_family in FAMILIES else set())
 
 
 def _git(root: Path, *args: str) -> str:
