@@ -421,3 +421,12 @@ def test_a_run_bounded_by_epochs_shows_the_steps_it_took(tmp_path):
     by = {r["family"]: r for r in aggregate(collect(exp))}
     assert by["vit"]["max_steps"] == 2145
     assert "resnet" not in by or by["resnet"]["max_steps"] is None
+
+
+def test_sample_efficiency_marks_a_size_whose_runs_were_still_improving(tmp_path):
+    exp = tmp_path / "runs" / "eff"
+    for family, plateaued in (("vit", False), ("resnet", True)):
+        _run(exp, family, 1.0, 0, 0.85, plateaued=plateaued)
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    assert "| vit | 10,000 † |" in md and "| resnet | 10,000 |" in md
+    assert "†: that size's runs were still improving at their last validation; shown, not read." in md

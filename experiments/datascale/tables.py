@@ -667,10 +667,14 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
     out += ["", f"Sample efficiency: the smallest training set whose mean test accuracy reaches {threshold:.2f}.", "",
             "| family | " + " | ".join(s or "all runs" for s in settings) + " |", "|---|" + "---:|" * len(settings)]
     eff = sample_efficiency(rows, threshold)
+    improving = {(r["family"], r["settings"], r["train_size"]) for r in rows if r["still_improving"]}
     for family in dict.fromkeys(r["family"] for r in rows):
-        cells = [eff.get((family, st), "") for st in settings]
-        out.append(f"| {family} | " + " | ".join(f"{c:,}" if c else "" if c == "" else "not reached" for c in cells)
+        cells = [(eff.get((family, st), ""), (family, st, eff.get((family, st))) in improving) for st in settings]
+        out.append(f"| {family} | " + " | ".join(f"{c:,}" + (" †" if unconverged else "") if c
+                                                 else "" if c == "" else "not reached" for c, unconverged in cells)
                    + " |")
+    if any((family, st, size) in improving for (family, st), size in eff.items()):
+        out += ["", "†: that size's runs were still improving at their last validation; shown, not read."]
     if tuning and (tuning.get("profiles") or {}):
         out += ["", *render_tuning(tuning)]
     bad = [s for s in summaries if s.get("status") in ("failed", "diverged")]
