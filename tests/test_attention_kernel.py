@@ -53,7 +53,7 @@ def test_under_bf16_the_explicit_kernel_is_as_exact_as_the_fused_one(family):
     x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
     ref_out, ref_grad = _logits_and_grads(model, x, y, fused=False, bf16=False)
     # in fp32 the two kernels are one function (relative differences ~5e-7)
-    out, grad = _logits_and_grads(model, x, y, fused=True, bf16=False)
+    out, _ = _logits_and_grads(model, x, y, fused=True, bf16=False)
     assert torch.allclose(out, ref_out, rtol=1e-4, atol=1e-5)
 
     def rel_err(fused):

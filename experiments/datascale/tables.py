@@ -668,11 +668,14 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
             "| family | " + " | ".join(s or "all runs" for s in settings) + " |", "|---|" + "---:|" * len(settings)]
     eff = sample_efficiency(rows, threshold)
     improving = {(r["family"], r["settings"], r["train_size"]) for r in rows if r["still_improving"]}
+
+    def cell(family: str, st: str) -> str:
+        if (family, st) not in eff:
+            return ""
+        size = eff[family, st]
+        return "not reached" if size is None else f"{size:,}" + (" †" if (family, st, size) in improving else "")
     for family in dict.fromkeys(r["family"] for r in rows):
-        cells = [(eff.get((family, st), ""), (family, st, eff.get((family, st))) in improving) for st in settings]
-        out.append(f"| {family} | " + " | ".join(f"{c:,}" + (" †" if unconverged else "") if c
-                                                 else "" if c == "" else "not reached" for c, unconverged in cells)
-                   + " |")
+        out.append(f"| {family} | " + " | ".join(cell(family, st) for st in settings) + " |")
     if any((family, st, size) in improving for (family, st), size in eff.items()):
         out += ["", "†: that size's runs were still improving at their last validation; shown, not read."]
     if tuning and (tuning.get("profiles") or {}):
