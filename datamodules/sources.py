@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import logging
+import math
 import os
 import shutil
 import struct
@@ -30,6 +31,7 @@ FASHION_MNIST_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                          "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 IMAGE_COLUMNS = ("image", "img")
 LABEL_COLUMNS = ("label", "fine_label", "labels")
+TEST_FRACTION = 0.2  # held out, stratified, as the test split of an image folder without test/
 DATASET_HELP = ("use 'fashion_mnist', a Hugging Face hub name such as 'uoft-cs/cifar10', "
                 "or a folder of class sub-folders")
 
@@ -48,12 +50,12 @@ def load_decoded(name: str, *, data_dir: str | None = None, image_column: str | 
     """The decoded train/test DatasetDict for `name`, from the Arrow cache when present."""
     if name == FASHION_MNIST:  # the folder is part of the cache key: another folder, another dataset
         data_dir = str(data_dir or os.environ.get(FASHION_MNIST_DIR_ENV) or FASHION_MNIST_DIR)
-    key = f"{name}|{data_dir}|{image_column}|{label_column}|{image_size}"
-    slug = "".join(c if c.isalnum() else "_" for c in name.strip("/"))[-40:]
+    key = f"{dataset_identity(name)}|{data_dir}|{image_column}|{label_column}|{image_size}"
+    slug = "".join(c if c.isalnum() else "_" for c in short_name(name))[-40:]
     path = Path(cache_dir or default_cache_dir()) / f"{slug}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     if (path / "dataset_dict.json").exists():
         return datasets.load_from_disk(str(path))
-    decoded = _decode(_load_raw(name, data_dir), image_column, label_column, image_size, name)
+    decoded = _decode(_load_raw(name, data_dir, image_size), image_column, label_column, image_size, name)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     decoded.save_to_disk(str(tmp))
     try:  # atomic: parallel processes (DDP ranks, sweep jobs) never see a half-written cache
@@ -63,11 +65,43 @@ def load_decoded(name: str, *, data_dir: str | None = None, image_column: str | 
     return datasets.load_from_disk(str(path))
 
 
-def _load_raw(name: str, data_dir: str | None) -> DatasetDict:
+def dataset_identity(name: str) -> str:
+    """The dataset as a run's identity and the decoded cache name it. A hub name or 'fashion_mnist'
+    is its name; an image folder is what it holds, not the path that reached it: './imgs' and
+    '/data/imgs' are one dataset, and a folder whose files were added, removed, moved between class
+    folders or rewritten at another size is another. (A rewrite that keeps every file's name and
+    size is not seen: hashing every byte of a large folder at each start would cost minutes.)"""
+    if not _is_image_folder(name):
+        return name
+    listing = []  # "path inside the folder<TAB>size" of every file imagefolder can read
+    for root, dirs, files in os.walk(name, followlinks=True):
+        dirs[:] = [d for d in dirs if not _hidden(d)]  # not walked into
+        inside = Path(os.path.relpath(root, name)).as_posix()
+        listing += [f"{inside}/{f}\t{os.stat(os.path.join(root, f)).st_size}" for f in files if not _hidden(f)]
+    listing.sort()
+    digest = hashlib.sha1("\n".join(listing).encode()).hexdigest()
+    return f"image folder sha1:{digest[:16]} ({len(listing)} files)"
+
+
+def short_name(name: str) -> str:
+    """The dataset in a run's readable name: 'uoft-cs/cifar10' -> 'cifar10', './imgs/' -> 'imgs',
+    '.' -> the folder's own name."""
+    return (Path(name).resolve() if _is_image_folder(name) else Path(name)).name
+
+
+def _is_image_folder(name: str) -> bool:
+    return name != FASHION_MNIST and Path(name).is_dir()
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "__"))  # as imagefolder and _class_dirs skip them
+
+
+def _load_raw(name: str, data_dir: str | None, image_size: int | None) -> DatasetDict:
     if name == FASHION_MNIST:
         return _fashion_mnist(Path(data_dir))
     if Path(name).is_dir():
-        return _image_folder(Path(name))
+        return _image_folder(Path(name), image_size)
     if name.startswith((".", "/", "~")):
         raise DatasetError(f"dataset folder {name!r} does not exist: {DATASET_HELP}")
     return _hub(name)
@@ -104,29 +138,63 @@ def _fashion_mnist(folder: Path) -> DatasetDict:
 
 def _class_dirs(folder: Path) -> list[Path]:
     """Sub-folders as imagefolder sees them (hidden ones are skipped)."""
-    return [d for d in folder.iterdir() if d.is_dir() and not d.name.startswith((".", "__"))]
+    return sorted(d for d in folder.iterdir() if d.is_dir() and not _hidden(d.name))
 
 
-def _image_folder(folder: Path) -> DatasetDict:
+def _image_folder(folder: Path, image_size: int | None) -> DatasetDict:
     split_dirs = {d.name for d in _class_dirs(folder)} & {"train", "test"}
     roots = [folder / "train", folder / "test"] if split_dirs == {"train", "test"} else [folder]
-    n_classes = len(_class_dirs(roots[0]))
-    if n_classes < 2:
-        raise DatasetError(f"image folder {str(folder)!r} has {n_classes} class sub-folder(s); "
+    classes = [[d.name for d in _class_dirs(root)] for root in roots]
+    if len(classes[0]) < 2:
+        raise DatasetError(f"image folder {str(folder)!r} has {len(classes[0])} class sub-folder(s); "
                            "it needs at least 2 (one sub-folder per class, or train/ and test/ holding them)")
+    if unseen := sorted(set(classes[-1]) - set(classes[0])):
+        raise DatasetError(f"test/ of {str(folder)!r} has class folder(s) train/ lacks ({', '.join(unseen)}): "
+                           f"allowed test classes among train's ({', '.join(classes[0])})")
+    counts, first = {}, None
     for d in (d for root in roots for d in _class_dirs(root)):
-        images = [f for f in d.iterdir() if f.is_file() and f.suffix.lower() in ImageFolder.EXTENSIONS]
+        images = sorted(f for f in d.iterdir()  # imagefolder skips hidden files (macOS's ._x.png: no image)
+                        if f.is_file() and not _hidden(f.name) and f.suffix.lower() in ImageFolder.EXTENSIONS)
         if not images:
             raise DatasetError(f"class folder {str(d)!r} holds no images: allowed image files "
                                f"{' '.join(ImageFolder.EXTENSIONS)}")
         for f in images:  # a cheap structural read before any progress output; _as_image catches the rest
-            _read_image(f, f, Image.Image.verify).close()
+            img = _read_image(f, f, Image.Image.verify)
+            first = first or (f, img.size)
+            if img.size != first[1] and image_size is None:  # _decode would say so after its progress output
+                raise _sizes_differ(f"image file {str(f)!r}", img.size, repr(str(first[0])), first[1])
+            img.close()
+        counts[d] = len(images)
+    if len(roots) == 1:
+        _check_held_out_test(folder, counts)
     raw = datasets.load_dataset("imagefolder", data_dir=str(folder))
     if "test" not in raw:
         # No official test split: hold out a stratified, fixed 20% as the test set.
-        split = raw["train"].train_test_split(test_size=0.2, seed=0, stratify_by_column="label")
+        split = raw["train"].train_test_split(test_size=TEST_FRACTION, seed=0, stratify_by_column="label")
         raw = DatasetDict({"train": split["train"], "test": split["test"]})
     return raw
+
+
+def _sizes_differ(what: str, size: tuple[int, int], other: str, other_size: tuple[int, int]) -> DatasetError:
+    return DatasetError(f"{what} is {size[0]}x{size[1]} (width x height), {other} is {other_size[0]}x{other_size[1]}: "
+                        "allowed images of one size, or --data.resize_to N (resize_to=N) to resize them all")
+
+
+def _check_held_out_test(folder: Path, counts: dict[Path, int]) -> None:
+    """A folder without train/ and test/ gives a stratified TEST_FRACTION of its images to the test
+    split: every class needs an image on each side, and the test split one image per class
+    (what `train_test_split` would otherwise refuse after the progress output, in its own words)."""
+    fewest = min(counts, key=counts.get)
+    if counts[fewest] < 2:
+        raise DatasetError(f"class folder {str(fewest)!r} holds 1 image: allowed at least 2 per class where "
+                           f"{str(folder)!r} has no train/ and test/ (a stratified {TEST_FRACTION:.0%} is held "
+                           "out for test)")
+    n, n_classes = sum(counts.values()), len(counts)
+    if math.ceil(TEST_FRACTION * n) < n_classes:
+        need = math.floor((n_classes - 1) / TEST_FRACTION) + 1  # the least n with ceil(0.2 n) >= classes
+        raise DatasetError(f"image folder {str(folder)!r} holds {n} images in {n_classes} classes: its held-out "
+                           f"{TEST_FRACTION:.0%} test split needs one per class: allowed at least {need} images, "
+                           "or train/ and test/ folders")
 
 
 def _hub(name: str) -> DatasetDict:
@@ -208,8 +276,7 @@ def _decode(raw: DatasetDict, image_column, label_column, image_size, name) -> D
             img = _as_image(img).convert(mode)
             if img.size != size:
                 if image_size is None:
-                    raise DatasetError(f"images of {name!r} differ in size ({img.size} vs {size}); "
-                                       "set image_size= to resize them")
+                    raise _sizes_differ(f"an image of {name!r}", img.size, "another", size)
                 img = img.resize(size)
             out.append(np.asarray(img, dtype=np.uint8).reshape(size[1], size[0], channels))
         return {"image": out, "label": batch[lcol]}

@@ -5,7 +5,8 @@ error line must hold. tests/test_messages.py runs each case in-process; tests/sa
 A case is (command, arguments, expected substrings). `{name}` in an argument or an expected text is
 a path the battery makes beforehand (see `Scene`): fmnist (small IDX data), runs (the private
 runs_dir, empty), file (a plain file), images (a class folder without images), badimg (a class
-folder with a truncated PNG), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a torch
+folder with a truncated PNG), mixed (class folders of images of two sizes), lonely (a class
+folder of one image), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a torch
 checkpoint whose unpickling would create the file `pwned`), evil_raw (the same as a bare pickle),
 pwned (that file), out (a folder outside runs).
 """
@@ -71,6 +72,11 @@ FIT = [
     fit("--trainer.max_epochs", "0", expect=("trainer.max_epochs=0", "allowed -1 (no limit) or integers >= 1")),
     fit("--data.dataset", "{images}", expect=("class folder '{images}/dog' holds no images", "allowed image files",
                                               ".png")),
+    fit("--data.dataset", "{mixed}", expect=("image file '{mixed}/dog/0.png' is 10x8 (width x height), "
+                                             "'{mixed}/cat/0.png' is 8x8", "allowed images of one size, or "
+                                             "--data.resize_to N")),
+    fit("--data.dataset", "{lonely}", expect=("class folder '{lonely}/dog' holds 1 image",
+                                              "allowed at least 2 per class", "held out for test")),
     fit("--runs_dir", "{file}/runs", expect=("cannot write to runs_dir '{file}/runs'", "is not a folder")),
     fit("--model.family", "deit", "--model.teacher_checkpoint", "{file}",
         expect="teacher_checkpoint '{file}' is not a readable checkpoint of this suite"),
@@ -141,6 +147,8 @@ class Scene:
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
         self.paths["badimg"] = self._image_folder(root / "badimg", truncated=True)
+        self.paths["mixed"] = self._image_folder(root / "mixed", dog=((8, 10), (8, 10)))
+        self.paths["lonely"] = self._image_folder(root / "lonely", dog=((8, 8),))
         self.paths["file"].write_text("a file, not a folder")
         self.paths["yaml"].write_text("model: [unclosed\n")
         self.paths["spec"].write_text(yaml.safe_dump(TINY_SPEC))
@@ -161,17 +169,19 @@ class Scene:
         return d
 
     @staticmethod
-    def _image_folder(root: Path, truncated: bool = False) -> Path:
-        """cat/ holds images; dog/ holds only a text file, or (truncated) a PNG cut in half."""
+    def _image_folder(root: Path, truncated: bool = False, dog: tuple = ()) -> Path:
+        """cat/ holds four 8x8 images; dog/ holds only a text file, or (truncated) a PNG cut in half,
+        or images of the (height, width)s in `dog`."""
         for name in ("cat", "dog"):
             (root / name).mkdir(parents=True, exist_ok=True)
         for i in range(4):
             Image.fromarray(np.full((8, 8), 40 * i, dtype=np.uint8)).save(root / "cat" / f"{i}.png")
+        for i, shape in enumerate(dog or ((8, 8),) * truncated):
+            Image.fromarray(np.full(shape, 9 + i, dtype=np.uint8)).save(root / "dog" / f"{i}.png")
         if truncated:
-            Image.fromarray(np.full((8, 8), 9, dtype=np.uint8)).save(root / "dog" / "0.png")
             whole = (root / "dog" / "0.png").read_bytes()
             (root / "dog" / "0.png").write_bytes(whole[:len(whole) // 2])
-        else:
+        elif not dog:
             (root / "dog" / "notes.txt").write_text("no images here")
         return root
 

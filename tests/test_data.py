@@ -86,6 +86,60 @@ def test_image_folder_with_train_and_test_and_resize(tmp_path):
     assert dm._tensors["test"][0].shape == (4, 1, 12, 12)
 
 
+def test_an_image_folder_is_named_by_what_it_holds(tmp_path, monkeypatch):
+    """One folder reached by two paths is one dataset (one identity, one decoded cache); a file
+    added, moved to another class or rewritten at another size makes another; hidden files, which
+    imagefolder skips, do not."""
+    _write_image_folder(tmp_path / "pets", ["cat", "dog"], 4)
+    monkeypatch.chdir(tmp_path)
+    named = sources.dataset_identity(str(tmp_path / "pets"))
+    (tmp_path / "pets" / ".DS_Store").write_bytes(b"x")
+    (tmp_path / "pets" / "cat" / "._0.png").write_bytes(b"x")  # macOS's resource fork: no image
+    assert sources.dataset_identity(str(tmp_path / "pets")) == named
+    assert named.startswith("image folder sha1:") and named.endswith("(8 files)")
+    assert sources.dataset_identity("pets") == sources.dataset_identity("./pets/") == named
+    assert [sources.short_name(n) for n in ("pets", "./pets/", str(tmp_path / "pets"))] == ["pets"] * 3
+    monkeypatch.chdir(tmp_path / "pets")
+    assert sources.dataset_identity(".") == named and sources.short_name(".") == "pets"
+    assert sources.dataset_identity("fashion_mnist") == "fashion_mnist"
+    assert sources.dataset_identity("uoft-cs/cifar10") == "uoft-cs/cifar10"
+
+    cache = tmp_path / "cache"
+    sources.load_decoded(str(tmp_path / "pets"), cache_dir=cache)
+    sources.load_decoded(".", cache_dir=cache)
+    assert len(list(cache.iterdir())) == 1  # decoded once for both paths
+    assert len(sources.load_decoded(".", cache_dir=cache)["train"]) == 6  # hidden files skipped, as imagefolder does
+
+    noise = lambda side: Image.fromarray(np.random.default_rng(side).integers(0, 255, (side, side, 3), np.uint8))  # noqa: E731
+    seen = [named]
+    for change in (lambda p: (p / "dog" / "0.png").rename(p / "cat" / "9.png"),  # relabelled
+                   lambda p: noise(16).save(p / "dog" / "5.png"),  # added
+                   lambda p: noise(24).save(p / "dog" / "5.png"),  # rewritten, another size
+                   lambda p: (p / "dog" / "5.png").unlink()):  # removed: the relabelled folder again
+        change(tmp_path / "pets")
+        seen.append(sources.dataset_identity("."))
+    assert len(set(seen[:4])) == 4 and seen[4] == seen[1]
+    sources.load_decoded(".", cache_dir=cache)
+    assert len(list(cache.iterdir())) == 2  # another dataset, decoded anew
+
+
+def test_image_folder_test_split_needs_every_class(tmp_path):
+    """Without test/, the held-out 20% needs an image of every class: refused in one line before any
+    progress output below the least count that `train_test_split` accepts, and loaded at it."""
+    for n in (3, 4):  # 3 classes: 8 images hold out ceil(1.6) = 2 < 3; 11 hold out ceil(2.2) = 3
+        _write_image_folder(tmp_path / f"p{n}", ["a", "b", "c"], n)
+    (tmp_path / "p3" / "c" / "2.png").unlink()
+    (tmp_path / "p4" / "c" / "3.png").unlink()
+    with pytest.raises(DatasetError, match=r"holds 8 images in 3 classes: .* allowed at least 11 images"):
+        sources.load_decoded(str(tmp_path / "p3"), cache_dir=tmp_path / "cache")
+    assert len(sources.load_decoded(str(tmp_path / "p4"), cache_dir=tmp_path / "cache")["test"]) == 3
+    _write_image_folder(tmp_path / "split" / "train", ["a", "b"], 2)
+    _write_image_folder(tmp_path / "split" / "test", ["a", "b", "z"], 1)
+    with pytest.raises(DatasetError, match=r"test/ of .* has class folder\(s\) train/ lacks \(z\): allowed test "
+                                           r"classes among train's \(a, b\)"):
+        sources.load_decoded(str(tmp_path / "split"), cache_dir=tmp_path / "cache")
+
+
 def test_image_folder_needs_two_classes(tmp_path):
     _write_image_folder(tmp_path / "one", ["only"], 4)
     with pytest.raises(DatasetError, match="at least 2"):

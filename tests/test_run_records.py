@@ -130,6 +130,30 @@ def test_test_uses_the_runs_own_data(tmp_path, fmnist_dir, make_dm, capsys):
     assert len(err) == 1 and "num_classes=3" in err[0] and "num_classes=10" in err[0]
 
 
+def test_an_image_folder_run_is_named_by_the_files(tmp_path, monkeypatch, capsys):
+    """The same folder by a relative and an absolute path is one run (done: nothing to run); the
+    folder with an image added is another run in another folder."""
+    from experiments.__main__ import main
+    from tests.test_data import _write_image_folder
+    _write_image_folder(tmp_path / "pets", ["cat", "dog"], 8, size=(8, 8))
+    monkeypatch.chdir(tmp_path)
+    fit = ["fit", "--config", SMOKE, "--data.train_size", "8", "--data.val_size", "4", "--data.batch_size", "4",
+           "--model.family", "resnet", "--runs_dir", "runs", "--trainer.enable_progress_bar", "false",
+           "--trainer.enable_model_summary", "false"]
+    assert main([*fit, "--data.dataset", "./pets/"]) == 0
+    (run_dir,) = (tmp_path / "runs" / "single").iterdir()
+    assert run_dir.name.startswith("resnet-tiny_pets_n8_s0_")
+    capsys.readouterr()
+    assert main([*fit, "--data.dataset", str(tmp_path / "pets")]) == 0
+    assert f"{run_dir.name} is done" in capsys.readouterr().err
+    ident = json.loads((run_dir / "identity.json").read_text())["identity"]
+    assert ident["data.dataset"].startswith("image folder sha1:") and str(tmp_path) not in json.dumps(ident)
+    _write_image_folder(tmp_path / "more", ["dog"], 1, size=(8, 8))
+    (tmp_path / "more" / "dog" / "0.png").rename(tmp_path / "pets" / "dog" / "extra.png")
+    assert main([*fit, "--data.dataset", "pets"]) == 0
+    assert len(list((tmp_path / "runs" / "single").iterdir())) == 2
+
+
 def test_corrupt_last_checkpoint(cli, capsys):
     """An interrupted run whose last.ckpt is garbage resumes from best.ckpt and says so; with no
     readable checkpoint it stops with one line and touches nothing."""

@@ -24,6 +24,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from datamodules import ImageClassificationDataModule
 from datamodules.image_classification import fixed_shape
+from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
@@ -49,7 +50,7 @@ def default_precision() -> str:
 
 def run_name(model: dict, data: dict) -> str:
     """family-budget_dataset_f0.1_s0 (or _n5000 for an absolute train_size): the readable part."""
-    dataset = Path(str(data["dataset"]).rstrip("/")).name.replace("/", "-")
+    dataset = short_name(str(data["dataset"]))
     size = f"n{data['train_size']}" if data.get("train_size") is not None else f"f{data['fraction']:g}"
     return f"{model['family']}-{model['budget']}_{dataset}_{size}_s{data['seed']}"
 
@@ -189,8 +190,13 @@ class SuiteCLI(LightningCLI):
         return c.as_dict()
 
     def identity(self) -> dict:
-        t = self._cfg()["trainer"]
-        return identity(self._cfg(), precision=t.get("precision") or default_precision(), world_size=world_size(t))
+        cfg = self._cfg()
+        key = json.dumps(cfg, sort_keys=True, default=str)  # fit_packed parses each member into one CLI
+        if getattr(self, "_identity", (None,))[0] != key:  # once per config: an image folder's files are listed
+            t = cfg["trainer"]
+            self._identity = key, identity(cfg, precision=t.get("precision") or default_precision(),
+                                           world_size=world_size(t))
+        return dict(self._identity[1])
 
     def run_dir(self) -> Path:
         c = self._cfg()

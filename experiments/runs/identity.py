@@ -2,7 +2,8 @@
 
 Everything under `trainer`, `model` and `data` (and `seed_everything`) can change what a run
 produces and so belongs to its identity, except the settings below, which only change how it is
-shown, where it reads from, or how it is evaluated on test. The run folder is
+shown, where it reads from, or how it is evaluated on test; an image folder is named by the files
+it holds, not by the path given (`dataset_identity`). The run folder is
 `<readable name>_<hash of the identity>`, so two configurations never share a folder.
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import PurePath
+
+from datamodules.sources import dataset_identity
 
 IDENTITY_SECTIONS = ("seed_everything", "trainer", "model", "data")
 NOT_IDENTITY = frozenset({
@@ -52,6 +55,7 @@ def identity(cfg: Mapping, *, precision: str, world_size: int) -> dict:
     ident = {k: _plain(v) for k, v in flat.items() if k not in NOT_IDENTITY}
     if isinstance(ident.get("model.teacher_checkpoint"), str):
         ident["model.teacher_checkpoint"] = teacher_identity(ident["model.teacher_checkpoint"])
+    _name_dataset(ident)
     ident["trainer.precision"] = str(precision)
     ident["trainer.world_size"] = int(world_size)
     if cfg.get("stop_at_val_acc") is not None:  # a run stopped early is another run (absent: every older hash stands)
@@ -85,10 +89,17 @@ def evaluation_identity(cfg: Mapping, *, precision: str, checkpoint: str) -> dic
     flat = flatten({"data": cfg.get("data") or {}, "trainer": cfg.get("trainer") or {}})
     out = {k: _plain(v) for k, v in flat.items()
            if k.startswith("data.") and k not in ("data.data_dir", "data.cache_dir", "data.eval_batch_size")}
+    _name_dataset(out)
     out["trainer.limit_test_batches"] = _plain(flat.get("trainer.limit_test_batches"))
     out["trainer.precision"] = str(precision)
     out["checkpoint"] = checkpoint
     return dict(sorted(out.items()))
+
+
+def _name_dataset(ident: dict) -> None:
+    """An image folder by what it holds, not by the path given (see dataset_identity)."""
+    if isinstance(ident.get("data.dataset"), str):
+        ident["data.dataset"] = dataset_identity(ident["data.dataset"])
 
 
 def _plain(v):

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from datamodules.splits import resolve_train_size
+from datamodules.sources import short_name
 from modules import BUDGET_TARGETS, FAMILIES
 
 from experiments.runs.names import checked_name
@@ -264,8 +265,7 @@ def check_axes(axes: dict) -> None:
 
 
 def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str, lr: float) -> str:
-    data = Path(dataset.rstrip("/")).name
-    return f"{family}-{budget}_{data}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
+    return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
 
 
 def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
