@@ -165,6 +165,25 @@ def test_two_sweeps_together_train_each_run_once_and_a_rerun_changes_no_record(s
     assert main(tables) == 0 and report.read_text() == block
 
 
+def test_a_sweep_away_from_the_project_runs_where_it_was_started(sweep_env, tmp_path, monkeypatch):
+    """Started in another folder with a relative runs_dir and image folder, the run processes read
+    and write what those names mean there (they ran in the project root: the runs went into the
+    project, read 'pets' as a hub name, and the sweep recorded them as failed)."""
+    from tests.test_data import _write_image_folder
+    spec, _ = sweep_env
+    here = tmp_path / "elsewhere"
+    _write_image_folder(here / "pets", ["cat", "dog", "eel"], 8, size=(8, 8))
+    one = yaml.safe_load(spec.read_text())
+    one["name"], one["families"] = "tiny_elsewhere", ["resnet"]
+    one["profiles"]["cpu"].update(fractions=[1.0], val_size=3, batch_size=4)
+    (here / "tiny.yaml").write_text(yaml.safe_dump(one))
+    monkeypatch.chdir(here)
+    assert main(["sweep", "--spec", "tiny.yaml", "--dataset", "pets", "--runs_dir", "runs"]) == 0
+    (folder,) = (here / "runs" / "tiny_elsewhere").glob("resnet-tiny_pets_f1_s0_lr0.003_????????")
+    assert run_status_of(folder) == "done"
+    assert not any((ROOT / d / "tiny_elsewhere").exists() for d in ("runs", "results/runs"))
+
+
 def run_status_of(run_dir: Path) -> str | None:
     p = run_dir / "summary.json"
     return json.loads(p.read_text()).get("status") if p.exists() else None

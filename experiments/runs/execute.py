@@ -40,7 +40,8 @@ RUNNING: set[subprocess.Popen] = set()  # the run processes started here and not
 
 
 def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int:
-    """`command` as a process from the project root, its output appended to folder/log.txt."""
+    """`command` as a process in this one's folder (a relative runs_dir or dataset folder names what
+    it names here), its output appended to folder/log.txt."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
@@ -48,8 +49,7 @@ def _run_logged(command: list[str], shown: str, folder: Path, threads: int | Non
     with open(folder / "log.txt", "a") as log:
         log.write(f"\n$ {shown}\n")
         log.flush()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=Path(__file__).resolve().parents[2], preexec_fn=child_preexec())
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())
         RUNNING.add(proc)
         try:
             return proc.wait()

@@ -168,7 +168,7 @@ class Continue:
         if self.after:
             wait_ended(self.after)
         print("$ " + " ".join(self.command), flush=True)
-        return subprocess.run(self.command, cwd=ROOT).returncode
+        return subprocess.run(self.command).returncode  # in the submitting folder, as sbatch starts a job
 
 
 # ---------------- submitting and waiting ----------------
