@@ -4,7 +4,7 @@ backward, clipping, AdamW + warmup/cosine) eager, against the same step with the
 
 Then a packed group of K members (--members, default 4): modules/packed_step.PackedStep, the step
 a packed group trains with (experiments/runs/packed_loop.py), eager against compiled whole with
-`torch.compile(step, fullgraph=True)` (gpu_check.group, in the suite's precision: bf16 autocast
+`torch.compile(step, fullgraph=True)` (packed_group.group, in the suite's precision: bf16 autocast
 where the hardware has native bf16), and the group length from which compiling pays.
 
 Each family at its budget (default tiny), batch 32 (CPU: the cpu profiles') or 128 (GPU) of
@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from experiments.runs.cli import default_precision
 from experiments.runs.provenance import hardware, versions
 from family_throughput import single_step, sync, timed
-from gpu_check import group
+from packed_group import group
 from modules import FAMILIES
 
 warnings.filterwarnings("ignore", "TensorFloat32 tensor cores")

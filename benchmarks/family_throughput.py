@@ -9,7 +9,7 @@ precision the suite trains in
            attention kernel the suite trains with (explicit matmuls on every device:
            ImageClassifier.setup); "other kernel": the same with fused SDPA
   packed : modules/packed_step.PackedStep eager (what a packed group trains with on the CPU), K
-           members (vmap over stacked weights), per-member clipping and lr (gpu_check.group)
+           members (vmap over stacked weights), per-member clipping and lr (packed_group.group)
   FLOPs  : ImageClassifier.complexity["flops"] (forward, 2 x MACs) x 3 for forward + backward
   MFU    : achieved FLOP/s / peak FLOP/s of a large square matmul in the same precision
 DeiT runs without a teacher (its distillation head learns the labels).
@@ -144,7 +144,7 @@ def main() -> None:
             _, step = single_step(family, a.budget, a.batch, device, precision, total, fused=True)
             other = f"{a.batch * steps / timed(step, steps, warmup, device)[0]:,.0f}"
         del clf, step  # free the single run before the packed one
-        from gpu_check import group  # the packed group's step, as gpu_check and compiled_step build it
+        from packed_group import group  # the packed group's step, as gpu_check and compiled_step build it
         step, _ = group(family, a.k, a.batch, device, None, budget=a.budget,
                         autocast=torch.bfloat16 if precision == "bf16-mixed" else None)
         seconds, utilk = timed(step, steps, warmup, device)

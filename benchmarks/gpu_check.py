@@ -37,47 +37,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.provenance import hardware, versions  # noqa: E402
-from family_throughput import gpu_utilisation, sync  # noqa: E402
+from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
-from modules.packed import PackedClassifier  # noqa: E402
-from modules.packed_step import PackedStep  # noqa: E402
+from packed_group import group  # noqa: E402
 
 PARTS = ("step", "syncs", "fit", "sweep")
 warnings.filterwarnings("ignore", "There is a performance drop")
-
-
-def group(family: str, k: int, batch: int, device: torch.device, mode: str | None, backend: str = "inductor",
-          budget: str = "tiny", autocast: torch.dtype | None | str = "device"):
-    """A K-member group's step() (state carried between calls) and its losses: PackedStep eager
-    (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py and
-    family_throughput.py too); autocast: bf16 on CUDA and float32 on the CPU ("device"), or as given."""
-    torch.manual_seed(0)
-    packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
-    h = packed.template.hparams
-    if autocast == "device":
-        autocast = torch.bfloat16 if device.type == "cuda" else None
-    step = PackedStep(packed, total_steps=10_000, autocast=autocast)
-    fn = step if mode is None else torch.compile(step, fullgraph=True, mode=mode, backend=backend)
-    g = torch.Generator(device).manual_seed(1)
-    x = torch.randn(k, batch, h.in_chans, h.image_size, h.image_size, device=device, generator=g)
-    y = torch.randint(0, h.num_classes, (k, batch), device=device, generator=g)
-    lr = torch.full((k,), float(h.lr), device=device)
-    box = {"state": step.init_state(), "losses": None}
-
-    def call():
-        box["state"], box["losses"] = fn(box["state"], x, y, lr)
-    return call, box
-
-
-def ms_per_step(call, steps: int, device: torch.device) -> tuple[float, str]:
-    sync(device)
-    t, util = time.perf_counter(), "n/a"
-    for i in range(steps):
-        call()
-        if i == steps // 2:
-            util = gpu_utilisation(device)
-    sync(device)
-    return 1000 * (time.perf_counter() - t) / steps, util
 
 
 def part_step(a, device) -> list[dict]:
@@ -100,8 +65,9 @@ def part_step(a, device) -> list[dict]:
                 eager()
             tol = 2e-2 if device.type == "cuda" else 1e-3   # bf16 autocast on CUDA: kernels round differently
             same = bool(torch.allclose(e_box["losses"].float(), c_box["losses"].float(), rtol=tol, atol=tol))
-            e_ms, _ = ms_per_step(eager, a.steps, device)
-            c_ms, util = ms_per_step(captured, a.steps, device)
+            e_s, _ = timed(eager, a.steps, 0, device)
+            c_s, util = timed(captured, a.steps, 0, device)
+            e_ms, c_ms = 1000 * e_s / a.steps, 1000 * c_s / a.steps
             rows.append({"family": family, "members": k, "batch": a.batch, "eager_ms": round(e_ms, 3),
                          "captured_ms": round(c_ms, 3), "compile_s": round(compile_s, 1),
                          "captured_images_per_s": round(k * a.batch * 1000 / c_ms),
