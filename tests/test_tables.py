@@ -87,6 +87,7 @@ def _rows(accs: dict, seeds: int = 1) -> list[dict]:
         return [{"seed": k, "test_acc": x} for k, x in enumerate(accs)]
     return [{"family": f, "settings": "", "train_size": n, "_runs": runs(a),
              "test_acc_mean": sum(r["test_acc"] for r in runs(a)) / len(runs(a)),
+             "_val_acc_mean": sum(r["test_acc"] for r in runs(a)) / len(runs(a)),  # validation as test, unless set
              "test_acc_ci95": None if len(runs(a)) == 1 else 0.01} for (f, n), a in accs.items()]
 
 
@@ -145,10 +146,38 @@ def test_reading_draws_no_gap_from_a_still_improving_run_at_one_size():
     """make fit-families: every family at one size; a best CNN still improving gives no gap."""
     rows = _rows({("resnet", 1000): 0.91, ("hybrid", 1000): 0.88, ("vit", 1000): 0.81})
     (text,) = scaling_reading(rows)
-    assert "Best transformer minus best CNN: -0.0300 at 1,000 images" in text
+    assert "Best transformer minus best CNN (each chosen by mean validation accuracy): -0.0300 at 1,000 images" in text
     rows[0]["still_improving"] = 1  # the resnet
     (text,) = scaling_reading(rows)
     assert "Not read at 1,000 images" in text and "Best transformer minus best CNN" not in text and "-0.0300" not in text
+
+
+def test_reading_chooses_the_best_of_a_kind_on_validation_and_waits_for_all_of_them():
+    """The best transformer is the one highest on validation (hybrid), not on test (vit); a
+    transformer still improving at an end size (swin) leaves the best of its kind unknown: no gap,
+    no trend and no transformer's own trend is read, though the rows chosen plateaued."""
+    rows = _rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("hybrid", 100): 0.70, ("hybrid", 1000): 0.80,
+                  ("vit", 100): 0.72, ("vit", 1000): 0.82, ("swin", 100): 0.60, ("swin", 1000): 0.65}, seeds=3)
+    for r in rows:
+        r["_val_acc_mean"] += 0.05 if r["family"] == "hybrid" else 0
+    (text,) = scaling_reading(rows)
+    assert "-0.1000 at 100 images (hybrid 0.7000 vs resnet 0.8000)" in text
+    assert "-0.0500 at 1,000 images (hybrid 0.8000 vs resnet 0.8500)" in text and "narrows from 0.1000 to 0.0500" in text
+    assert "swin -0.2000 to -0.2000" in text
+    next(r for r in rows if r["family"] == "swin" and r["train_size"] == 1000)["still_improving"] = 1
+    (text,) = scaling_reading(rows)
+    assert "Not read at 1,000 images" in text
+    assert "Best transformer" not in text and "narrows" not in text and "Each transformer" not in text
+
+
+def test_reading_takes_the_trend_s_words_from_the_seeds_it_pairs():
+    """A fourth ViT seed at 1,000 images with no ResNet beside it moves the ViT mean, not the
+    paired change: the words follow the pairs (+0.0120 over seeds 0-2), never the unpaired means."""
+    rows = _rows({("resnet", 100): [0.80, 0.80, 0.80], ("resnet", 1000): [0.85, 0.86, 0.85],
+                  ("vit", 100): [0.70, 0.70, 0.70], ("vit", 1000): [0.761, 0.773, 0.762, 0.60]})
+    (text,) = scaling_reading(rows)
+    assert "(3 pairs)" in text and "includes 0" not in text
+    assert "narrows from 0.1000 to 0.0880" in text and "as the paper says" in text
 
 
 def test_reading_says_plainly_when_the_gap_widens():
@@ -282,10 +311,15 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
             f"{mean:+.4f} ± {sd * T975_DF2 / math.sqrt(3):.4f} |") in md
     (improving_row,) = [line for line in _table(md, "vit") if "| 0.1 |" in line]
     assert "† | 3 |" in improving_row and "| 1,000 | 0.003 | 400 |" in improving_row
-    assert not any("†" in line for line in _table(md, "resnet"))
+    assert not any("†" in line for line in _table(md, "resnet") if "randaugment=False" in line)
     assert f"† still improving at its last validation: 1 run ({improving})" in md
     (old_row,) = [line for line in _table(md, "resnet") if "randaugment=True | 0.01" in line]
     assert "| resnet | randaugment=True | 0.01 | 100 |  | 0.001 | 100 | 0.7600 ± " in old_row
+    # old summaries (no plateau recorded) are not known to have plateaued: marked, and so is a Δ on them
+    assert "† | 3 |" in old_row and "† too few validations to tell whether it plateaued: 3 runs (resnet_f0.01_s0_lr0.001_strong" in md
+    (strong_vit,) = [line for line in _table(md, "vit") if "randaugment=True | 0.01" in line]
+    assert "-0.0700 ± " in strong_vit and strong_vit.split("|")[10].strip().endswith("†")
+    assert "| 0.6300 ± " in md and f"{mean:+.4f} ± {sd * T975_DF2 / math.sqrt(3):.4f} |" in md  # plateaued: unmarked
     rows_csv = {(r["family"], r["settings"], r["fraction"]): r for r in csv.DictReader(open(paths[0]))}
     assert rows_csv["vit", "randaugment=False", "0.1"]["still_improving"] == "1"
     assert rows_csv["vit", "randaugment=False", "0.01"]["test_acc_ci95"] == f"{ci:.4f}"
@@ -300,7 +334,8 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     # a vit run at 1,000 images still improves: converged or silent, no winner read there
     assert ("randaugment=False: Highest mean test accuracy: resnet at 100 images (0.7167). Not read at 1,000 images: "
             "1 of the runs there were still improving") in md
-    assert "randaugment=True: Highest mean test accuracy: resnet at 100 images (0.7600)" in md
+    assert ("randaugment=True: Not read at 100 images: 3 of the runs there were still improving at their last "
+            "validation or had too few validations to tell whether they plateaued (†).") in md
     assert not (tmp_path / "out" / "hand_tuning.csv").exists() and "Learning rate, chosen" not in md
 
     # the same files again, byte for byte (the PNG included)
@@ -318,8 +353,9 @@ def test_single_seed_rows_say_n_a_not_zero(tmp_path):
     rows = aggregate(collect(exp))
     assert all(r["test_acc_ci95"] is None and r["test_acc_std"] is None for r in rows)
     md = make_tables(exp, tmp_path / "out")[1].read_text()
-    assert "| 0.6000 ± n/a | 1 | -0.1000 ± n/a |" in md
-    assert "†" not in md
+    # summaries from before the plateau was recorded: not known to have plateaued, so marked
+    assert "| 0.6000 ± n/a † | 1 | -0.1000 ± n/a † |" in md
+    assert "† too few validations to tell whether it plateaued: 2 runs" in md
 
 
 TUNING = {"spec": "datascale", "profiles": {"cpu": {
@@ -429,4 +465,11 @@ def test_sample_efficiency_marks_a_size_whose_runs_were_still_improving(tmp_path
         _run(exp, family, 1.0, 0, 0.85, plateaued=plateaued)
     md = make_tables(exp, tmp_path / "out")[1].read_text()
     assert "| vit | 10,000 † |" in md and "| resnet | 10,000 |" in md
-    assert "†: that size's runs were still improving at their last validation; shown, not read." in md
+    assert ("†: runs at that size or a smaller one were still improving at their last validation (at any size, "
+            "where never reached): a longer run could move it; shown, not read.") in md
+    # a smaller size still improving could reach the threshold if trained longer; never reached: any size
+    _run(exp, "resnet", 0.1, 0, 0.70, plateaued=False)
+    _run(exp, "swin", 0.1, 0, 0.70, plateaued=False)
+    _run(exp, "swin", 1.0, 0, 0.75, plateaued=True)
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    assert "| resnet | 10,000 † |" in md and "| swin | not reached † |" in md

@@ -35,10 +35,11 @@ from modules import FAMILIES
 from experiments.runs.reference import whose, whose_runs
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.runs.shared import located, shared_entries
+from experiments.runs.convergence import plateau_unknown, still_improving
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
-from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side, verdict
+from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side, verdict, were_improving
 from experiments.report.table_format import count, fmt, plural, plus_minus, write_csv
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
@@ -59,7 +60,7 @@ COLUMNS = ("family", "settings", "fraction", "train_size", "val_size", "lr", "we
            "test_acc_mean", "test_acc_ci95", "test_acc_std", "seeds", "delta_vs_resnet", "delta_vs_resnet_ci95",
            "delta_pairs", "still_improving", "params", "flops_per_image", "images_per_sec", "wall_time_s",
            "config_hashes")
-SLOPE_COLUMNS = ("family", "settings", "slope", "slope_ci95", "points", "train_sizes")
+SLOPE_COLUMNS = ("family", "settings", "slope", "slope_ci95", "points", "train_sizes", "still_improving")
 TUNING_COLUMNS = ("profile", "family", "recipe", "fraction", "train_size", "val_size", "seed")
 
 
@@ -152,11 +153,6 @@ def _one(values: list):
     return values[0] if len(values) == 1 else "/".join(fmt(v) for v in values)
 
 
-def _still_improving(s: dict) -> bool:
-    p = s.get("plateau")
-    return isinstance(p, dict) and p.get("plateaued") is False
-
-
 def aggregate(summaries: list[dict]) -> list[dict]:
     """One row per configuration over its finished seeds: the mean test accuracy with its 95%
     t-interval half-width (test_acc_ci95, None with one seed) and sample standard deviation (None
@@ -185,11 +181,13 @@ def aggregate(summaries: list[dict]) -> list[dict]:
                      "test_acc_mean": acc.value, "test_acc_ci95": acc.ci95,
                      "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else None, "seeds": len(accs),
                      "delta_vs_resnet": None, "delta_vs_resnet_ci95": None, "delta_pairs": None,
-                     "still_improving": sum(_still_improving(r) for r in runs),
+                     "still_improving": sum(still_improving(r) for r in runs),
+                     "_plateau_unknown": sum(plateau_unknown(r) for r in runs),
                      "params": first["params"], "flops_per_image": first["flops_per_image"],
                      "images_per_sec": round(statistics.fmean(r.get("images_per_sec") or 0 for r in runs)),
                      "wall_time_s": round(statistics.fmean(r.get("wall_time_s") or 0 for r in runs)),
                      "config_hashes": " ".join(sorted({r.get("config_hash") or "" for r in runs})),
+                     "_val_acc_mean": statistics.fmean(r.get("val_acc_best") or 0 for r in runs),
                      "_runs": sorted(runs, key=lambda r: str(r.get("seed"))), "_scope": comparison_scope(first)})
     _pair_with_reference(rows)
     order = {f: i for i, f in enumerate(FAMILIES)}
@@ -212,8 +210,9 @@ def _pair_with_reference(rows: list[dict]) -> None:
         if len(cands) != 1:
             continue
         d = paired_difference(_by_seed(r), _by_seed(cands[0]))
-        if d is not None:
-            r.update(delta_vs_resnet=d.value, delta_vs_resnet_ci95=d.ci95, delta_pairs=d.n)
+        if d is not None:  # a difference is read only where both rows' runs plateaued
+            r.update(delta_vs_resnet=d.value, delta_vs_resnet_ci95=d.ci95, delta_pairs=d.n,
+                     _delta_improving=bool(r["still_improving"] or cands[0]["still_improving"]))
 
 
 def _by_seed(row: dict) -> dict:
@@ -242,9 +241,11 @@ def error_slopes(rows: list[dict]) -> list[dict]:
     for (family, settings), rs in lines.items():
         pts = [(s["train_size"], s["test_acc"]) for r in rs for s in r.get("_runs", [])]
         est = loglog_error_slope(pts)
+        used = [(n, a) for n, a in pts if a < 1]  # an error of 0 has no log: loglog_error_slope drops it
         out.append({"family": family, "settings": settings, "slope": est.value if est else None,
-                    "slope_ci95": est.ci95 if est else None, "points": len(pts),
-                    "train_sizes": " ".join(str(n) for n in sorted({n for n, _ in pts}))})
+                    "slope_ci95": est.ci95 if est else None, "points": len(used),
+                    "train_sizes": " ".join(str(n) for n in sorted({n for n, _ in used})),
+                    "still_improving": sum(r["still_improving"] for r in rs)})
     return out
 
 
@@ -308,8 +309,10 @@ def _kind(family: str) -> str | None:
     return "transformer" if family in TRANSFORMERS else "CNN" if family in CNNS else None
 
 
-def _best(rows: list[dict]) -> dict:
-    return max(rows, key=lambda r: (r["test_acc_mean"], -FAMILIES.index(r["family"]) if r["family"] in FAMILIES else 0))
+def _best(rows: list[dict], on: str = "test_acc_mean") -> dict:
+    """The row with the highest mean `on`: test accuracy to report who is highest, validation
+    accuracy ('_val_acc_mean') to choose which rows a comparison reads."""
+    return max(rows, key=lambda r: (r[on], -FAMILIES.index(r["family"]) if r["family"] in FAMILIES else 0))
 
 
 def scaling_reading(rows: list[dict]) -> list[str]:
@@ -357,9 +360,9 @@ def _reading(rows: list[dict]) -> str:
         text = ("Highest mean test accuracy: " + "; ".join(f"{w} at {n:,} images ({a:.4f})" for w, n, a in wins) + "."
                 if wins else "")
     if silent:
+        unknown = sum(r.get("_plateau_unknown") or 0 for r in rows if r["train_size"] in silent)
         text += (" Not read at " + ", ".join(f"{n:,}" for n in silent) + " images: "
-                 + f"{sum(improving[n] for n in silent)} of the runs there were still improving at their last "
-                 f"validation ({STILL_IMPROVING}).")
+                 + f"{sum(improving[n] for n in silent)} of the runs there {were_improving(unknown)} ({STILL_IMPROVING}).")
         text = text.strip()
     kinds = {_kind(r["family"]) for r in rows} - {None}
     if kinds != {"transformer", "CNN"}:
@@ -371,26 +374,28 @@ def _reading(rows: list[dict]) -> str:
     if not both:
         return text + " Transformers against CNNs can't be compared: no training-set size has both."
 
-    def gap(n):
+    def gap(n):  # the best of each kind by mean validation accuracy: a choice, so never made on test
         at = [r for r in rows if r["train_size"] == n]
-        t = _best([r for r in at if _kind(r["family"]) == "transformer"])
-        c = _best([r for r in at if _kind(r["family"]) == "CNN"])
+        t = _best([r for r in at if _kind(r["family"]) == "transformer"], on="_val_acc_mean")
+        c = _best([r for r in at if _kind(r["family"]) == "CNN"], on="_val_acc_mean")
         return t["test_acc_mean"] - c["test_acc_mean"], t, c
 
     def said(n):
         d, t, c = gap(n)
         return f"{d:+.4f} at {n:,} images ({_name(t)} {t['test_acc_mean']:.4f} vs {_name(c)} {c['test_acc_mean']:.4f})"
-    used = [r for n in dict.fromkeys((both[0], both[-1])) for r in gap(n)[1:]]   # the rows a gap reads
+    # every row of either kind at the sizes a gap reads: the best of a kind is known only when all have plateaued
+    used = [r for r in rows if r["train_size"] in (both[0], both[-1]) and _kind(r["family"])]
     if any(r.get("still_improving") for r in used):  # converged or silent: no gap or trend from these rows
         if set(both) <= set(silent):
             return text  # its "Not read at ..." already names them
-        return text + " " + not_read(sum(r.get("still_improving") or 0 for r in used), sum(r.get("seeds", 1) for r in used))
+        return text + " " + not_read(sum(r.get("still_improving") or 0 for r in used), sum(r.get("seeds", 1) for r in used),
+                                     sum(r.get("_plateau_unknown") or 0 for r in used))
+    best = "Best transformer minus best CNN (each chosen by mean validation accuracy)"
     if len(both) == 1:
-        return text + (f" Best transformer minus best CNN: {said(both[0])}; both kinds ran at this one training-set "
+        return text + (f" {best}: {said(both[0])}; both kinds ran at this one training-set "
                        "size only, so whether the gap narrows can't be told.")
-    d1, d2 = round(gap(both[0])[0], 4), round(gap(both[-1])[0], 4)   # as printed
-    change = _trend(*gap(both[0])[1:], *gap(both[-1])[1:])
-    text += (f" Best transformer minus best CNN: {said(both[0])}, {said(both[-1])}. The change of the gap from "
+    change, (d1, d2) = _trend(*gap(both[0])[1:], *gap(both[-1])[1:]), _paired_gaps(*gap(both[0])[1:], *gap(both[-1])[1:])
+    text += (f" {best}: {said(both[0])}, {said(both[-1])}. The change of the gap from "
              f"{both[0]:,} to {both[-1]:,} images, paired by seed: {_signed(change)}: ")
     paper, opposite = "as the paper says.", "the opposite of the paper's claim that transformers catch up as data grows."
     s = side(change)
@@ -423,7 +428,8 @@ def _reading(rows: list[dict]) -> str:
 def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
     """With several transformers: each one's difference to the best CNN at the smallest and the
     largest size, so that the best transformer's trend is not read as every transformer's."""
-    cnn = {n: _best([r for r in rows if r["train_size"] == n and _kind(r["family"]) == "CNN"]) for n in (small, large)}
+    cnn = {n: _best([r for r in rows if r["train_size"] == n and _kind(r["family"]) == "CNN"], on="_val_acc_mean")
+           for n in (small, large)}
     pairs = []
     for key in dict.fromkeys((r["family"], r.get("settings")) for r in rows):  # first-seen order
         ends = [next((r for r in rows if (r["family"], r.get("settings")) == key and r["train_size"] == n), None)
@@ -444,10 +450,23 @@ def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
 def _trend(t_small: dict, c_small: dict, t_large: dict, c_large: dict) -> Estimate | None:
     """(transformer − CNN at the largest size) − (the same at the smallest), paired by seed (a
     seed also draws the training subset): only seeds all four rows ran enter."""
+    small, large = _gaps_by_seed(t_small, c_small, t_large, c_large)
+    return paired_difference(large, small)
+
+
+def _paired_gaps(t_small: dict, c_small: dict, t_large: dict, c_large: dict) -> tuple[float, float]:
+    """The mean gap at the smallest and the largest size over the seeds `_trend` pairs, rounded as
+    printed: the words of a trend ("narrows from .. to ..") agree with its paired interval."""
+    small, large = _gaps_by_seed(t_small, c_small, t_large, c_large)
+    return (round(statistics.fmean(small.values()), 4), round(statistics.fmean(large.values()), 4)) if small else (0.0, 0.0)
+
+
+def _gaps_by_seed(t_small: dict, c_small: dict, t_large: dict, c_large: dict) -> tuple[dict, dict]:
+    """{seed: transformer − CNN} at the smallest and the largest size, over the seeds all four rows ran."""
     small, large = _by_seed(t_small), _by_seed(t_large)
     c_s, c_l = _by_seed(c_small), _by_seed(c_large)
-    keys = set(small) & set(large) & set(c_s) & set(c_l)
-    return paired_difference({k: large[k] - c_l[k] for k in keys}, {k: small[k] - c_s[k] for k in keys})
+    keys = sorted(set(small) & set(large) & set(c_s) & set(c_l))
+    return {k: small[k] - c_s[k] for k in keys}, {k: large[k] - c_l[k] for k in keys}
 
 
 def _signed(est: Estimate | None) -> str:
@@ -636,6 +655,8 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
         delta = _pm(r["delta_vs_resnet"], r["delta_vs_resnet_ci95"], signed=True)
         if delta and r["delta_pairs"] != r["seeds"]:
             delta += f" ({r['delta_pairs']})"
+        if delta and r.get("_delta_improving"):
+            delta += f" {STILL_IMPROVING}"
         acc = _pm(r["test_acc_mean"], r["test_acc_ci95"]) + (f" {STILL_IMPROVING}" if r["still_improving"] else "")
         out.append(f"| {r['family']} | " + (f"{r['settings']} | " if with_settings else "")
                    + f"{r['fraction']:g} | {r['train_size']:,} | {count(r['val_size'])} | "
@@ -643,10 +664,16 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
                    + (f"{'' if r['weight_decay'] is None else fmt(r['weight_decay'])} | " if with_wd else "")
                    + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
                    f"{r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
-    improving = [s["run"] for r in rows for s in r["_runs"] if _still_improving(s)]
-    if improving:
-        out += ["", f"{STILL_IMPROVING} still improving at its last validation: {len(improving)} run"
-                + ("s" if len(improving) > 1 else "") + f" ({', '.join(sorted(improving))})"]
+    improving = [s["run"] for r in rows for s in r["_runs"] if still_improving(s) and not plateau_unknown(s)]
+    unknown = [s["run"] for r in rows for s in r["_runs"] if plateau_unknown(s)]
+    if improving or unknown:
+        out.append("")
+    for runs, why in ((improving, "still improving at its last validation"),
+                      (unknown, "too few validations to tell whether it plateaued")):
+        if runs:
+            out.append(f"{STILL_IMPROVING} {why}: {plural(len(runs), 'run')} ({', '.join(sorted(runs))})")
+    if (improving or unknown) and any(r.get("_delta_improving") for r in rows):
+        out.append(f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is.")
     deit = [s for s in summaries if s.get("family") == "deit" and s.get("status") == "done" and s.get("test")]
     if deit:
         out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]
@@ -663,21 +690,27 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
     for s in slopes:
         out.append(f"| {s['family']} | " + (f"{s['settings']} | " if with_settings else "")
                    + (_pm(s["slope"], s["slope_ci95"], signed=True) if s["slope"] is not None else "n/a")
+                   + (f" {STILL_IMPROVING}" if s["still_improving"] and s["slope"] is not None else "")
                    + f" | {s['points']} | {len(s['train_sizes'].split())} |")
     out += ["", f"Sample efficiency: the smallest training set whose mean test accuracy reaches {threshold:.2f}.", "",
             "| family | " + " | ".join(s or "all runs" for s in settings) + " |", "|---|" + "---:|" * len(settings)]
     eff = sample_efficiency(rows, threshold)
-    improving = {(r["family"], r["settings"], r["train_size"]) for r in rows if r["still_improving"]}
+
+    def unread(family: str, st: str) -> bool:  # a size up to the one found (any, if none) still improving
+        size = eff[family, st]
+        return any(r["still_improving"] for r in rows if (r["family"], r["settings"]) == (family, st)
+                   and (size is None or r["train_size"] <= size))
 
     def cell(family: str, st: str) -> str:
         if (family, st) not in eff:
             return ""
         size = eff[family, st]
-        return "not reached" if size is None else f"{size:,}" + (" †" if (family, st, size) in improving else "")
+        return ("not reached" if size is None else f"{size:,}") + (f" {STILL_IMPROVING}" if unread(family, st) else "")
     for family in dict.fromkeys(r["family"] for r in rows):
         out.append(f"| {family} | " + " | ".join(cell(family, st) for st in settings) + " |")
-    if any((family, st, size) in improving for (family, st), size in eff.items()):
-        out += ["", "†: that size's runs were still improving at their last validation; shown, not read."]
+    if any(unread(*key) for key in eff):
+        out += ["", f"{STILL_IMPROVING}: runs at that size or a smaller one were still improving at their last "
+                "validation (at any size, where never reached): a longer run could move it; shown, not read."]
     if tuning and (tuning.get("profiles") or {}):
         out += ["", *render_tuning(tuning)]
     bad = [s for s in summaries if s.get("status") in ("failed", "diverged")]

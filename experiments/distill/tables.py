@@ -27,6 +27,7 @@ from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.runs.record import read_json, read_summary
 from experiments.runs.shared import located, shared_entries
+from experiments.runs.convergence import still_improving
 from experiments.distill import MATCHED, family_of
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose, whose_runs
@@ -79,11 +80,6 @@ def _finished(s: dict | None) -> bool:
 
 def _test_acc(s: dict):
     return s.get("test_acc", (s.get("test") or {}).get("acc"))
-
-
-def _plateaued(s: dict) -> bool:
-    p = s.get("plateau")
-    return not (isinstance(p, dict) and p.get("plateaued") is False)
 
 
 @dataclass
@@ -267,7 +263,7 @@ def _estimate(values: dict) -> Estimate | None:
 
 
 def _improving(cell: dict) -> list[str]:
-    return sorted(s.get("run", "") for s in cell.values() if not _plateaued(s))
+    return sorted(s.get("run", "") for s in cell.values() if still_improving(s))
 
 
 def _lr(p: Profile, family: str, fraction: float):
@@ -326,7 +322,7 @@ def _behind(p: Profile, fraction: float, students: tuple = (), teachers: tuple =
     """{improving, runs}: the finished runs a claim's numbers rest on, and how many still improved."""
     runs = [r for cells, names in ((p.students, students), (p.teachers, teachers)) for n in names
             for r in (cells.get((n, fraction)) or {}).values()]
-    return {"improving": sum(not _plateaued(r) for r in runs), "runs": len(runs)}
+    return {"improving": sum(still_improving(r) for r in runs), "runs": len(runs)}
 
 
 def claims(p: Profile) -> list[dict]:
@@ -553,7 +549,7 @@ def cosine_section(p: Profile) -> list[str]:
 def unsettled(p: Profile) -> str | None:
     """The sentence that stands in for this profile's readings while a run behind them still improves."""
     runs = p.finished_runs()
-    return not_read(sum(not _plateaued(s) for s in runs), len(runs))
+    return not_read(sum(still_improving(s) for s in runs), len(runs))
 
 
 def reading(p: Profile, cl: list[dict]) -> list[str]:

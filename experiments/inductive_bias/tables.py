@@ -22,6 +22,7 @@ from pathlib import Path
 
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.runs.shared import located
+from experiments.runs.convergence import still_improving
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
@@ -60,11 +61,6 @@ COLUMNS = ("profile", "budget", "table", "name", "fraction", "train_size", "val_
 # ---------------- reading ----------------
 def _test_acc(s: dict | None):
     return (s or {}).get("test_acc") if (s or {}).get("status") == "done" else None
-
-
-def _improving(s: dict | None) -> bool:
-    p = (s or {}).get("plateau")
-    return isinstance(p, dict) and p.get("plateaued") is False
 
 
 def _pm(est: Estimate | None, digits: int = 3, signed: bool = False) -> str:
@@ -189,7 +185,7 @@ def ablation_rows(p: Profile) -> list[dict]:
                          "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
                          "steps": _one(s.get("steps") for s in cell.values()),
                          "acc": _est(mine.values()), "delta": None if v == BASELINE else paired_difference(mine, base),
-                         "still_improving": sum(_improving(s) for s in cell.values()), "grid": grid,
+                         "still_improving": sum(still_improving(s) for s in cell.values()), "grid": grid,
                          "two_d": [bool((t.get("pos_embed") or {}).get("two_d")) for t in tables.values()
                                    if "pos_embed" in t]})
     return rows
@@ -258,7 +254,7 @@ def family_rows(p: Profile) -> list[dict]:
                          "val_size": p.size(f, "val_size"), "seeds": len(cell),
                          "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
                          "steps": _one(s.get("steps") for s in cell.values()), "acc": _est(accs(cell).values()),
-                         "still_improving": sum(_improving(s) for s in cell.values()),
+                         "still_improving": sum(still_improving(s) for s in cell.values()),
                          "clean": m("clean"), "majority": m("majority"), "top_share": m("top_share"),
                          "patchdrop": m("patchdrop"), "shuffle4": m("shuffle4"),
                          "shift_patch": m("shift_patch"), "consistency": m("consistency"),
@@ -481,7 +477,7 @@ def _verdict(est: Estimate | None, positive: str, negative: str, neither: str) -
 def unsettled(p: Profile) -> str | None:
     """The sentence that stands in for this profile's readings while a run behind them still improves."""
     behind = {e["run"] for t in ("families", "ablations") for e in p.entries(t) if _test_acc(p.runs.get(e["run"]))}
-    return not_read(sum(_improving(p.runs[r]) for r in behind), len(behind))
+    return not_read(sum(still_improving(p.runs[r]) for r in behind), len(behind))
 
 
 def settled_rows(ablations: list[dict], families: list[dict]) -> tuple[list[dict], list[dict], list[str]]:
@@ -497,7 +493,7 @@ def settled_rows(ablations: list[dict], families: list[dict]) -> tuple[list[dict
 def locality_settled(p: Profile, loc: dict, family: str = "vit") -> tuple[int, list[dict]]:
     """(runs still improving, runs) behind the locality reading: the family's runs at its two sizes."""
     runs = [s for f in (loc["small"], loc["large"]) for s in p.cell("families", "family", family, f).values()]
-    return sum(_improving(s) for s in runs), runs
+    return sum(still_improving(s) for s in runs), runs
 
 
 def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str]:
@@ -1024,7 +1020,7 @@ def findings(exp_dir: Path) -> list[Finding]:
             r = max(none, key=lambda r: r["fraction"])
             behind = [*p.cell("ablations", "variant", "none", r["fraction"]).values(),
                       *p.cell("ablations", "variant", BASELINE, r["fraction"]).values()]
-            improving, where = sum(_improving(s) for s in behind), source("inductive_bias", p.key, behind,
+            improving, where = sum(still_improving(s) for s in behind), source("inductive_bias", p.key, behind,
                                                                           whose(exp_dir))
             rows = TABLE8["rows"]
             out.append(Finding("Does ViT need a position embedding?",

@@ -15,14 +15,19 @@ MARGIN = 0.01  # one accuracy point: the smallest difference the readings call a
 STILL_IMPROVING = "†"  # the mark of a number from a run still improving at its last validation
 
 
-def not_read(improving: int, runs: int) -> str | None:
+def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:
     """Converged or silent: the one sentence that stands in for every reading and verdict of a
-    profile while any of the `runs` behind it was still improving (None when all plateaued)."""
+    profile while any of the `runs` behind it was still improving, `unknown` of them by too few
+    validations to tell (None when all plateaued)."""
     if not improving:
         return None
-    return (f"Not read: {improving} of the {runs} runs behind these numbers were still improving at their last "
-            f"validation ({STILL_IMPROVING}); the numbers are shown, and no conclusion is drawn from unconverged "
-            "models.")
+    return (f"Not read: {improving} of the {runs} runs behind these numbers {were_improving(unknown)} "
+            f"({STILL_IMPROVING}); the numbers are shown, and no conclusion is drawn from unconverged models.")
+
+
+def were_improving(unknown: int = 0) -> str:
+    return "were still improving at their last validation" + (
+        " or had too few validations to tell whether they plateaued" if unknown else "")
 
 
 def _r(x: float) -> float:

@@ -25,3 +25,17 @@ def plateau(history: list[tuple[int, float]], max_steps: int, tail: float = TAIL
     gain = max(after) - max(before)
     return {"plateaued": gain < tolerance, "best_step": int(best_step), "tail_gain": round(float(gain), 4),
             "tail": tail, "tolerance": tolerance}
+
+
+def still_improving(summary: dict) -> bool:
+    """A finished run whose numbers are shown with a dagger and not read: still improving by
+    `plateau`, or with too few validations for the rule to tell (its plateau None): a number is
+    read only from a run known to have plateaued. A run stopped on purpose at a target accuracy
+    (fit --stop_at_val_acc; its summary says 'stopped') is judged by that target instead."""
+    p = summary.get("plateau")
+    return p.get("plateaued") is False if isinstance(p, dict) else plateau_unknown(summary)
+
+
+def plateau_unknown(summary: dict) -> bool:
+    """Too few validations for the plateau rule (or a record from before it), and not stopped at a target."""
+    return not isinstance(summary.get("plateau"), dict) and not summary.get("stopped")
