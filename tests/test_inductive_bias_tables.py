@@ -235,6 +235,32 @@ def test_a_run_still_improving_silences_the_readings_that_rest_on_it(experiment,
     assert row.verdict == "not read: 1 of 6 runs still improving (†)"
 
 
+def test_a_family_still_improving_is_in_no_robustness_pair(converged, tmp_path):
+    """The reading pairs transformers with CNNs only among rows whose runs all plateaued: a ResNet
+    run still improving takes resnet out of every robustness comparison (vit − resnet was read)."""
+    out = tmp_path / "results"
+    make_tables(converged, out)
+    robust = [line for line in (out / f"{NAME}.md").read_text().splitlines() if line.startswith("- **Robustness to")]
+    assert robust and all("vit − resnet" in line for line in robust)
+    summary = next(converged.glob("resnet_f1_s1_*")) / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "plateau": {"plateaued": False}}))
+    make_tables(converged, out)
+    reading = (out / f"{NAME}.md").read_text().split("### What the numbers say\n\n", 1)[1].split("\n\n", 1)[0]
+    assert reading.startswith("- Not read: resnet at 1, where a run was still improving")
+    robust = [line for line in reading.splitlines() if line.startswith("- **Robustness to")]
+    assert robust and not any("resnet" in line.split("CNNs?")[1] for line in robust)
+
+
+def test_a_verdict_says_at_how_many_sizes_it_was_measured(converged):
+    """None − learn below 0 at the one size it ran is not "at every training-set size"."""
+    from experiments.inductive_bias.tables import load_profiles
+    (p,) = load_profiles("cpu", json.loads((converged / RECORD).read_text())["profiles"]["cpu"], converged)
+    one = [{"name": "none", "fraction": 0.01, "delta": Estimate(-0.03, 0.01, 3)}]
+    assert verdict(p, "ablation", one, []) == ("agrees: ViT is worse without a position embedding at the one "
+                                               "training-set size it ran at, 0.01 (590 images).")
+    assert verdict(p, "ablation", one * 2, []).endswith("at every training-set size it ran at.")
+
+
 def test_uniform_attention_is_named_as_a_caveat(converged, tmp_path):
     """Where every layer attends as far as uniform attention would, the reading says the attention
     is untrained rather than reading the shuffle results as a learned bias."""

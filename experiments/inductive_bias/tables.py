@@ -191,6 +191,21 @@ def ablation_rows(p: Profile) -> list[dict]:
     return rows
 
 
+def _pairs(row: dict) -> str:
+    """The pairs behind a Δ, where fewer than the row's seeds (a seed the baseline lacks drops out)."""
+    d = row.get("delta")
+    return f" ({d.n} pairs)" if d is not None and d.n != row["seeds"] else ""
+
+
+def _steps_apart(ablations: list[dict], row: dict) -> str:
+    """Where a variant trained another number of steps than the `learn` baseline of its size."""
+    base = next((r for r in ablations if r["name"] == BASELINE and r["fraction"] == row["fraction"]), None)
+    if base is None or not isinstance(row.get("steps"), int) or not isinstance(base.get("steps"), int) \
+            or row["steps"] == base["steps"]:
+        return ""
+    return (f"; {row['name']} trained {row['steps']:,} steps, learn {base['steps']:,}, each to its plateau")
+
+
 def _one(values):
     vals = {v for v in values if v is not None}
     return vals.pop() if len(vals) == 1 else (None if not vals else "varies")
@@ -355,8 +370,8 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
             or "registry default"
         cells = [(_pm(by[v, f]["acc"]) + (f" {STILL_IMPROVING}" if by[v, f]["still_improving"] else "")
                   if (v, f) in by else "not run") for f in fractions]
-        deltas = [("—" if v == BASELINE else _pm(by[v, f]["delta"], signed=True)) if (v, f) in by else "not run"
-                  for f in fractions]
+        deltas = [("—" if v == BASELINE else _pm(by[v, f]["delta"], signed=True) + _pairs(by[v, f]))
+                  if (v, f) in by else "not run" for f in fractions]
         table.append([v, opts, *cells, *deltas])
     return ["### ViT ablations: position embedding (ViT Table 8), pooling and patch size", "",
             "Test accuracy, mean ± 95% t-interval over seeds; Δ: paired by seed with the `learn` ViT (learned 1D "
@@ -433,7 +448,7 @@ def _uniform_caveat(families: list[dict]) -> str:
         return ""
     return (f"every attention layer of {', '.join(names)} attends on average as far as uniform attention over "
             f"the same keys would (first and last layer within {UNIFORM_TOLERANCE:.0%}): no local heads have formed "
-            "at this budget, so their tolerance of shuffling and the small effect of their position embedding say "
+            "at this budget, so their tolerance of shuffling and what removing their position embedding costs say "
             "little about a learned inductive bias (the [CLS] maps show where attention is not flat: it is not local).")
 
 
@@ -466,6 +481,8 @@ def locality_text(p: Profile, loc: dict) -> str:
 
 
 def _verdict(est: Estimate | None, positive: str, negative: str, neither: str) -> str:
+    """A direction where the 95% interval excludes 0, else `neither` (a distance in pixels has no
+    margin within which to call it no difference: verdicts.verdict's, for accuracy, would not fit)."""
     if est is None:
         return "not measured"
     if est.ci95 is None:
@@ -518,7 +535,7 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
             rel = (f"; layer 1 at {r['rel_first'].value:.2f} and the last layer at {r['rel_last'].value:.2f} of "
                    "the uniform-attention distance" if r["rel_first"] is not None else "")
             parts.append(f"{at(r)} {_pm(r['dist_growth'], 1, signed=True)} px "
-                         f"({_verdict(r['dist_growth'], 'grows', 'shrinks', 'no clear change')}{spread}{rel})")
+                         f"({_verdict(r['dist_growth'], 'grows', 'shrinks', 'cannot tell')}{spread}{rel})")
         out.append("- **Attention distance with depth** (last layer − first, mean over heads): " + "; ".join(parts)
                    + ". Near 1.00 of the uniform distance a layer's heads have not learned where to look; below "
                    "1 they attend locally. Swin's windows span 7, 14 and 28 pixels in its three stages, so its "
@@ -537,7 +554,7 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
                 where = f" at {_size_label(p, size)}" if len(sizes) > 1 else ""
                 out.append(f"- **Robustness to {what}**{where} ({words}): "
                            + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + ". Transformers more robust than "
-                           f"CNNs? {robustness_text(robustness_pairs(p, size, key))}."
+                           f"CNNs? {robustness_text(robustness_pairs(p, size, key, {r['name'] for r in rows}))}."
                            f"{_single_class_text(rows) if key == 'patchdrop' else ''} Published: {published}.")
     # 3. 2D structure of the learned tables
     learned = [r for r in ablations if r["name"] in ("learn", "learn2d") and r["two_d"]]
@@ -550,10 +567,11 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
     none = [r for r in ablations if r["name"] == "none" and r["delta"] is not None]
     if none:
         out.append("- **ViT without a position embedding** (none − learn, paired by seed): " + "; ".join(
-            f"at {_size_label(p, r['fraction'])} {_pm(r['delta'], signed=True)} "
-            f"({_verdict(r['delta'], 'better without', 'worse without', 'not distinguishable')})" for r in none)
+            f"at {_size_label(p, r['fraction'])} {_pm(r['delta'], signed=True)}{_pairs(r)} "
+            f"({interval_verdict(r['delta'], 'better without', 'worse without')}{_steps_apart(ablations, r)})"
+            for r in none)
             + f". The ViT paper: {TABLE8['rows']['none'] - TABLE8['rows']['learn']:+.4f} (none − learned 1D, "
-            "ImageNet 5-shot); the gap is small because patches carry much of the spatial information themselves.")
+            "ImageNet 5-shot).")
     loc = locality(p)
     improving, behind = locality_settled(p, loc) if loc else (0, [])
     if loc and improving:
@@ -690,7 +708,8 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
             return ""
         sides = {side(r["delta"]) for r in rows}   # the shared vocabulary: experiments/report/verdicts.py
         if sides == {-1}:
-            return "agrees: ViT is worse without a position embedding at every training-set size."
+            return ("agrees: ViT is worse without a position embedding " + ("at every training-set size it ran at."
+                    if len(rows) > 1 else f"at the one training-set size it ran at, {_size_label(p, rows[0]['fraction'])}."))
         if 1 in sides:
             return "disagrees: ViT is better without a position embedding at some training-set size."
         if all(equivalent(r["delta"]) for r in rows):
@@ -764,10 +783,12 @@ def kept_by_seed(p: Profile, family: str, fraction: float, key: str) -> dict[int
     return out
 
 
-def robustness_pairs(p: Profile, fraction: float, key: str) -> list[tuple[str, str, Estimate | None]]:
+def robustness_pairs(p: Profile, fraction: float, key: str, among: set[str] | None = None
+                     ) -> list[tuple[str, str, Estimate | None]]:
     """(transformer, CNN, paired difference of their kept shares by seed) for every transformer and
-    CNN family probed at `fraction`: the interval a robustness verdict is read from."""
-    fams = [f for f in p.families() if p.probe_cell(f, fraction)]
+    CNN family probed at `fraction` (those in `among`, where given: the reading's plateaued rows):
+    the interval a robustness verdict is read from."""
+    fams = [f for f in p.families() if p.probe_cell(f, fraction) and (among is None or f in among)]
     return [(t, c, paired_difference(kept_by_seed(p, t, fraction, key), kept_by_seed(p, c, fraction, key)))
             for t in fams if t in TRANSFORMERS for c in fams if c in CNNS]
 
