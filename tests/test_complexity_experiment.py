@@ -2,6 +2,8 @@
 end into its tables, a part run again replaces only its own entry, and bad input is one line."""
 from __future__ import annotations
 
+import math
+
 import csv
 import json
 from pathlib import Path
@@ -123,17 +125,22 @@ def test_bad_input_is_one_line(spec_env, capsys):
     assert "is run by `python -m experiments complexity`" in capsys.readouterr().err
 
 
-def test_exponents_are_fitted_over_window_aligned_sizes_and_read_from_their_interval():
+def test_exponents_are_fitted_over_window_aligned_sizes_and_read_from_every_local_exponent():
+    """Counted FLOPs have no sampling error: k is a least-squares fit, and the regime is read from
+    the local exponents between neighbouring sizes (how far the curve bends), not from an interval."""
     from experiments.complexity.tables import exponent, regime, window_alignment
     assert window_alignment("Swin-T") == 224 and window_alignment("ViT-B/16") is None
     sizes = [224, 256, 448, 512, 896, 1024]
     swin = [x * x * (1.3 if x % 224 else 1.0) for x in sizes]  # padding inflates the unaligned sizes
-    est, used = exponent("Swin-T", sizes, swin)
-    assert used == [224, 448, 896] and est.value == pytest.approx(2.0) and regime(est) == "linear in the patches"
-    est, used = exponent("DeiT-S", sizes, [x ** 4 for x in sizes])
-    assert used == [512, 896, 1024] and regime(est) == "quadratic in the patches"
-    est, _ = exponent("DeiT-S", sizes, [x ** 2 + (x / 300) ** 4 * 1e4 for x in sizes])
-    assert 2.1 < est.value - est.ci95 and est.value + est.ci95 < 3.9 and regime(est) == "between linear and quadratic"
-    noisy = [x ** 3 * f for x, f in zip(sizes, (1, 1, 1, 0.5, 2.0, 0.6))]
-    assert regime(exponent("DeiT-S", sizes, noisy)[0]).startswith("cannot tell: the interval")
-    assert regime(exponent("DeiT-S", [512, 1024], [1.0, 4.0])[0]) == "cannot tell: fewer than 3 sizes"
+    e = exponent("Swin-T", sizes, swin)
+    assert e.sizes == [224, 448, 896] and e.k == pytest.approx(2.0) and regime(e) == "linear in the patches"
+    e = exponent("DeiT-S", sizes, [x ** 4 for x in sizes])
+    assert e.sizes == [512, 896, 1024] and regime(e) == "quadratic in the patches"
+    e = exponent("DeiT-S", sizes, [x ** 2 + (x / 300) ** 4 * 1e4 for x in sizes])
+    local = [math.log(b[1] / a[1]) / math.log(b[0] / a[0]) for a, b in
+             zip(*(lambda p: (p, p[1:]))([(x, x ** 2 + (x / 300) ** 4 * 1e4) for x in (512, 896, 1024)]))]
+    assert (e.local_low, e.local_high) == pytest.approx((min(local), max(local)))
+    assert 2.1 < e.local_low < e.k < e.local_high < 3.9 and regime(e) == "between linear and quadratic"
+    bent = [x ** 3 * f for x, f in zip(sizes, (1, 1, 1, 0.5, 2.0, 0.6))]  # local exponents 5.48 and -6.02
+    assert regime(exponent("DeiT-S", sizes, bent)).startswith("cannot tell: its local exponents -")
+    assert regime(exponent("DeiT-S", [512, 1024], [1.0, 4.0])).startswith("cannot tell: fewer than 3 sizes")

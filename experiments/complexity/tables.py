@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from experiments.runs.record import read_json
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
 from experiments.complexity.paper_models import PAPER_MODELS
 from experiments.report.findings import Finding
-from experiments.report.statistics import Estimate, ols_slope
+from experiments.report.statistics import ols_slope
 from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.table_format import write_csv
 
@@ -73,7 +74,7 @@ def _ms_per_image(rows: list[dict], mode: str) -> tuple[list[float], list[float]
     return xs, [1000.0 / y for y in ys]
 
 
-EXPONENT_MARGIN = 0.1  # an exponent's interval within 2 +- this reads "linear" in the patches, within 4 +- it "quadratic"
+EXPONENT_MARGIN = 0.1  # local exponents all within 2 +- this read "linear" in the patches, within 4 +- it "quadratic"
 
 
 def window_alignment(model: str) -> int | None:
@@ -85,33 +86,52 @@ def window_alignment(model: str) -> int | None:
     return int(found[1]) * 8 * int(found[2]) if found else None
 
 
-def exponent(model: str, xs: list[float], ys: list[float]) -> tuple[Estimate | None, list[float]]:
-    """The fitted exponent k of cost ∝ resolution^k with its 95% t-interval: least squares of log
-    cost on log resolution over the top half of the range (sizes >= half the largest, at least the
-    three largest), or, for a
-    windowed model, over its window-aligned sizes only, so that window padding does not bend it.
-    Returns it and the sizes it used."""
+@dataclass(frozen=True)
+class Exponent:
+    """cost ∝ resolution^k over `sizes`: k by least squares of log cost on log resolution, and the
+    local exponents between neighbouring sizes, lowest and highest. FLOPs are counted, not sampled:
+    the local range says how far the curve bends over the sizes, it is not an uncertainty."""
+    k: float
+    local_low: float
+    local_high: float
+    sizes: list[float]
+
+
+def exponent(model: str, xs: list[float], ys: list[float]) -> Exponent | None:
+    """The exponent over the top half of the range (sizes >= half the largest, at least the three
+    largest), or, for a windowed model, over its window-aligned sizes only, so that window padding
+    does not bend it; None with fewer than 2 such sizes."""
     align = window_alignment(model)
     if align:
-        pts = [(x, y) for x, y in zip(xs, ys) if x % align == 0]
-    else:  # the top half, and at least the three largest sizes, so that there is an interval
+        pts = sorted((x, y) for x, y in zip(xs, ys) if x % align == 0)
+    else:
         top = sorted(xs)[-3:]
-        pts = [(x, y) for x, y in zip(xs, ys) if x >= max(xs) / 2 or x in top]
-    return ols_slope([math.log(x) for x, _ in pts], [math.log(y) for _, y in pts]), [x for x, _ in pts]
+        pts = sorted((x, y) for x, y in zip(xs, ys) if x >= max(xs) / 2 or x in top)
+    if len(pts) < 2:
+        return None
+    logs = [(math.log(x), math.log(y)) for x, y in pts]
+    local = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(logs, logs[1:])]
+    fit = ols_slope([lx for lx, _ in logs], [ly for _, ly in logs])
+    return Exponent(fit.value, min(local), max(local), [x for x, _ in pts])
 
 
-def regime(est: Estimate | None) -> str:
-    """The growth read from the exponent's interval: linear (2) or quadratic (4) in the patches only
-    where the whole interval lies within EXPONENT_MARGIN of it; in between where it lies between."""
-    if est is None or est.ci95 is None:
-        return "cannot tell: fewer than 3 sizes"
-    lo, hi = est.value - est.ci95, est.value + est.ci95
+def regime(e: Exponent | None) -> str:
+    """The growth read from every local exponent: linear (2) or quadratic (4) in the patches only
+    where all lie within EXPONENT_MARGIN of it; in between where all lie between."""
+    if e is None or len(e.sizes) < 3:
+        return "cannot tell: fewer than 3 sizes, so no bend can be seen"
+    lo, hi = e.local_low, e.local_high
     for k, name in ((2, "linear in the patches"), (4, "quadratic in the patches")):
         if k - EXPONENT_MARGIN <= lo and hi <= k + EXPONENT_MARGIN:
             return name
     if 2 + EXPONENT_MARGIN < lo and hi < 4 - EXPONENT_MARGIN:
         return "between linear and quadratic"
-    return f"cannot tell: the interval [{lo:.2f}, {hi:.2f}] is not within ±{EXPONENT_MARGIN} of 2 or 4 nor between them"
+    return (f"cannot tell: its local exponents {lo:.2f} to {hi:.2f} are not all within ±{EXPONENT_MARGIN} of 2 or 4 "
+            "nor all between them")
+
+
+def _exponent_words(e: Exponent) -> str:
+    return f"{e.k:.2f}" + ("" if len(e.sizes) < 3 else f", local {e.local_low:.2f} to {e.local_high:.2f}")
 
 
 def slopes(points: list[dict]) -> list[dict]:
@@ -123,9 +143,9 @@ def slopes(points: list[dict]) -> list[dict]:
                  "inference ms/image": _ms_per_image(rows, "infer"), "training peak MiB": _ok(rows, "train_peak_mib")}
         for cost, (xs, ys) in costs.items():
             if len(xs) >= 2:
-                fit, used = exponent(model, xs, ys)
+                fit = exponent(model, xs, ys)
                 out.append({"model": model, "cost": cost, "slope": loglog_slope(xs, ys), "end_slope": local_slope(xs, ys),
-                            "from": min(xs), "to": max(xs), "points": len(xs), "exponent": fit, "fit_sizes": used,
+                            "from": min(xs), "to": max(xs), "points": len(xs), "exponent": fit,
                             "aligned_to": window_alignment(model), "ends": sorted(xs)[-2:]})
     return out
 
@@ -200,7 +220,7 @@ SLOPE_COSTS = ("GFLOPs", "training ms/image", "inference ms/image", "training pe
 
 
 def _slope_table(slope_rows: list[dict]) -> list[str]:
-    lines = ["| model | " + " | ".join(SLOPE_COSTS) + " | GFLOPs exponent (95% CI), fitted sizes | read |",
+    lines = ["| model | " + " | ".join(SLOPE_COSTS) + " | GFLOPs exponent k, local range, fitted sizes | read |",
              "|---|" + "---:|" * len(SLOPE_COSTS) + "---:|---|"]
     by = {(r["model"], r["cost"]): r for r in slope_rows}
     for model in dict.fromkeys(r["model"] for r in slope_rows):
@@ -208,19 +228,19 @@ def _slope_table(slope_rows: list[dict]) -> list[str]:
                  f"{by[model, c]['to']})" if (model, c) in by else "" for c in SLOPE_COSTS]
         f = by.get((model, "GFLOPs"))
         fit = "" if f is None or f["exponent"] is None else \
-            (f"{f['exponent'].value:.2f}" + (f" ± {f['exponent'].ci95:.2f}" if f["exponent"].ci95 is not None else "")
-             + f", {', '.join(map(str, f['fit_sizes']))}" + (" (window-aligned)" if f["aligned_to"] else ""))
+            (_exponent_words(f["exponent"]) + f"; {', '.join(map(str, f['exponent'].sizes))}"
+             + (" (window-aligned)" if f["aligned_to"] else ""))
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {fit} | {regime(f['exponent']) if f else ''} |")
     return lines
 
 
 def _exponent_text(r: dict) -> str:
-    est, sizes = r["exponent"], r["fit_sizes"]
-    if est is None:
+    e = r["exponent"]
+    if e is None:
         return "?"
-    which = (f"its window-aligned sizes {', '.join(map(str, sizes))}" if r["aligned_to"]
-             else f"{min(sizes)}-{max(sizes)} px, the top of its range")
-    return f"{est.value:.2f}" + (f" ± {est.ci95:.2f}" if est.ci95 is not None else "") + f" (fitted over {which})"
+    which = (f"its window-aligned sizes {', '.join(map(str, e.sizes))}" if r["aligned_to"]
+             else f"{min(e.sizes)}-{max(e.sizes)} px, the top of its range")
+    return f"{_exponent_words(e)} (fitted over {which})"
 
 
 def _padding(r: dict) -> str:
@@ -345,8 +365,9 @@ def findings(exp_dir: Path) -> list[Finding]:
         out.append(Finding("How fast does compute grow with resolution?",
                            "ViT: attention is quadratic in the patches (resolution^4 once it dominates); "
                            "Swin: linear in the patches (resolution^2) (ViT Sec. 3, Swin Sec. 3.2)",
-                           f"FLOPs ∝ resolution^k, k fitted by least squares: {said}",
-                           f"{words} (read from k's interval, ±{EXPONENT_MARGIN} of 2 or 4)",
+                           f"FLOPs ∝ resolution^k, k fitted by least squares, and the local k between "
+                           f"neighbouring sizes (FLOPs are counted: no interval): {said}",
+                           f"{words} (read from every local k: within ±{EXPONENT_MARGIN} of 2 or 4, or between)",
                            f"[complexity](results/complexity.md) {rec['profile']}; {prov.get('hardware', '?')}; "
                            f"commit {prov.get('commit', '?')}; {whose(Path(exp_dir))}"))
     return out

@@ -318,6 +318,15 @@ def csv_rows(p: Profile) -> list[dict]:
     return rows
 
 
+def _steps_apart(student: dict | None, baseline: dict | None, name: str) -> str:
+    """Where the students and the baseline they are compared with trained different numbers of steps
+    (each to its own plateau: a claim is read only when both plateaued), the words that say so."""
+    steps = [{r.get("steps") for r in (cell or {}).values()} for cell in (student, baseline)]
+    if any(len(st) != 1 or None in st for st in steps) or steps[0] == steps[1]:
+        return ""
+    return f" ({next(iter(steps[1])):,} steps, the students {next(iter(steps[0])):,}, each to its plateau)"
+
+
 def _behind(p: Profile, fraction: float, students: tuple = (), teachers: tuple = ()) -> dict:
     """{improving, runs}: the finished runs a claim's numbers rest on, and how many still improved."""
     runs = [r for cells, names in ((p.students, students), (p.teachers, teachers)) for n in names
@@ -344,7 +353,8 @@ def claims(p: Profile) -> list[dict]:
                                 **_behind(p, f, (s, NO_TEACHER))})
                 if plain in p.teacher_families:
                     out.append({"claim": "a", "fraction": f, "label": f"{s} (cls+dist) − {plain}", "student": s,
-                                "baseline": f"{plain} (no distillation token) trained alone",
+                                "baseline": f"{plain} (no distillation token) trained alone"
+                                + _steps_apart(p.students.get((s, f)), p.teachers.get((plain, f)), plain),
                                 "est": paired_difference(student_accs(p, s, f, "both"), teacher_accs(p, plain, f)),
                                 **_behind(p, f, (s,), (plain,))})
         for t in p.teacher_families:
