@@ -250,7 +250,8 @@ def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"
     (d / "summary.json").write_text(json.dumps({
         "run": d.name, "family": family, "recipe": "default", "fraction": fraction, "seed": seed, "status": status,
         "train_size": train_size, "test_acc": acc, "params": 1000, "flops_per_image": 2e6, "wall_time_s": 60,
-        "hardware": "test machine", "commit": "abc", "versions": {"torch": "x"}, "precision": "32-true"}))
+        "hardware": "test machine", "commit": "abc", "versions": {"torch": "x"}, "precision": "32-true",
+        "plateau": {"plateaued": True}}))  # without it, a run is not known to have plateaued: not read
 
 
 def test_table_generator_on_hand_written_runs(tmp_path):

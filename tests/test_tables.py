@@ -346,6 +346,39 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
 
+def test_pairs_are_by_seed_and_subset_and_a_teacher_is_named_by_its_variant(tmp_path):
+    """A Δ pairs runs of the same (seed_everything, data.seed) only: two runs of one data.seed are
+    two pairs; another val_size draws the training subset from another pool, so it is not paired;
+    DeiT students of a fully trained and of a matched (stopped) ResNet teacher are two rows."""
+    exp = tmp_path / "runs" / "pairs"
+
+    def seeds(name, everything, data_seed):
+        path = exp / name / "identity.json"
+        ident = json.loads(path.read_text())["identity"]
+        path.write_text(json.dumps({"identity": {**ident, "seed_everything": everything, "data.seed": data_seed}}))
+        summary = exp / name / "summary.json"  # a run's summary holds its data.seed as "seed"
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "seed": data_seed}))
+    for k, (everything, data_seed) in enumerate(((0, 0), (1, 0), (2, 1))):
+        for family, acc in (("vit", 0.60 + 0.01 * k), ("resnet", 0.70)):
+            seeds(_run(exp, family, 0.01, k, acc, plateaued=True), everything, data_seed)
+        _run(exp, "swin", 0.01, k, 0.65, plateaued=True, val_size=500)
+    for variant in ("", "_resnet-at-vit"):
+        for k in range(2):
+            name = _run(exp, "deit", 0.01, k, 0.6, plateaued=True, recipe=f"t{variant}")
+            path = exp / name / "identity.json"
+            ident = json.loads(path.read_text())["identity"]
+            teacher = f"runs/pairs/resnet-tiny_fashion_mnist_f0.01_s{k}_lr0.003{variant}_0123abcd/checkpoints/best.ckpt"
+            path.write_text(json.dumps({"identity": {**ident, "data.randaugment": False,
+                                                     "model.teacher_checkpoint": teacher}}))
+    rows = aggregate(collect(exp))
+    by = {(r["family"], r["settings"]): r for r in rows}
+    vit = next(r for r in rows if r["family"] == "vit")
+    assert vit["delta_pairs"] == 3 and vit["delta_vs_resnet"] == pytest.approx(-0.09)
+    assert next(r for r in rows if r["family"] == "swin")["delta_vs_resnet"] is None
+    assert sorted(k[1] for k in by if k[0] == "deit") == ["teacher_checkpoint=resnet-tiny",
+                                                          "teacher_checkpoint=resnet-tiny_resnet-at-vit"]
+
+
 def test_single_seed_rows_say_n_a_not_zero(tmp_path):
     exp = tmp_path / "runs" / "one"
     _run(exp, "vit", 0.01, 0, 0.6, old=True)

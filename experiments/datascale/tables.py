@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import statistics
 import textwrap
 from collections import defaultdict
@@ -73,16 +74,20 @@ def collect(exp_dir: Path) -> list[dict]:
         if d.is_dir() and (s := read_summary(d)):
             ident = read_identity(d)
             s = {**s, "run": shared[d]} if d in shared else s  # as the record names it
-            out.append({**s, "identity": grouping_identity(ident)} if ident is not None else s)
+            out.append({**s, "identity": grouping_identity(ident), "_seeds": [ident.get(k) for k in SEED_KEYS]}
+                       if ident is not None else s)
     return out
 
 
 def grouping_identity(ident: dict) -> dict:
-    """The identity without the seed; a DeiT teacher is named by its family-budget (its own
-    fraction and seed follow the student's)."""
+    """The identity without the seed; a DeiT teacher is named by its family-budget and what its run
+    name holds after the lr (the variant: a matched teacher's '_resnet-at-vit'), not by its own
+    fraction, seed and lr, which follow the student's."""
     out = {k: v for k, v in ident.items() if k not in SEED_KEYS}
     if out.get("model.teacher_checkpoint"):
-        out["model.teacher_checkpoint"] = Path(out["model.teacher_checkpoint"]).parent.parent.name.split("_")[0]
+        run = re.sub(r"_[0-9a-f]{8}$", "", Path(out["model.teacher_checkpoint"]).parent.parent.name)
+        variant = re.match(r"[^_]+_.*?_lr[0-9.e+-]+(?P<variant>.*)$", run)
+        out["model.teacher_checkpoint"] = run.split("_")[0] + (variant["variant"] if variant else "")
     return out
 
 
@@ -128,7 +133,10 @@ def comparison_scope(summary: dict) -> str:
     ident = summary.get("identity")
     if ident is None:
         return json.dumps({"recipe": summary.get("recipe")})
-    return _key({k: v for k, v in ident.items() if k not in (*FAMILY_KEYS, *SIZE_KEYS, *AXIS_KEYS)})
+    # data.val_size stays: it sets the pool a training subset is drawn from, so the same seed at
+    # another val_size trains on other images, and a pair across them would not be paired
+    return _key({k: v for k, v in ident.items()
+                 if k not in (*FAMILY_KEYS, *AXIS_KEYS) and (k not in SIZE_KEYS or k == "data.val_size")})
 
 
 def _steps(s: dict):
@@ -216,7 +224,9 @@ def _pair_with_reference(rows: list[dict]) -> None:
 
 
 def _by_seed(row: dict) -> dict:
-    return {json.dumps(s.get("seed")): s["test_acc"] for s in row["_runs"]}
+    """seed -> test accuracy, the seed being (seed_everything, data.seed) where the identity is known:
+    two runs of one data.seed are two pairs' worth, not one overwriting the other."""
+    return {json.dumps(s.get("_seeds", s.get("seed"))): s["test_acc"] for s in row["_runs"]}
 
 
 def sample_efficiency(rows: list[dict], threshold: float) -> dict[tuple[str, str], int | None]:
