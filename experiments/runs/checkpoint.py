@@ -8,6 +8,13 @@ best validation. Here the saved paths are re-rooted onto the current folder and 
 a version suffix. And best.ckpt is always chosen at the end of a validation: Lightning otherwise
 saves at the end of the training epoch when val_check_interval == 1, which it reads as "once an
 epoch" even where it means every step, and compares only the epoch's last validation.
+
+Two more things a resume at the last validation needs from Lightning 2.6: last.ckpt written at every
+validation (it writes it only where best.ckpt improved, so a kill after a validation that did not
+improve resumed from an older one), and the training loader's saved position handed to it when the
+loader was set up before the checkpoint was restored (an epoch budget makes the optimiser's schedule
+ask for the steps, which sets the loader up early, and Lightning then never loads its state: a run
+killed inside an epoch could not resume).
 """
 from __future__ import annotations
 
@@ -25,6 +32,17 @@ class RunCheckpoint(ModelCheckpoint):
     def state_key(self) -> str:
         # stored under ModelCheckpoint's own key: checkpoints written before this class resume with their state
         return "ModelCheckpoint" + super().state_key.removeprefix(type(self).__qualname__)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer) \
+                and not self._should_save_on_train_epoch_end(trainer):  # not saved there: best did not improve
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # the restored loader state, still pending where the loader was set up before the restore
+        # (fit_loop.setup_data returns early then); a no-op when it was loaded or nothing is restored
+        trainer.fit_loop._load_combined_loader_states()
 
     def load_state_dict(self, state_dict: dict) -> None:
         old = state_dict.get("dirpath")
