@@ -80,6 +80,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
                 raise ValueError(f"{name}={value}: allowed integers >= 1")
         if val_size is not None and val_size < 1:
             raise ValueError(f"val_size={val_size}: allowed integers >= 1 (images held out for validation)")
+        if resize_to is not None and resize_to < 1:  # 0 would be read as "no resize" under another identity
+            raise ValueError(f"resize_to={resize_to}: allowed a size in pixels >= 1, or null for the native size")
         if crop_padding is not None and crop_padding < 0:
             raise ValueError(f"crop_padding={crop_padding}: allowed integers >= 0 (0 = no random crop)")
         for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):

@@ -141,13 +141,22 @@ def _class_dirs(folder: Path) -> list[Path]:
     return sorted(d for d in folder.iterdir() if d.is_dir() and not _hidden(d.name))
 
 
+VAL_DIRS = ("val", "valid", "validation")
+LAYOUTS = "one sub-folder per class, or train/ and test/ holding them"
+
+
 def _image_folder(folder: Path, image_size: int | None) -> DatasetDict:
-    split_dirs = {d.name for d in _class_dirs(folder)} & {"train", "test"}
+    names = {d.name for d in _class_dirs(folder)}
+    if "train" in names and names & set(VAL_DIRS):  # imagefolder would read it as a class, or ignore it
+        raise DatasetError(f"image folder {str(folder)!r} has {sorted(names & set(VAL_DIRS))[0]}/: the validation "
+                           f"split is held out of train/ by the suite (data.val_size); allowed layouts: {LAYOUTS} "
+                           "(move the validation images into train/)")
+    split_dirs = names & {"train", "test"}
     roots = [folder / "train", folder / "test"] if split_dirs == {"train", "test"} else [folder]
     classes = [[d.name for d in _class_dirs(root)] for root in roots]
     if len(classes[0]) < 2:
         raise DatasetError(f"image folder {str(folder)!r} has {len(classes[0])} class sub-folder(s); "
-                           "it needs at least 2 (one sub-folder per class, or train/ and test/ holding them)")
+                           f"it needs at least 2 ({LAYOUTS})")
     if unseen := sorted(set(classes[-1]) - set(classes[0])):
         raise DatasetError(f"test/ of {str(folder)!r} has class folder(s) train/ lacks ({', '.join(unseen)}): "
                            f"allowed test classes among train's ({', '.join(classes[0])})")

@@ -73,6 +73,16 @@ class ImageClassifier(L.LightningModule):
             raise ValueError(f"label_smoothing={label_smoothing}: allowed [0, 1)")
         if not 0.0 <= warmup_fraction <= 1.0:
             raise ValueError(f"warmup_fraction={warmup_fraction}: allowed a share of the steps in [0, 1]")
+        if not weight_decay >= 0:  # `not >=` also catches nan
+            raise ValueError(f"weight_decay={weight_decay}: allowed a float >= 0")
+        if not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio={min_lr_ratio}: allowed the final lr as a share of the peak, in [0, 1]")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"betas={list(betas)}: allowed two AdamW decay rates in [0, 1), such as [0.9, 0.999]")
+        if not 0.0 <= distill_alpha <= 1.0:
+            raise ValueError(f"distill_alpha={distill_alpha}: allowed the distillation loss's weight in [0, 1]")
+        if not distill_tau > 0:
+            raise ValueError(f"distill_tau={distill_tau}: allowed a softmax temperature > 0")
         if teacher_checkpoint is not None and family != "deit":
             raise ValueError(f"teacher_checkpoint applies to family 'deit' only, not {family!r}")
         self.save_hyperparameters()

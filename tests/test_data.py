@@ -140,6 +140,16 @@ def test_image_folder_test_split_needs_every_class(tmp_path):
         sources.load_decoded(str(tmp_path / "split"), cache_dir=tmp_path / "cache")
 
 
+@pytest.mark.parametrize("splits", [("train", "val"), ("train", "validation", "test")])
+def test_image_folder_with_a_val_folder_is_one_line(tmp_path, splits):
+    """train/ + val/ was read as two classes without images; train/ + val/ + test/ ignored val/."""
+    for split in splits:
+        _write_image_folder(tmp_path / "f" / split, ["a", "b"], 2)
+    with pytest.raises(DatasetError, match=rf"has {splits[1]}/: the validation split is held out of train/ by the "
+                                           r"suite \(data.val_size\); allowed layouts: one sub-folder per class"):
+        sources.load_decoded(str(tmp_path / "f"), cache_dir=tmp_path / "cache")
+
+
 def test_image_folder_needs_two_classes(tmp_path):
     _write_image_folder(tmp_path / "one", ["only"], 4)
     with pytest.raises(DatasetError, match="at least 2"):

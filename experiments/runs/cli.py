@@ -65,7 +65,36 @@ def with_run_config(args: list[str] | None) -> list[str]:
     if ckpt is None and "--ckpt_path" in args[:-1]:
         ckpt = args[args.index("--ckpt_path") + 1]
     run = run_of_checkpoint(ckpt)
-    return [args[0], "--config", str(run / "config.yaml"), *args[1:]] if run is not None else args
+    if run is None:
+        return args
+    refuse_foreign_classes(run / "config.yaml")
+    return [args[0], "--config", str(run / "config.yaml"), *args[1:]]
+
+
+TRUSTED_CLASSES = ("lightning.", "pytorch_lightning.", "torch.", "modules.", "datamodules.", "experiments.")
+
+
+def refuse_foreign_classes(config: Path) -> None:
+    """A run's config.yaml, read by validate and test on their own, may name a class (a callback, a
+    logger, a plugin) only from Lightning, torch or this suite: a class_path is imported, and
+    importing a module runs its code, so a planted entry would run code that nobody asked for."""
+    import yaml
+    try:
+        cfg = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # the parser names an unreadable file in its own line
+    stack = [cfg]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            cls = node.get("class_path")
+            if isinstance(cls, str) and not cls.startswith(TRUSTED_CLASSES):
+                raise ValueError(f"{str(config)!r} names class_path {cls!r}: a run's config is read with classes of "
+                                 "lightning, torch and this suite only (importing another module runs its code); "
+                                 "remove that entry, or pass the options yourself")
+            stack += node.values()
+        elif isinstance(node, list):
+            stack += node
 
 
 class SuiteCLI(LightningCLI):
@@ -175,6 +204,10 @@ class SuiteCLI(LightningCLI):
         if interval is not None and (interval <= 0 or isinstance(interval, float) and interval > 1):
             raise ValueError(f"trainer.val_check_interval={interval}: allowed a float in (0, 1] (share of an "
                              "epoch) or an integer >= 1 (training batches)")
+        accumulate = trainer.get("accumulate_grad_batches")
+        if isinstance(accumulate, int) and accumulate < 1:
+            raise ValueError(f"trainer.accumulate_grad_batches={accumulate}: allowed integers >= 1 (batches per "
+                             "optimiser step)")
         model = self._cfg()["model"]
         if model.get("teacher_checkpoint") and model.get("distillation") != "none":
             check_teacher_checkpoint(model["teacher_checkpoint"])
