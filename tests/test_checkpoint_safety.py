@@ -277,3 +277,20 @@ def test_a_class_planted_in_a_run_config_is_refused_before_it_is_imported(cli, t
     assert len(err) == 1 and "names class_path 'plantedcfg.Evil'" in err[0] and "lightning, torch and this suite" in err[0]
     assert not marker.exists() and "plantedcfg" not in sys.modules
     assert sorted(p.name for p in run.rglob("*")) == before
+
+
+class _Shell:
+    """Unpickled by an ordinary loader, this runs a shell command (os.system): a blocked module."""
+
+    def __reduce__(self):
+        return os.system, ("true",)
+
+
+def test_a_pickle_calling_a_blocked_module_is_refused_as_code_and_never_advises_unsafe_loading(tmp_path):
+    """torch names os.system 'unsupported GLOBAL posix.system whose module posix is blocked' and
+    advises loading with weights_only=False; the line says the file holds code, nothing else."""
+    from modules.checkpoint_io import UnsafeCheckpointError, read_checkpoint
+    torch.save({"state_dict": {}, "hyper_parameters": _Shell()}, tmp_path / "shell.ckpt")
+    with pytest.raises(UnsafeCheckpointError, match=r"is refused: it holds code .*GLOBAL \S+system") as e:
+        read_checkpoint(tmp_path / "shell.ckpt")
+    assert "weights_only` set to `False`" not in str(e.value) and "\n" not in str(e.value)
