@@ -34,8 +34,8 @@ def main(argv: list[str]) -> int:
             from .families import main as families
             families(rest)
         elif command == "run_dir":
-            from experiments.runs.cli import resolve_run_dirs
-            print(resolve_run_dirs([rest])[0])
+            from experiments.runs.cli import resolve_run_dir_checked
+            print(resolve_run_dir_checked(rest))
         elif command == "fit_packed":
             from experiments.runs.packed_fit import main as fit_packed
             return fit_packed(rest)

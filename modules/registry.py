@@ -52,6 +52,14 @@ def build_model(family: str, budget: str = "tiny", *, image_size: int = 28, in_c
                 pool: str | None = None, window_size: int | None = None,
                 drop_path_rate: float = 0.0, allow_unshifted: bool = False) -> nn.Module:
     """A freshly initialised model of `family` at `budget` for (in_chans, image_size, image_size) inputs."""
+    knobs = check_options(family, budget, patch_size, pos_embed, pool, window_size, drop_path_rate, allow_unshifted)
+    return _BUILDERS[family](ARCHS[family, budget], image_size, in_chans, num_classes, knobs)
+
+
+def check_options(family: str, budget: str = "tiny", patch_size: int | None = None, pos_embed: str | None = None,
+                  pool: str | None = None, window_size: int | None = None, drop_path_rate: float = 0.0,
+                  allow_unshifted: bool = False) -> Knobs:
+    """The family's options, checked without building anything (ConfigError naming a bad one)."""
     if family not in FAMILIES:
         raise ConfigError(f"unknown family {family!r}: allowed {', '.join(FAMILIES)}")
     if budget not in BUDGET_TARGETS:
@@ -67,7 +75,7 @@ def build_model(family: str, budget: str = "tiny", *, image_size: int = 28, in_c
         raise ConfigError(f"pool={pool!r}: allowed {', '.join(POOLS)}")
     if not 0.0 <= drop_path_rate < 1.0:
         raise ConfigError(f"drop_path_rate={drop_path_rate} is outside [0, 1)")
-    return _BUILDERS[family](ARCHS[family, budget], image_size, in_chans, num_classes, knobs)
+    return knobs
 
 
 def _check_divides(size: int, step: int, what: str, family: str) -> None:

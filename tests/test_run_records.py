@@ -106,6 +106,20 @@ def test_test_with_other_settings_writes_beside_the_summary(cli, done_run):
     assert len(list((done_run / "evaluations").glob("last_*.json"))) == 1
 
 
+def test_test_refuses_model_options_its_checkpoint_contradicts(cli, done_run, capsys):
+    """test builds the model from the checkpoint: --model.family vit on a ResNet's checkpoint was
+    silently tested as the ResNet; now one line, and nothing written. Options that agree pass."""
+    ckpt = str(done_run / "checkpoints" / "best.ckpt")
+    before = _files(done_run)
+    capsys.readouterr()
+    code, _ = cli("test", "--ckpt_path", ckpt, "--model.family", "vit")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--model.family='vit': test builds the model from ckpt_path" in err[0]
+    assert "trained with family='resnet'" in err[0] and _files(done_run) == before
+    code, _ = cli("test", "--ckpt_path", ckpt, "--model.family", "resnet", "--model.betas", "[0.9, 0.999]")
+    assert code == 0
+
+
 def test_test_uses_the_runs_own_data(tmp_path, fmnist_dir, make_dm, capsys):
     """A 3-class run from an image folder: `test` on its checkpoint needs no data arguments, and
     on another dataset says what is wrong in one line."""

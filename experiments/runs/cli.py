@@ -28,6 +28,7 @@ from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
+from modules.registry import check_options
 
 from experiments.runs.checkpoint import RunCheckpoint
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
@@ -97,8 +98,14 @@ def refuse_foreign_classes(config: Path) -> None:
             stack += node
 
 
+def given_model_keys(args: list[str]) -> list[str]:
+    """The model options written on the command line (--model.k v or --model.k=v)."""
+    return [a.split("=", 1)[0].removeprefix("--model.") for a in args if a.startswith("--model.")]
+
+
 class SuiteCLI(LightningCLI):
     def __init__(self, args=None):
+        self._given_model = given_model_keys(list(sys.argv[1:] if args is None else args))
         super().__init__(
             ImageClassifier, ImageClassificationDataModule, args=with_run_config(args),
             save_config_kwargs={"overwrite": True},
@@ -256,11 +263,23 @@ class SuiteCLI(LightningCLI):
                 self._saved_hparams = read_checkpoint(path).get("hyper_parameters", {})
             except ValueError as e:
                 raise type(e)(f"ckpt_path {str(e).removeprefix('checkpoint ')}") from None
+            self._check_model_options_match(c.get("model"), path)
         try:
             super()._parse_ckpt_path()
         except Exception as e:
             raise ValueError(f"ckpt_path {path!r} is not a readable checkpoint of this suite "
                              f"({_first_line(e)})") from None
+
+    def _check_model_options_match(self, model, path: str) -> None:
+        """validate/test build the model from the checkpoint's hyper-parameters: a model option given
+        on the command line that says otherwise would be silently replaced, so it is refused."""
+        saved = getattr(self, "_saved_hparams", {})
+        plain = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731 (betas: tuple or list)
+        for key in self._given_model:
+            if model is not None and key in saved and plain(model.get(key)) != plain(saved[key]):
+                raise ValueError(f"--model.{key}={model.get(key)!r}: {self.config.subcommand} builds the model from "
+                                 f"ckpt_path {path!r}, trained with {key}={saved[key]!r}; allowed data and trainer "
+                                 "options (the model's are the checkpoint's)")
 
     def instantiate_trainer(self, **kwargs):
         # the data is built, nothing else yet: no trainer output, no folder
@@ -542,6 +561,20 @@ class _ParseOnly(SuiteCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         pass
+
+
+def resolve_run_dir_checked(args: list[str]) -> Path:
+    """`run_dir`: the folder `fit` would use, after the model's and the data's values are checked as
+    `fit` checks them (nothing is built or loaded), so that a typo is an error, not a path."""
+    from jsonargparse import Namespace
+    cli = _ParseOnly(args=["fit", *args])
+    cfg = cli.config["fit"]
+    model = cfg["model"].as_dict() if isinstance(cfg["model"], Namespace) else dict(cfg["model"])
+    check_options(**{k: model[k] for k in ("family", "budget", "patch_size", "pos_embed", "pool", "window_size",
+                                           "drop_path_rate", "allow_unshifted")})
+    data = cfg["data"].as_dict() if isinstance(cfg["data"], Namespace) else dict(cfg["data"])
+    ImageClassificationDataModule(**data)  # its __init__ checks the values and loads nothing
+    return resolve_run_dirs([args])[0]
 
 
 def resolve_run_dirs(arg_lists: list[list[str]]) -> list[Path]:
