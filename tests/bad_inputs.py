@@ -128,6 +128,7 @@ TEST = [
     Case("validate", (), ("ckpt_path=None: validate needs --ckpt_path",)),
     Case("test", ("--ckpt_path", "{evil}"), ("{evil}", "is refused")),
     Case("test", ("--ckpt_path", "{evil_raw}"), ("{evil_raw}",)),
+    Case("test", ("--ckpt_path", "{fmnist}"), ("ckpt_path '{fmnist}' is a folder: allowed a checkpoint file",)),
     # run_dir prints a path others build on ($(python -m experiments run_dir ...)): a typo is an error
     Case("run_dir", ("--model.family", "bogus"), ("unknown family 'bogus': allowed vit, deit",)),
     Case("run_dir", ("--data.fraction", "7"), ("fraction=7.0 is outside (0, 1]",)),

@@ -118,6 +118,13 @@ def test_test_refuses_model_options_its_checkpoint_contradicts(cli, done_run, ca
     assert "trained with family='resnet'" in err[0] and _files(done_run) == before
     code, _ = cli("test", "--ckpt_path", ckpt, "--model.family", "resnet", "--model.betas", "[0.9, 0.999]")
     assert code == 0
+    before = _files(done_run)
+    capsys.readouterr()
+    for command, limit in (("test", "limit_test_batches"), ("validate", "limit_val_batches")):
+        code, _ = cli(command, "--ckpt_path", ckpt, f"--trainer.{limit}", "0")  # evaluated nothing, said nothing
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and f"trainer.{limit}=0: {command} would evaluate no batch" in err[0]
+    assert _files(done_run) == before
 
 
 def test_test_uses_the_runs_own_data(tmp_path, fmnist_dir, make_dm, capsys):

@@ -201,6 +201,10 @@ class SuiteCLI(LightningCLI):
         rejected before any data is loaded; validate/test: a checkpoint that cannot fit data of a
         fixed shape, before that data is decoded or downloaded (the model is built from its shape)."""
         if self.subcommand != "fit":
+            limit = "limit_test_batches" if self.subcommand == "test" else "limit_val_batches"
+            if self._cfg()["trainer"].get(limit) in (0, 0.0):  # Lightning would evaluate nothing and say nothing
+                raise ValueError(f"trainer.{limit}=0: {self.subcommand} would evaluate no batch; allowed a share in "
+                                 "(0, 1], an integer >= 1 (batches), or null for all")
             data = self._cfg()["data"]
             return self._check_checkpoint_matches_data(fixed_shape(data["dataset"], data.get("resize_to")))
         trainer = self._cfg()["trainer"]
@@ -256,6 +260,9 @@ class SuiteCLI(LightningCLI):
         if not path and self.config.get("subcommand") in ("validate", "test"):  # else an untrained model is scored
             raise ValueError(f"ckpt_path={path!r}: {self.config.subcommand} needs --ckpt_path, a checkpoint "
                              "of this suite such as <runs_dir>/<experiment>/<run>/checkpoints/best.ckpt")
+        if path and path != "last" and Path(path).is_dir():
+            raise ValueError(f"ckpt_path {path!r} is a folder: allowed a checkpoint file of this suite, such as "
+                             f"{str(Path(path) / 'best.ckpt')!r}")
         if path and path != "last" and not Path(path).is_file():
             raise ValueError(f"ckpt_path {path!r} does not exist")
         if path and path != "last":
