@@ -39,19 +39,15 @@ def read_checkpoint(path, map_location="cpu") -> dict:
     except pickle.UnpicklingError as e:
         # torch's message spans lines and suggests an unsafe full unpickling, which is exactly what must not happen
         text = str(e)
-        code = re.search(r"(Unsupported global: GLOBAL \S+|Trying to call reduce for unrecognized function \S+"
-                         r"|unsupported GLOBAL \S+ whose module \S+ is blocked)", text)  # the last: os, sys, ...
-        if code:
-            raise UnsafeCheckpointError(
-                f"checkpoint {str(path)!r} is refused: it holds code or objects other than tensors and plain values "
-                f"({code[1].rstrip('.')}); checkpoints are read as weights only") from None
+        code = re.search(r"(Unsupported global: GLOBAL \S+|Trying to call reduce for unrecognized function \S+)", text)
         found = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)  # torn or not a pickle: e.g. an unknown opcode
-        if found or not text.startswith("Weights only load failed"):
+        if not code and (found or not text.startswith("Weights only load failed")):
             raise ValueError(f"checkpoint {str(path)!r} is not a readable checkpoint of this suite "
                              f"(UnpicklingError: {found[1].strip() if found else text.splitlines()[0]})") from None
-        # any other refusal of the weights-only loader: its detail, never its advice to load unsafely
-        detail = next((line.strip() for line in text.splitlines()[1:]
-                       if line.strip() and not line.startswith("Check the documentation")), "not weights only")
+        # refused by the weights-only loader (os.system: "unsupported GLOBAL posix.system whose module posix is
+        # blocked"): its detail, never its advice to load unsafely
+        detail = code[1] if code else next((line.strip() for line in text.splitlines()[1:]
+                                            if line.strip() and not line.startswith("Check the documentation")), "")
         raise UnsafeCheckpointError(
             f"checkpoint {str(path)!r} is refused: it holds code or objects other than tensors and plain values "
             f"({detail.rstrip('.')}); checkpoints are read as weights only") from None

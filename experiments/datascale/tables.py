@@ -404,7 +404,8 @@ def _reading(rows: list[dict]) -> str:
     if len(both) == 1:
         return text + (f" {best}: {said(both[0])}; both kinds ran at this one training-set "
                        "size only, so whether the gap narrows can't be told.")
-    change, (d1, d2) = _trend(*gap(both[0])[1:], *gap(both[-1])[1:]), _paired_gaps(*gap(both[0])[1:], *gap(both[-1])[1:])
+    ends = (*gap(both[0])[1:], *gap(both[-1])[1:])  # transformer and CNN rows at the smallest, then the largest
+    change, (d1, d2) = _trend(*ends), _paired_gaps(*ends)
     text += (f" {best}: {said(both[0])}, {said(both[-1])}. The change of the gap from "
              f"{both[0]:,} to {both[-1]:,} images, paired by seed: {_signed(change)}: ")
     paper, opposite = "as the paper says.", "the opposite of the paper's claim that transformers catch up as data grows."

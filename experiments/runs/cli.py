@@ -574,12 +574,10 @@ def resolve_run_dir_checked(args: list[str]) -> Path:
     """`run_dir`: the folder `fit` would use, after the model's and the data's values are checked as
     `fit` checks them (nothing is built or loaded), so that a typo is an error, not a path."""
     from jsonargparse import Namespace
-    cli = _ParseOnly(args=["fit", *args])
-    cfg = cli.config["fit"]
-    model = cfg["model"].as_dict() if isinstance(cfg["model"], Namespace) else dict(cfg["model"])
+    cfg = _ParseOnly(args=["fit", *args]).config["fit"]
+    model, data = (cfg[k].as_dict() if isinstance(cfg[k], Namespace) else dict(cfg[k]) for k in ("model", "data"))
     check_options(**{k: model[k] for k in ("family", "budget", "patch_size", "pos_embed", "pool", "window_size",
                                            "drop_path_rate", "allow_unshifted")})
-    data = cfg["data"].as_dict() if isinstance(cfg["data"], Namespace) else dict(cfg["data"])
     ImageClassificationDataModule(**data)  # its __init__ checks the values and loads nothing
     return resolve_run_dirs([args])[0]
 
