@@ -31,6 +31,13 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+def val_curve(steps: int, plateaued: bool = True, acc: float = 0.8) -> list[list]:
+    """A run's validations, [step, accuracy] at every eighth of `steps`, ending at `acc`: flat over
+    the last half (plateaued by experiments/runs/convergence.py), or climbing 2 points a quarter."""
+    rise = 0.0 if plateaued else 0.02 / (steps / 4)
+    return [[steps * i // 8, round(acc - rise * (steps - steps * i // 8), 6)] for i in range(1, 9)]
+
+
 def tree_hashes(folder: Path) -> dict[str, str]:
     """Every file under `folder` -> the sha256 of its bytes (what a no-op rerun must leave alone)."""
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()

@@ -18,6 +18,7 @@ from experiments.distill.tables import NAME, RECORD, direction, judge, make_tabl
 from experiments.report.statistics import Estimate
 
 from .test_tensorboard import events
+from .conftest import val_curve
 
 T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
 FRACTIONS = (0.01, 0.05)
@@ -50,7 +51,7 @@ def diffs(a, b) -> list[float]:
 def _summary(run: str, family: str, fraction: float, seed: int, test: dict, *, status="done", plateaued=True) -> dict:
     return {"run": run, "family": family, "fraction": fraction, "seed": seed, "train_size": SIZES[fraction],
             "val_size": 1000, "status": status, "test": test, "test_acc": test.get("acc"), "val_acc_best": 0.5,
-            "plateau": {"plateaued": plateaued}, "steps": STEPS[fraction], "wall_time_s": 60.0, "images_per_sec": 300.0,
+            "val_history": val_curve(STEPS[fraction], plateaued), "steps": STEPS[fraction], "wall_time_s": 60.0, "images_per_sec": 300.0,
             "params": 1000, "hardware": "test-cpu (2 cores)", "versions": {"python": "3.11.2", "torch": "2.3.0"},
             "commit": "abc1234"}
 

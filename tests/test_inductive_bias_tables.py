@@ -16,6 +16,7 @@ import pytest
 from experiments.__main__ import main
 from experiments.inductive_bias.tables import FIGURES, NAME, RECORD, make_tables, verdict
 from experiments.report.statistics import Estimate
+from .conftest import val_curve
 
 T975_DF2 = 4.302652729911275  # t_{0.975, 2}: three seeds
 SEEDS = (0, 1, 2)
@@ -65,7 +66,7 @@ def _probes(family: str, seed: int, parts) -> dict:
 
 def _summary(run: str, family: str, fraction: float, seed: int, acc: float, plateaued: bool = True) -> dict:
     return {"run": run, "family": family, "fraction": fraction, "seed": seed, "train_size": SIZES[fraction],
-            "val_size": 1000, "status": "done", "test_acc": acc, "steps": 200, "plateau": {"plateaued": plateaued},
+            "val_size": 1000, "status": "done", "test_acc": acc, "steps": 200, "val_history": val_curve(200, plateaued),
             "identity": {"model.lr": 0.003}, "hardware": "test-cpu (2 cores)", "commit": "abc1234",
             "versions": {"python": "3.11.7", "torch": "2.14.1"}}
 
@@ -243,7 +244,7 @@ def test_a_family_still_improving_is_in_no_robustness_pair(converged, tmp_path):
     robust = [line for line in (out / f"{NAME}.md").read_text().splitlines() if line.startswith("- **Robustness to")]
     assert robust and all("vit − resnet" in line for line in robust)
     summary = next(converged.glob("resnet_f1_s1_*")) / "summary.json"
-    summary.write_text(json.dumps({**json.loads(summary.read_text()), "plateau": {"plateaued": False}}))
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "val_history": val_curve(200, False)}))
     make_tables(converged, out)
     reading = (out / f"{NAME}.md").read_text().split("### What the numbers say\n\n", 1)[1].split("\n\n", 1)[0]
     assert reading.startswith("- Not read: resnet at 1, where a run was still improving")

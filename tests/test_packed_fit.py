@@ -71,7 +71,7 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
         assert [s for s, _ in sa["val_history"]] == [s for s, _ in sb["val_history"]] == [3, 6]
         for (_, x), (_, y) in zip(sa["val_history"], sb["val_history"]):
             assert abs(x - y) <= 0.011  # accuracy on 100 images: at most one prediction flips by rounding
-        assert abs(sa["test_acc"] - sb["test_acc"]) <= 0.011 and sa["plateau"].keys() == sb["plateau"].keys()
+        assert abs(sa["test_acc"] - sb["test_acc"]) <= 0.011 and sa["plateau"] == sb["plateau"] is None  # 2 validations
         # every member tested in one vmapped pass: the metrics of its own Lightning test, on the same images
         assert sa["test"].keys() == sb["test"].keys() and {"acc", "acc_top5", "ece", "loss"} <= set(sb["test"])
         for key in sa["test"]:

@@ -24,7 +24,7 @@ from experiments.runs.execute import launch, run_status
 from experiments.runs.sweep import run_sweep
 from experiments.datascale.tables import aggregate, collect, findings, make_tables, sample_efficiency
 
-from .conftest import started_together, tree_hashes
+from .conftest import started_together, tree_hashes, val_curve
 from .test_tensorboard import events, sweep_view
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,7 +251,7 @@ def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"
         "run": d.name, "family": family, "recipe": "default", "fraction": fraction, "seed": seed, "status": status,
         "train_size": train_size, "test_acc": acc, "params": 1000, "flops_per_image": 2e6, "wall_time_s": 60,
         "hardware": "test machine", "commit": "abc", "versions": {"torch": "x"}, "precision": "32-true",
-        "plateau": {"plateaued": True}}))  # without it, a run is not known to have plateaued: not read
+        "steps": 200, "val_history": val_curve(200)}))  # without it, a run is not known to have plateaued: not read
 
 
 def test_table_generator_on_hand_written_runs(tmp_path):
@@ -274,7 +274,7 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     assert sample_efficiency(rows, 0.95) == {("vit", ""): None, ("resnet", ""): None}
     paths = make_tables(exp, tmp_path / "out")
     md = paths[1].read_text()
-    assert "| vit | 0.1 | 100 |  |  |  | 0.6300 ± 0.0657 | 3 | -0.1700 ± 0.0745 |" in md
+    assert "| vit | 0.1 | 100 |  |  | 200 | 0.6300 ± 0.0657 | 3 | -0.1700 ± 0.0745 |" in md
     assert "vit_f0.5_s0: diverged" in md and "test machine" in md
     # the README's Findings rows: ViT − ResNet at the smallest size, and its change to the largest, paired by seed
     scarce, grows = findings(exp)
@@ -284,7 +284,7 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     assert grows.verdict == "ViT catches up, as published" and "test machine; commit abc; your runs" in grows.source
     # converged or silent, per reading: a run still improving at the largest size silences the trend only
     s = json.loads((exp / "vit_f1.0_s2" / "summary.json").read_text())
-    (exp / "vit_f1.0_s2" / "summary.json").write_text(json.dumps({**s, "plateau": {"plateaued": False}}))
+    (exp / "vit_f1.0_s2" / "summary.json").write_text(json.dumps({**s, "val_history": val_curve(200, False)}))
     scarce, grows = findings(exp)
     assert scarce.verdict == "ViT below, as published"
     assert grows.verdict == "not read: 1 of 12 runs still improving (†)"

@@ -13,6 +13,7 @@ import pytest
 
 from experiments.report.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
 from experiments.datascale.tables import aggregate, collect, make_tables, scaling_reading
+from .conftest import val_curve
 
 T975_DF2 = 4.302653  # t_{0.975, 2} from a printed table
 
@@ -240,9 +241,9 @@ def _run(exp: Path, family, fraction, seed, acc, *, lr=0.003, steps=200, recipe=
                "flops_per_image": 2e6, "wall_time_s": 60, "hardware": "test machine", "commit": "abc",
                "versions": {"torch": "x"}, "val_acc_best": acc}
     if not old:
-        summary.update(val_size=val_size, max_steps=steps, val_history=[[steps // 2, 0.5], [steps, acc or 0.5]])
-        if plateaued is not None:
-            summary["plateau"] = {"plateaued": plateaued, "best_step": steps, "tail_gain": 0.0 if plateaued else 0.05}
+        summary.update(val_size=val_size, max_steps=steps, steps=steps,
+                       val_history=[[steps // 2, 0.5], [steps, acc or 0.5]] if plateaued is None
+                       else val_curve(steps, plateaued, acc or 0.5))
     (d / "summary.json").write_text(json.dumps(summary))
     ident = {**BASE_IDENTITY, "model.family": family, "data.fraction": fraction, "model.lr": lr,
              "trainer.max_steps": steps, "trainer.val_check_interval": steps // 2, "data.val_size": val_size,

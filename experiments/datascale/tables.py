@@ -36,7 +36,7 @@ from modules import FAMILIES
 from experiments.runs.reference import whose, whose_runs
 from experiments.runs.record import read_identity, read_json, read_summary
 from experiments.runs.shared import located, shared_entries
-from experiments.runs.convergence import plateau_unknown, still_improving
+from experiments.runs.convergence import judged, plateau_unknown, still_improving
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
@@ -512,6 +512,16 @@ def tuning_trials(tuning: dict) -> list[dict]:
     return out
 
 
+def rejudged(tuning: dict, exp_dir: Path) -> dict:
+    """tuning.json with each trial's plateau judged again by today's rule from its run's record (the
+    record keeps the curve; the flag in tuning.json is the rule of the day the trial ran)."""
+    def trial(t: dict) -> dict:
+        s = read_summary(exp_dir / t["run"]) if t.get("run") else None
+        return {**t, "plateaued": (judged(s) or {}).get("plateaued")} if s and s.get("val_history") else t
+    return {**tuning, "profiles": {p: {**rec, "trials": [trial(t) for t in rec.get("trials") or []]}
+                                   for p, rec in (tuning.get("profiles") or {}).items()}} if tuning else tuning
+
+
 def write_tuning_csv(tuning: dict, path: Path) -> None:
     trials = tuning_trials(tuning)
     metrics, grid = [], []
@@ -778,6 +788,7 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     summaries = collect(exp_dir)
     sweep, tuning = read_json(exp_dir / "sweep.json"), read_json(exp_dir / "tuning.json")
     summaries, left_out = planned(summaries, sweep)
+    tuning = rejudged(tuning, exp_dir)
     rows = aggregate(summaries)
     if not rows:
         raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")

@@ -34,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 
+from experiments.runs.convergence import judged
 from experiments.runs.lock import hold_experiment
 from experiments.runs.record import read_summary, write_json
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
@@ -167,7 +168,7 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
         acc = s.get("val_acc_best") if s.get("status") in TUNED else None
         records.append({"family": r.family, "recipe": r.recipe, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
                         "train_size": s.get("train_size"), "val_size": s.get("val_size"), "status": s.get("status"),
-                        "val_acc_best": acc, "plateaued": (s.get("plateau") or {}).get("plateaued"),
+                        "val_acc_best": acc, "plateaued": (judged(s) or {}).get("plateaued"),
                         "run": r.entry})
         key = (r.family, r.recipe, r.fraction)
         if acc is not None and (key not in best or acc > best[key][0] or (acc == best[key][0] and r.lr < best[key][1])):
