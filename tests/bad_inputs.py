@@ -8,7 +8,9 @@ runs_dir, empty), file (a plain file), images (a class folder without images), b
 folder with a truncated PNG), mixed (class folders of images of two sizes), lonely (a class
 folder of one image), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a torch
 checkpoint whose unpickling would create the file `pwned`), evil_raw (the same as a bare pickle),
-pwned (that file), out (a folder outside runs).
+pwned (that file), out (a folder outside runs), plants (a folder to put on the import path, holding
+a module h3evil whose import creates `pwned`), run (a run folder from elsewhere: its config.yaml is
+a suite config with a case's `run_config` entries, beside an included file naming h3evil).
 """
 from __future__ import annotations
 
@@ -40,9 +42,10 @@ class Case:
     args: tuple[str, ...]
     expected: tuple[str, ...]
     plant: str | None = None  # the planted pickle goes here, inside the folder `fit` would use
+    run_config: tuple[tuple[str, object], ...] = ()  # entries of {run}/config.yaml: (section or dotted key, value)
 
     def argv(self, scene: "Scene") -> list[str]:
-        base = SWEEP_BASE if self.command == "sweep" else FIT_BASE
+        base = {"sweep": SWEEP_BASE, "probe": ()}.get(self.command, FIT_BASE)
         return [self.command, *(scene.fill(a) for a in (*base, *self.args))]
 
     def words(self, scene: "Scene") -> list[str]:
@@ -50,7 +53,8 @@ class Case:
 
     @property
     def label(self) -> str:
-        return " ".join((self.command, *self.args))
+        planted = " ".join(f"{k}={v!r}" for k, v in self.run_config)
+        return " ".join((self.command, *self.args)) + (f" [config.yaml: {planted}]" if planted else "")
 
 
 ALLOWED_NAME = "allowed a single folder name of letters, digits, '.', '_' and '-', at most 100 characters"
@@ -132,6 +136,17 @@ TEST = [
     # run_dir prints a path others build on ($(python -m experiments run_dir ...)): a typo is an error
     Case("run_dir", ("--model.family", "bogus"), ("unknown family 'bogus': allowed vit, deit",)),
     Case("run_dir", ("--data.fraction", "7"), ("fraction=7.0 is outside (0, 1]",)),
+    # a run folder from elsewhere: its config.yaml is read as plain values, never as a parser's config
+    *(Case(command, ("--ckpt_path", "{run}/checkpoints/best.ckpt"),
+           ("run config '{run}/config.yaml' has trainer='trainer_part.yaml'", "no included file"),
+           run_config=(("trainer", "trainer_part.yaml"),)) for command in ("test", "validate")),
+    Case("probe", ("{run}",), ("run config '{run}/config.yaml' has data='trainer_part.yaml'", "no included file"),
+         run_config=(("data", "trainer_part.yaml"),)),
+    Case("test", ("--ckpt_path", "{run}/checkpoints/best.ckpt"),
+         ("run config '{run}/config.yaml' has model.lr={{'class_path': 'h3evil.Cb'}}: allowed a float",),
+         run_config=(("model.lr", {"class_path": "h3evil.Cb"}),)),
+    Case("test", ("--ckpt_path", "{run}/checkpoints/best.ckpt"),
+         ("run config '{run}/config.yaml' has unknown key 'callbacks'",), run_config=(("callbacks", ["h3evil.Cb"]),)),
 ]
 
 SWEEP = [
@@ -157,7 +172,7 @@ class Scene:
         self.root = root
         self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml",
                       "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
-                      "out": root / "outside"}
+                      "out": root / "outside", "plants": root / "plants", "run": root / "elsewhere" / "r_0a1b2c3d"}
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
         self.paths["badimg"] = self._image_folder(root / "badimg", truncated=True)
@@ -169,6 +184,28 @@ class Scene:
         # the attack in torch's own file format (what a shared .ckpt is), and as a bare pickle
         torch.save({"state_dict": {}, "hyper_parameters": _Planted(str(self.paths["pwned"]))}, self.paths["evil"])
         self.paths["evil_raw"].write_bytes(pickle.dumps(_Planted(str(self.paths["pwned"]))))
+        self._run_from_elsewhere()
+
+    def _run_from_elsewhere(self) -> None:
+        """{plants}/h3evil.py, whose import creates `pwned`, and {run}: a checkpoint (never reached by
+        a case) and trainer_part.yaml, a trainer section naming h3evil."""
+        self.paths["plants"].mkdir()
+        (self.paths["plants"] / "h3evil.py").write_text(
+            f"from pathlib import Path\nPath({str(self.paths['pwned'])!r}).touch()\n"
+            "from lightning.pytorch.callbacks import Callback\nclass Cb(Callback):\n    pass\n")
+        (self.paths["run"] / "checkpoints").mkdir(parents=True)
+        torch.save({"state_dict": {}, "hyper_parameters": {}}, self.paths["run"] / "checkpoints" / "best.ckpt")
+        (self.paths["run"] / "trainer_part.yaml").write_text(yaml.safe_dump({"callbacks": ["h3evil.Cb"]}))
+
+    def write_run_config(self, entries: tuple[tuple[str, object], ...]) -> None:
+        """{run}/config.yaml: a suite config with `entries` set (a section's whole value, or one key)."""
+        cfg = {"seed_everything": 0, "trainer": {"precision": None, "logger": None, "callbacks": None},
+               "model": {"family": "resnet", "budget": "tiny", "lr": 0.003},
+               "data": {"dataset": "fashion_mnist", "data_dir": str(self.paths["fmnist"])}, "experiment": "t"}
+        for key, value in entries:
+            section, _, name = key.rpartition(".")
+            (cfg[section] if section else cfg)[name] = value
+        (self.paths["run"] / "config.yaml").write_text(yaml.safe_dump(cfg))
 
     def fill(self, text: str) -> str:
         return text.format(**{k: str(v) for k, v in self.paths.items()})

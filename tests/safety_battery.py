@@ -29,6 +29,7 @@ def run_case(case, scene: Scene, env: dict) -> dict:
     runs = scene.paths["runs"]
     shutil.rmtree(runs, ignore_errors=True)
     scene.paths["pwned"].unlink(missing_ok=True)
+    scene.write_run_config(case.run_config)
     if case.plant:  # the attack sits in the very folder this fit resumes
         from experiments.runs.cli import resolve_run_dirs
         target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
@@ -61,6 +62,7 @@ def main(argv: list[str]) -> int:
     try:
         scene = Scene(root)
         env["FASHION_MNIST_DIR"] = str(scene.paths["fmnist"])
+        env["PYTHONPATH"] += os.pathsep + str(scene.paths["plants"])  # h3evil importable, as a planted module would be
         # decoded once beforehand: a first use's decoding progress is not part of any case's answer
         subprocess.run([sys.executable, "-c", "from datamodules import ImageClassificationDataModule as D; "
                         f"D(data_dir={str(scene.paths['fmnist'])!r}).num_classes"],

@@ -3,6 +3,7 @@ and no folder created in the runs dir. The battery of cases is tests/bad_inputs.
 it against the real CLI, one process per case)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,9 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     """Every case of the battery, in-process: one line naming the value, exit 2, no file written
     (in runs_dir or beside it) and no planted code run."""
     monkeypatch.setenv("FASHION_MNIST_DIR", scene.fill("{fmnist}"))
+    monkeypatch.syspath_prepend(scene.fill("{plants}"))
+    monkeypatch.delitem(sys.modules, "h3evil", raising=False)
+    scene.write_run_config(case.run_config)
     if case.plant:
         from experiments.runs.cli import resolve_run_dirs
         target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant

@@ -39,7 +39,8 @@ from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_run
                                    nearest_tuned, runner_parser, tuned_fractions, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
-from experiments.runs.trained import load_classifier, load_config, test_images
+from experiments.runs.run_config import load_config
+from experiments.runs.trained import load_classifier, test_images
 
 NAME = "distill"
 RECORD = "distill.json"

@@ -296,7 +296,8 @@ def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list
         for r, ref in pairs_todo:
             progress.update(task, description=f"cka {r.family} vs {REFERENCE}")
             if cka_images is None:  # the test split is the same for every run of the dataset
-                from experiments.runs.trained import load_config, test_images
+                from experiments.runs.run_config import load_config
+                from experiments.runs.trained import test_images
                 cka_images = test_images(load_config(ref.run_dir)["data"], images)[0]
             path = cka_file(exp_dir, r, ref)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
@@ -35,6 +36,7 @@ from experiments.runs.identity import config_hash, evaluation_identity, folder_n
 from experiments.runs.names import checked_name, inside
 from experiments.runs.record import IDENTITY_FILE, read_identity, read_summary, write_json
 from experiments.runs.recorder import RunRecord
+from experiments.runs.run_config import load_config
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -57,8 +59,9 @@ def run_name(model: dict, data: dict) -> str:
 
 
 def with_run_config(args: list[str] | None) -> list[str]:
-    """validate/test of <run>/checkpoints/*.ckpt start from that run's config.yaml (its data, its
-    trainer settings); options given on the command line still override it."""
+    """validate/test of <run>/checkpoints/*.ckpt start from that run's config.yaml, read as data (its
+    data, model and evaluation settings: see run_config.py); options given on the command line still
+    override it."""
     args = list(sys.argv[1:] if args is None else args)
     if not args or args[0] not in ("validate", "test"):
         return args
@@ -68,34 +71,9 @@ def with_run_config(args: list[str] | None) -> list[str]:
     run = run_of_checkpoint(ckpt)
     if run is None:
         return args
-    refuse_foreign_classes(run / "config.yaml")
-    return [args[0], "--config", str(run / "config.yaml"), *args[1:]]
-
-
-TRUSTED_CLASSES = ("lightning.", "pytorch_lightning.", "torch.", "modules.", "datamodules.", "experiments.")
-
-
-def refuse_foreign_classes(config: Path) -> None:
-    """A run's config.yaml, read by validate and test on their own, may name a class (a callback, a
-    logger, a plugin) only from Lightning, torch or this suite: a class_path is imported, and
-    importing a module runs its code, so a planted entry would run code that nobody asked for."""
-    import yaml
-    try:
-        cfg = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):
-        return  # the parser names an unreadable file in its own line
-    stack = [cfg]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            cls = node.get("class_path")
-            if isinstance(cls, str) and not cls.startswith(TRUSTED_CLASSES):
-                raise ValueError(f"{str(config)!r} names class_path {cls!r}: a run's config is read with classes of "
-                                 "lightning, torch and this suite only (importing another module runs its code); "
-                                 "remove that entry, or pass the options yourself")
-            stack += node.values()
-        elif isinstance(node, list):
-            stack += node
+    given = {a.split("=", 1)[0].removeprefix("--") for a in args if a.startswith("--")}
+    # the checked plain values as the text of a config (jsonargparse reads a --config string as YAML)
+    return [args[0], "--config", yaml.safe_dump(load_config(run, given)), *args[1:]]
 
 
 def given_model_keys(args: list[str]) -> list[str]:
@@ -536,7 +514,6 @@ def resumable_checkpoint(folder: Path) -> Path | None:
 
 def _bad_config_file(argv: list[str]) -> str | None:
     """jsonargparse reports a malformed -c/--config file without its name: find it (first that fails)."""
-    import yaml
     paths = [b for a, b in zip(argv, argv[1:]) if a in ("-c", "--config")] \
         + [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
     for path in paths:

@@ -25,7 +25,8 @@ from modules import probes
 
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_summary, write_json
-from experiments.runs.trained import load_classifier, load_config, test_images
+from experiments.runs.run_config import load_config
+from experiments.runs.trained import load_classifier, test_images
 from experiments.report.figures import log_figures, save_png
 
 RESULT = "probes.json"

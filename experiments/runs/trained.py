@@ -1,12 +1,12 @@
-"""A trained run folder read back for evaluation after training: its best checkpoint's network, its
-config.yaml, and the test images of its data (exp-distill's probes, exp-complexity's interpolation,
-`python -m experiments probe`). Each bad folder is one clear line."""
+"""A trained run folder read back for evaluation after training: its best checkpoint's network and
+the test images of its data (its config.yaml is read as data by run_config.load_config), for
+exp-distill's probes, exp-complexity's interpolation and `python -m experiments probe`. Each bad
+folder is one clear line."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-import yaml
 
 from datamodules import ImageClassificationDataModule
 
@@ -28,20 +28,6 @@ def load_classifier(run_dir: str | Path):
         text = str(e).strip()
         raise ValueError(f"checkpoint {str(ckpt)!r} is not a readable checkpoint of this suite "
                          f"({type(e).__name__}: {text.splitlines()[0] if text else ''})") from None
-
-
-def load_config(run_dir: str | Path) -> dict:
-    """The run's resolved config.yaml (it has a data section from which the DataModule rebuilds the
-    run's splits)."""
-    config = Path(run_dir) / "config.yaml"
-    try:
-        cfg = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):
-        cfg = None
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("data"), dict):
-        raise ValueError(f"run config {str(config)!r} is missing or has no data section: allowed a run folder "
-                         f"written by {FIT}")
-    return cfg
 
 
 def test_images(data: dict, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
