@@ -28,6 +28,7 @@ from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
+from modules.files import open_in_place, refuse_links
 from modules.registry import check_options
 
 from experiments.runs.checkpoint import RunCheckpoint
@@ -205,6 +206,7 @@ class SuiteCLI(LightningCLI):
             if self._cfg()["trainer"].get(limit) in (0, 0.0):  # Lightning would evaluate nothing and say nothing
                 raise ValueError(f"trainer.{limit}=0: {self.subcommand} would evaluate no batch; allowed a share in "
                                  "(0, 1], an integer >= 1 (batches), or null for all")
+            refuse_links(self.run_dir())  # its records go there (fit checks its folder when it locks it)
             data = self._cfg()["data"]
             return self._check_checkpoint_matches_data(fixed_shape(data["dataset"], data.get("resize_to")))
         trainer = self._cfg()["trainer"]
@@ -456,9 +458,12 @@ def run_of_checkpoint(path) -> Path | None:
 
 def lock_run_folder(run_dir: Path):
     """An exclusive lock on <run>/.lock for this process's lifetime (the OS drops it when the process
-    dies, even by SIGKILL); a second process into the same folder gets one clear line."""
+    dies, even by SIGKILL); a second process into the same folder gets one clear line. A folder
+    holding a symbolic link is refused first: Lightning and TensorBoard write there through any
+    link (config.yaml, hparams.yaml, events), and the lock itself is written in place."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(run_dir / ".lock", "a+")
+    refuse_links(run_dir)
+    handle = open_in_place(run_dir / ".lock")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -7,14 +7,19 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from modules.files import open_in_place, refuse_links
+
 
 @contextmanager
 def hold_experiment(exp_dir: Path):
     """An exclusive lock on <experiment>/.lock while a runner plans, runs and records: a second
     invocation on the experiment (any profile: both rewrite its record) waits, then finds the first
-    one's runs finished instead of entering the same run folders. The OS drops the lock if the holder dies."""
+    one's runs finished instead of entering the same run folders. The OS drops the lock if the holder dies.
+    An experiment folder holding a symbolic link anywhere is refused first: its runs and records are
+    written there."""
     exp_dir.mkdir(parents=True, exist_ok=True)
-    with open(exp_dir / ".lock", "a+") as handle:  # a file, not a folder: never read as a run
+    refuse_links(exp_dir)
+    with open_in_place(exp_dir / ".lock") as handle:  # a file, not a folder: never read as a run
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
