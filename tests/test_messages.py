@@ -43,11 +43,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     """Every case of the battery, in-process: one line naming the value, exit 2, no file written
     (in runs_dir or beside it) and no planted code run."""
     monkeypatch.setenv("FASHION_MNIST_DIR", scene.fill("{fmnist}"))
-    if case.plant:
-        from experiments.runs.cli import resolve_run_dirs
-        target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
-        target.parent.mkdir(parents=True)
-        target.write_bytes(scene.paths["evil"].read_bytes())
+    scene.plant(case)
     before = tree_hashes(scene.root)
     code = main(case.argv(scene))
     line = one_error_line(capsys)
