@@ -229,6 +229,7 @@ class SuiteCLI(LightningCLI):
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise ValueError(f"cannot write to runs_dir {self._cfg()['runs_dir']!r}: {str(existing)!r} is "
                              + ("not a folder" if not existing.is_dir() else "not writable"))
+        refuse_links(run_dir)  # before the Trainer's first lines; checked again once the folder is locked
 
     # ---------------- which folder: the run's identity ----------------
     def _cfg(self) -> dict:
