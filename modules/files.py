@@ -66,9 +66,10 @@ def open_in_place(path, append: bool = False):
     return open(fd, "a" if append else "r+")
 
 
-def refuse_links(folder) -> None:
+def refuse_links(folder, skip: tuple[str, ...] = ()) -> None:
     """One line (ValueError) naming the first symbolic link at `folder` itself or anywhere under it;
-    the folders above it may be links (a runs_dir on another disk)."""
+    the folders above it may be links (a runs_dir on another disk). `skip`: sub-folders of `folder`
+    that another program fills, links of its own included: checked only for being no link themselves."""
     folder = Path(folder)
     if folder.is_symlink():
         raise ValueError(linked(folder))
@@ -76,6 +77,8 @@ def refuse_links(folder) -> None:
         for name in sorted((*dirs, *files)):
             if os.path.islink(os.path.join(root, name)):
                 raise ValueError(linked(Path(root) / name))
+        if root == str(folder):
+            dirs[:] = [d for d in dirs if d not in skip]
 
 
 def linked(path) -> str:

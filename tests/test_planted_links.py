@@ -127,6 +127,24 @@ def test_a_link_anywhere_in_a_folder_is_named(tmp_path, victim):
         refuse_links(_plant(tmp_path / "linked-run", run))
 
 
+def test_submitits_own_links_do_not_stop_a_sweep(tmp_path, victim):
+    """A SLURM submission leaves <experiment>/submitit/.submission_file_*.sh linked to its job's
+    script: the next invocation (the continuation job, --status, tables) goes ahead; the folder
+    itself as a link does not."""
+    from experiments.runs.lock import hold_experiment
+    scripts = tmp_path / "exp" / "submitit"
+    scripts.mkdir(parents=True)
+    (scripts / "4242_submission.sh").write_text("#!/bin/sh\n")
+    (scripts / ".submission_file_0f3a.sh").symlink_to(scripts / "4242_submission.sh")
+    with hold_experiment(tmp_path / "exp"):
+        pass
+    shutil.rmtree(scripts)
+    _plant(scripts, victim.parent)
+    with pytest.raises(ValueError, match=r"exp/submitit' is a symbolic link"):
+        with hold_experiment(tmp_path / "exp"):
+            pass
+
+
 # ---------------- the commands: fit, test, probe, fit_packed, tables, reference ----------------
 @pytest.mark.parametrize("name", [".lock", "config.yaml", "summary.json.tmp", "checkpoints/last.ckpt.tmp"])
 def test_fit_of_a_finished_or_interrupted_run_never_writes_through_a_link(finished, fmnist_dir, tmp_path, victim,

@@ -14,8 +14,9 @@ import argparse
 import shutil
 from pathlib import Path
 
-from modules.files import refuse_links, write_atomic
+from modules.files import write_atomic
 
+from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
 from experiments.runs.shared import shared_entries
 
@@ -64,7 +65,7 @@ def refresh(name: str, runs: Path = RUNS, reference: Path = REFERENCE) -> int:
     # the other experiments' runs it reads (shared.py): theirs, kept beside them
     pairs = [(source, target), *((runs / e, reference / e) for e in shared_entries(source))]
     for folder in (f for pair in pairs for f in pair):
-        refuse_links(folder)
+        refuse_experiment_links(folder)
     shutil.rmtree(target, ignore_errors=True)  # a run no longer among the user's is no longer ours either
     return sum(_copy_records(s, t) for s, t in pairs)
 

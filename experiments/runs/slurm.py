@@ -38,6 +38,7 @@ from typing import Callable
 from modules.files import open_in_place
 
 from experiments.runs.cluster import ClusterOptions, Submitted
+from experiments.runs.lock import SUBMITIT_DIR
 from experiments.runs.execute import (FINAL, RUNNING, TUNED, _record_failure, execute, execute_group, finished,
                                       launch, launch_packed, run_status)
 
@@ -201,7 +202,7 @@ def _visible_gpus() -> int:
 
 
 def submitit_dir(runs: list) -> Path:
-    return runs[0].run_dir.parent / "submitit"
+    return runs[0].run_dir.parent / SUBMITIT_DIR
 
 
 def run_stage(runs: list, units: list[list[list]], opts: ClusterOptions, launcher=None, packed_launcher=None,
