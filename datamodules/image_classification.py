@@ -10,6 +10,8 @@ from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 import numpy as np
 import torch
 
+from modules.files import write_atomic
+
 from .batch_augment import AugmentConfig, BatchAugment
 from .sources import FASHION_MNIST, FASHION_MNIST_CLASSES, load_decoded
 from .splits import default_val_size, resolve_train_size, split_train_val, training_subset
@@ -160,7 +162,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
         return len(self._splits["train"])
 
     def save_train_indices(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({
+        """The training subset as JSON in a run folder: atomic, never through a link (modules.files)."""
+        write_atomic(path, json.dumps({
             "dataset": self.dataset, "seed": self.seed, "split_seed": self.split_seed,
             "fraction": self.fraction, "train_size": self.train_size,
             "indices": self.train_indices.tolist()}))

@@ -19,6 +19,7 @@ from experiments.report.table_format import write_csv
 from experiments.report.readme import update_block
 from experiments.runs import reference
 from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
+from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
 from experiments.runs.reference import experiments_in, has_records
 
@@ -63,6 +64,7 @@ def main(argv: list[str]) -> int:
         exp_dir = next((r / name for r in roots if has_records(r / name)), None)
         if exp_dir is None:
             raise ValueError(f"experiment {name!r} has no runs in {' or '.join(r.as_posix() for r in roots)}")
+        refuse_experiment_links(exp_dir)  # its figures go into its tensorboard/; a record behind a link is another file
         for path in tables_of(name)(exp_dir, Path(a.out)):
             print(f"wrote {path}")
     if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):

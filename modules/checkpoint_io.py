@@ -7,12 +7,12 @@ refused in one line naming it (read_checkpoint, and SafeCheckpointIO for Lightni
 
 Writing: atomic. A checkpoint is serialised in memory, written to a temporary file beside its
 final name and moved over it with os.replace, so a full disk or a kill mid-write never leaves a
-truncated file under a name that a resume, a teacher path or a table reads (atomic_save).
+truncated file under a name that a resume, a teacher path or a table reads, and a link planted
+under either name is replaced, never written through (atomic_save, files.write_atomic).
 """
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 import warnings
@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from .files import write_atomic
 
 
 class UnsafeCheckpointError(ValueError):
@@ -62,24 +64,11 @@ def read_checkpoint(path, map_location="cpu") -> dict:
 
 
 def atomic_save(checkpoint: dict, path) -> None:
-    """torch.save to `path` through `path`.tmp and os.replace; on any failure the temporary file is
-    removed and the old file (if any) stays as it was. An OSError (a full disk) names `path`."""
-    path = Path(path)
+    """torch.save to `path` through `path`.tmp and os.replace, never through a link (files.write_atomic);
+    on any failure the old file (if any) stays as it was. An OSError (a full disk) names `path`."""
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)  # in memory first: torch.save into a full disk fails as a RuntimeError
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, buffer.getbuffer(), durable=True)  # on disk before the rename makes it the checkpoint
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

@@ -10,7 +10,8 @@ folder of one image), yaml (a malformed YAML file), spec (a tiny sweep spec), ev
 checkpoint whose unpickling would create the file `pwned`), evil_raw (the same as a bare pickle),
 pwned (that file), out (a folder outside runs), plants (a folder to put on the import path, holding
 a module h3evil whose import creates `pwned`), run (a run folder from elsewhere: its config.yaml is
-a suite config with a case's `run_config` entries, beside an included file naming h3evil).
+a suite config with a case's `run_config` entries, beside an included file naming h3evil), victim and
+victim_dir (a file and a folder outside runs that a planted link points at: their bytes must stay).
 """
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ class Case:
     expected: tuple[str, ...]
     plant: str | None = None  # the planted pickle goes here, inside the folder `fit` would use
     run_config: tuple[tuple[str, object], ...] = ()  # entries of {run}/config.yaml: (section or dotted key, value)
+    link: tuple[str, str] | None = None  # (where, scene path): a symbolic link planted in that folder (a sweep's:
+    # its experiment folder), pointing outside runs
+
+    def folder(self, scene: "Scene") -> Path:
+        """The folder this case's command writes in: the run folder of a fit, the experiment folder of a sweep."""
+        if self.command == "sweep":
+            return scene.paths["runs"] / TINY_SPEC["name"]
+        from experiments.runs.cli import resolve_run_dirs
+        return resolve_run_dirs([self.argv(scene)[1:]])[0]
 
     def argv(self, scene: "Scene") -> list[str]:
         base = {"sweep": SWEEP_BASE, "probe": ()}.get(self.command, FIT_BASE)
@@ -54,7 +64,8 @@ class Case:
     @property
     def label(self) -> str:
         planted = " ".join(f"{k}={v!r}" for k, v in self.run_config)
-        return " ".join((self.command, *self.args)) + (f" [config.yaml: {planted}]" if planted else "")
+        linked = (f"[link {self.link[0]} -> {self.link[1]}]",) if self.link else ()
+        return " ".join((self.command, *self.args, *linked)) + (f" [config.yaml: {planted}]" if planted else "")
 
 
 ALLOWED_NAME = "allowed a single folder name of letters, digits, '.', '_' and '-', at most 100 characters"
@@ -127,6 +138,19 @@ FIT = [
     Case("fit", ("--model.family", "vit"), ("last.ckpt", "is refused"), plant="checkpoints/last.ckpt"),
 ]
 
+
+def linked(where: str, to: str = "victim") -> Case:
+    """A fit whose run folder holds a symbolic link at `where` (a file it writes, or its checkpoints
+    folder) to a file or folder outside runs: refused in one line naming the link, nothing written there."""
+    return Case("fit", (), (f"/{where}' is a symbolic link to '{{{to}}}'", "allowed plain files and folders"),
+                link=(where, to))
+
+
+# a run folder from elsewhere with links planted where the suite writes: no write leaves the folder
+FIT += [linked(".lock"), linked("config.yaml"), linked("summary.json.tmp"), linked("train_indices.json"),
+        linked("checkpoints/last.ckpt.tmp"), linked("checkpoints/best.ckpt.tmp"),
+        linked("checkpoints", to="victim_dir")]
+
 TEST = [
     Case("test", (), ("ckpt_path=None: test needs --ckpt_path",)),
     Case("validate", (), ("ckpt_path=None: validate needs --ckpt_path",)),
@@ -160,6 +184,10 @@ SWEEP = [
     Case("sweep", ("--no_wait",), ("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local",)),
     Case("sweep", ("--launcher", "slurm", "--retries", "-1"), ("--retries -1: allowed an integer >= 0",)),
     Case("sweep", ("--launcher", "slurm", "--time_min", "0"), ("--time_min 0: allowed an integer >= 1",)),
+    # the experiment folder's lock, and a link anywhere in it (a run's log, the packed groups' folder)
+    Case("sweep", (), ("/tiny/.lock' is a symbolic link to '{victim}'",), link=(".lock", "victim")),
+    Case("sweep", (), ("/some_run/log.txt' is a symbolic link",), link=("some_run/log.txt", "victim")),
+    Case("sweep", (), ("/tiny/packed' is a symbolic link to '{victim_dir}'",), link=("packed", "victim_dir")),
 ]
 
 CASES = FIT + TEST + SWEEP
@@ -172,7 +200,8 @@ class Scene:
         self.root = root
         self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml",
                       "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
-                      "out": root / "outside", "plants": root / "plants", "run": root / "elsewhere" / "r_0a1b2c3d"}
+                      "out": root / "outside", "plants": root / "plants", "run": root / "elsewhere" / "r_0a1b2c3d",
+                      "victim": root / "victims" / "victim.txt", "victim_dir": root / "victims" / "folder"}
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
         self.paths["badimg"] = self._image_folder(root / "badimg", truncated=True)
@@ -180,6 +209,9 @@ class Scene:
         self.paths["lonely"] = self._image_folder(root / "lonely", dog=((8, 8),))
         self.paths["file"].write_text("a file, not a folder")
         self.paths["yaml"].write_text("model: [unclosed\n")
+        self.paths["victim_dir"].mkdir(parents=True)
+        self.paths["victim"].write_text("a file outside runs: a write through a link must not reach it\n")
+        (self.paths["victim_dir"] / "kept.txt").write_text("a file in a folder outside runs\n")
         self.paths["spec"].write_text(yaml.safe_dump(TINY_SPEC))
         # the attack in torch's own file format (what a shared .ckpt is), and as a bare pickle
         torch.save({"state_dict": {}, "hyper_parameters": _Planted(str(self.paths["pwned"]))}, self.paths["evil"])
@@ -209,6 +241,18 @@ class Scene:
 
     def fill(self, text: str) -> str:
         return text.format(**{k: str(v) for k, v in self.paths.items()})
+
+    def plant(self, case: Case) -> None:
+        """The case's attack, in the very folder its command writes in: a pickle that runs code, or a link out."""
+        if case.plant:
+            target = case.folder(self) / case.plant
+            target.parent.mkdir(parents=True)
+            target.write_bytes(self.paths["evil"].read_bytes())
+        if case.link:
+            where, to = case.link
+            link = case.folder(self) / where
+            link.parent.mkdir(parents=True)
+            link.symlink_to(self.paths[to])
 
     @staticmethod
     def _fmnist(d: Path) -> Path:

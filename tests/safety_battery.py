@@ -1,6 +1,7 @@
 """`make safety`: the whole bad-input battery (tests/bad_inputs.py) against the real CLI, each case
 as its own `python -m experiments` process with a private, empty runs_dir. One row per case:
-exit code, stderr lines, traceback, files left in runs_dir, whether planted code ran, verdict.
+exit code, stderr lines, traceback, files left in runs_dir (or changed where a planted link points),
+whether planted code ran, verdict.
 
 A case behaves well when it exits 2 with exactly one `error:` line holding the expected words, no
 traceback, no file written and no planted code run. Prints measured rows; asserts nothing.
@@ -25,22 +26,24 @@ from tests.bad_inputs import CASES, Scene  # noqa: E402
 from tests.conftest import tree_hashes  # noqa: E402
 
 
+def watched(scene: Scene) -> dict[str, str]:
+    """Every file of runs_dir, and of the folder outside it that planted links point at -> its digest."""
+    return {f"{folder.name}/{f}": digest for folder in (scene.paths["runs"], scene.paths["victim"].parent)
+            for f, digest in tree_hashes(folder).items()}
+
+
 def run_case(case, scene: Scene, env: dict) -> dict:
     runs = scene.paths["runs"]
     shutil.rmtree(runs, ignore_errors=True)
     scene.paths["pwned"].unlink(missing_ok=True)
     scene.write_run_config(case.run_config)
-    if case.plant:  # the attack sits in the very folder this fit resumes
-        from experiments.runs.cli import resolve_run_dirs
-        target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
-        target.parent.mkdir(parents=True)
-        shutil.copy(scene.paths["evil"], target)
-    before = tree_hashes(runs)
+    scene.plant(case)  # the attack sits in the very folder this command writes in
+    before = watched(scene)
     start = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "experiments", *case.argv(scene)], cwd=ROOT, env=env,
                        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
     lines = [line for line in p.stderr.splitlines() if line.strip()]
-    left = sorted(f for f, digest in tree_hashes(runs).items() if before.get(f) != digest)
+    left = sorted(f for f, digest in watched(scene).items() if before.get(f) != digest)
     ran_code = scene.paths["pwned"].exists()
     traceback = "Traceback (most recent call last)" in p.stderr
     words = case.words(scene)

@@ -47,11 +47,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     monkeypatch.syspath_prepend(scene.fill("{plants}"))
     monkeypatch.delitem(sys.modules, "h3evil", raising=False)
     scene.write_run_config(case.run_config)
-    if case.plant:
-        from experiments.runs.cli import resolve_run_dirs
-        target = resolve_run_dirs([case.argv(scene)[1:]])[0] / case.plant
-        target.parent.mkdir(parents=True)
-        target.write_bytes(scene.paths["evil"].read_bytes())
+    scene.plant(case)
     before = tree_hashes(scene.root)
     code = main(case.argv(scene))
     line = one_error_line(capsys)

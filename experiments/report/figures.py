@@ -4,9 +4,11 @@ tables; the probes' figures go into their run's own events (probes/<name>).
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from modules import FAMILIES
+from modules.files import write_atomic
 
 FAMILY_COLOURS = {f: f"C{i}" for i, f in enumerate(FAMILIES)}  # one colour per family in every figure
 
@@ -20,8 +22,11 @@ def pyplot():
 
 
 def save_png(fig, path: Path, dpi: float | str = "figure") -> None:
-    """The figure as a PNG without matplotlib's version stamp, so an unchanged figure is byte-identical."""
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    """The figure as a PNG without matplotlib's version stamp, so an unchanged figure is byte-identical;
+    written atomically, never through a link (modules.files)."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=dpi, metadata={"Software": None})
+    write_atomic(path, png.getbuffer())
 
 
 def log_figures(figs: dict, log_dir: Path, prefix: str, replace: bool = True) -> None:

@@ -29,6 +29,7 @@ from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
+from modules.files import open_in_place, refuse_links
 from modules.registry import check_options
 
 from experiments.runs.checkpoint import RunCheckpoint
@@ -183,6 +184,7 @@ class SuiteCLI(LightningCLI):
             if self._cfg()["trainer"].get(limit) in (0, 0.0):  # Lightning would evaluate nothing and say nothing
                 raise ValueError(f"trainer.{limit}=0: {self.subcommand} would evaluate no batch; allowed a share in "
                                  "(0, 1], an integer >= 1 (batches), or null for all")
+            refuse_links(self.run_dir())  # its records go there (fit checks its folder when it locks it)
             data = self._cfg()["data"]
             return self._check_checkpoint_matches_data(fixed_shape(data["dataset"], data.get("resize_to")))
         trainer = self._cfg()["trainer"]
@@ -205,6 +207,7 @@ class SuiteCLI(LightningCLI):
         if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise ValueError(f"cannot write to runs_dir {self._cfg()['runs_dir']!r}: {str(existing)!r} is "
                              + ("not a folder" if not existing.is_dir() else "not writable"))
+        refuse_links(run_dir)  # before the Trainer's first lines; checked again once the folder is locked
 
     # ---------------- which folder: the run's identity ----------------
     def _cfg(self) -> dict:
@@ -434,9 +437,12 @@ def run_of_checkpoint(path) -> Path | None:
 
 def lock_run_folder(run_dir: Path):
     """An exclusive lock on <run>/.lock for this process's lifetime (the OS drops it when the process
-    dies, even by SIGKILL); a second process into the same folder gets one clear line."""
+    dies, even by SIGKILL); a second process into the same folder gets one clear line. A folder
+    holding a symbolic link is refused first: Lightning and TensorBoard write there through any
+    link (config.yaml, hparams.yaml, events), and the lock itself is written in place."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(run_dir / ".lock", "a+")
+    refuse_links(run_dir)
+    handle = open_in_place(run_dir / ".lock")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

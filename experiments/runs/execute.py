@@ -19,6 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from modules.files import open_in_place, write_atomic
+
 from experiments.runs.record import read_summary, write_summary
 from experiments.runs.spec import Run
 from experiments.runs.shared import located
@@ -46,7 +48,7 @@ def _run_logged(command: list[str], shown: str, folder: Path, threads: int | Non
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    with open(folder / "log.txt", "a") as log:
+    with open_in_place(folder / "log.txt", append=True) as log:
         log.write(f"\n$ {shown}\n")
         log.flush()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())
@@ -102,10 +104,10 @@ def _members_file(group: list[Run], log: Path) -> Path:
     gdir = group_dir([r.run_dir for r in group])
     gdir.mkdir(parents=True, exist_ok=True)
     members = gdir / "members.json"
-    members.write_text(json.dumps({"members": [list(r.args) for r in group]}, indent=1) + "\n")
+    write_atomic(members, json.dumps({"members": [list(r.args) for r in group]}, indent=1) + "\n")
     for r in group:
         r.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(r.run_dir / "log.txt", "a") as f:
+        with open_in_place(r.run_dir / "log.txt", append=True) as f:
             f.write(f"\ntrained packed with {len(group) - 1} other run(s): see {log}\n")
     return members
 

@@ -1,5 +1,6 @@
 """The lock a spec runner (sweep, distill, inductive_bias) holds on its experiment folder while it
-plans, runs and records, so that two invocations never enter the same run folders."""
+plans, runs and records, so that two invocations never enter the same run folders; and the check,
+before it is taken, that the folder holds no symbolic link for a write to follow out of it."""
 from __future__ import annotations
 
 import fcntl
@@ -7,14 +8,27 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from modules.files import open_in_place, refuse_links
+
+SUBMITIT_DIR = "submitit"  # <experiment>/submitit: the scheduler's files (runs/slurm.py)
+
+
+def refuse_experiment_links(exp_dir: Path) -> None:
+    """One line naming a symbolic link in the experiment folder, its run folders included; but for
+    the contents of submitit/, where submitit links each submission script to its job's copy (the
+    suite writes only its slot locks there, never through a link)."""
+    refuse_links(exp_dir, skip=(SUBMITIT_DIR,))
+
 
 @contextmanager
 def hold_experiment(exp_dir: Path):
     """An exclusive lock on <experiment>/.lock while a runner plans, runs and records: a second
     invocation on the experiment (any profile: both rewrite its record) waits, then finds the first
-    one's runs finished instead of entering the same run folders. The OS drops the lock if the holder dies."""
+    one's runs finished instead of entering the same run folders. The OS drops the lock if the holder dies.
+    An experiment folder holding a symbolic link is refused first: its runs and records are written there."""
     exp_dir.mkdir(parents=True, exist_ok=True)
-    with open(exp_dir / ".lock", "a+") as handle:  # a file, not a folder: never read as a run
+    refuse_experiment_links(exp_dir)
+    with open_in_place(exp_dir / ".lock") as handle:  # a file, not a folder: never read as a run
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

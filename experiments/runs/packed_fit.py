@@ -39,6 +39,7 @@ from torch.func import functional_call, stack_module_state
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import read_checkpoint
+from modules.files import refuse_links, write_atomic
 from modules.registry import use_fused_attention
 
 from experiments.runs.identity import config_hash, evaluation_identity
@@ -154,9 +155,10 @@ def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timed
                               teacher_checkpoints=teachers if use_teachers else None, **model_cfg)
     gdir = group_dir([m.run_dir for m in members])
     gdir.mkdir(parents=True, exist_ok=True)
+    refuse_links(gdir)  # the group checkpoint is written there; each member's folder was checked when locked
     listed = gdir / "members.json"  # the sweep writes it as this command's input; a direct call gets it here
     if not listed.exists():
-        listed.write_text(json.dumps({"members": [m.args for m in members]}, indent=1) + "\n")
+        write_atomic(listed, json.dumps({"members": [m.args for m in members]}, indent=1) + "\n")
     last = gdir / "checkpoints" / "last.ckpt"
     if last.exists():
         read_checkpoint(last)  # one line naming the file, before anything is built from it

@@ -13,6 +13,8 @@ import time
 
 from torch.utils.tensorboard import SummaryWriter
 
+from modules.files import write_atomic
+
 from experiments.runs.identity import evaluation_identity
 from experiments.runs.record import record_summary
 from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
@@ -48,7 +50,7 @@ class MemberRecords:
             return
         for m, dm in zip(self.members, self.dms):
             (m.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            (m.run_dir / "config.yaml").write_text(m.config_yaml)
+            write_atomic(m.run_dir / "config.yaml", m.config_yaml)
             dm.save_train_indices(m.run_dir / "train_indices.json")
         for m, w in zip(self.members, self.writers()):  # as a single run's logger: its identity, no metrics
             w._get_file_writer().add_summary(session_start(readable_hparams(m.identity, complexity),

@@ -22,6 +22,7 @@ import torch
 from rich.progress import Progress
 
 from modules import probes
+from modules.files import refuse_links
 
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_summary, write_json
@@ -166,6 +167,7 @@ def _maps_figure(images: torch.Tensor, cls: torch.Tensor, rollout: torch.Tensor,
 
 def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tuple[str, ...] = PARTS) -> Path:
     """The applicable probes of `parts` on one run; returns the path of its probes.json."""
+    refuse_links(run_dir)  # its figures and events are written there
     classifier = load_classifier(run_dir)
     needs_images = any(p != "pos_embed" for p in parts)  # the position table is read from the weights alone
     x, y = test_images(load_config(run_dir)["data"], images if needs_images else 1)
@@ -205,6 +207,7 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--parts {bad[0]}: allowed {', '.join(PARTS)}")
     for run in a.runs:  # every folder checked before any work
         load_config(run)
+        refuse_links(run)
     with Progress() as progress:
         task = progress.add_task("probes", total=len(a.runs))
         for run in a.runs:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from modules.files import write_atomic
+
 from experiments.runs.convergence import plateau
 from experiments.runs.provenance import hardware, versions
 from experiments.runs.identity import config_hash
@@ -41,13 +43,8 @@ def read_json(path: Path, hint: str = "") -> dict:
 
 
 def write_json(path: Path, record: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        tmp.replace(path)  # atomic: a killed run never leaves half a file
-    except OSError as e:  # a full disk: the old record stays whole, no half-written .tmp stays behind
-        tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from None
+    """Atomic, never through a link (files.write_atomic): a killed run or a full disk leaves the old record whole."""
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, invocation: dict | None,

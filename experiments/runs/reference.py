@@ -14,6 +14,9 @@ import argparse
 import shutil
 from pathlib import Path
 
+from modules.files import write_atomic
+
+from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
 from experiments.runs.shared import shared_entries
 
@@ -52,16 +55,19 @@ def whose(exp_dir: Path) -> str:
 
 def refresh(name: str, runs: Path = RUNS, reference: Path = REFERENCE) -> int:
     """Replaces reference/<name> with the records of runs/<name>, and copies the records of the
-    other experiments' runs it shares; returns how many files it copied."""
+    other experiments' runs it shares; returns how many files it copied. Any symbolic link in a
+    folder copied from or into is refused before anything is removed: a record behind a link would
+    commit the contents of whatever it points at, and a copy through one would write there."""
     source, target = runs / checked_name("experiment", name), reference / name
     if not has_records(source):
         raise ValueError(f"experiment {name!r} has no run records in {source.as_posix()}: allowed "
                          f"{', '.join(sorted(experiments_in(runs))) or 'none (run an experiment first)'}")
+    # the other experiments' runs it reads (shared.py): theirs, kept beside them
+    pairs = [(source, target), *((runs / e, reference / e) for e in shared_entries(source))]
+    for folder in (f for pair in pairs for f in pair):
+        refuse_experiment_links(folder)
     shutil.rmtree(target, ignore_errors=True)  # a run no longer among the user's is no longer ours either
-    copied = _copy_records(source, target)
-    for e in shared_entries(source):  # the other experiments' runs it reads (shared.py): theirs, kept beside them
-        copied += _copy_records(runs / e, reference / e)
-    return copied
+    return sum(_copy_records(s, t) for s, t in pairs)
 
 
 def _copy_records(source: Path, target: Path) -> int:
@@ -70,7 +76,7 @@ def _copy_records(source: Path, target: Path) -> int:
              and not set(f.relative_to(source).parts[:-1]) & set(LEFT_BEHIND_FOLDERS)]
     for f in files:
         (target / f.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, target / f.relative_to(source))
+        write_atomic(target / f.relative_to(source), f.read_bytes())
     return len(files)
 
 

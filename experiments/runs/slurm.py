@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from modules.files import open_in_place
+
 from experiments.runs.cluster import ClusterOptions, Submitted
+from experiments.runs.lock import SUBMITIT_DIR
 from experiments.runs.execute import (FINAL, RUNNING, TUNED, _record_failure, execute, execute_group, finished,
                                       launch, launch_packed, run_status)
 
@@ -81,7 +84,7 @@ class RunTask(_Checkpointable):
                     break
                 for r in self.runs:
                     if r.name in bad:
-                        with open(r.run_dir / "log.txt", "a") as log:
+                        with open_in_place(r.run_dir / "log.txt", append=True) as log:
                             log.write(f"\nattempt {attempt + 1} of {self.retries + 1} failed; retrying\n")
         return statuses
 
@@ -97,7 +100,7 @@ class RunTask(_Checkpointable):
                 time.sleep(0.1)
         for r in self.runs:
             if r.run_dir.exists():
-                with open(r.run_dir / "log.txt", "a") as log:
+                with open_in_place(r.run_dir / "log.txt", append=True) as log:
                     log.write("\nthe scheduler's warning signal came: stopped here, requeued; the run resumes from "
                               "its last checkpoint\n")
         return DelayedSubmission(self, *args, **kwargs)
@@ -116,7 +119,7 @@ class _slot:
         folder.mkdir(parents=True, exist_ok=True)
         while True:
             for i in range(n):
-                h = open(folder / f"slot{i}.lock", "a")
+                h = open_in_place(folder / f"slot{i}.lock", append=True)
                 try:
                     fcntl.flock(h, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     self.handle = h
@@ -199,7 +202,7 @@ def _visible_gpus() -> int:
 
 
 def submitit_dir(runs: list) -> Path:
-    return runs[0].run_dir.parent / "submitit"
+    return runs[0].run_dir.parent / SUBMITIT_DIR
 
 
 def run_stage(runs: list, units: list[list[list]], opts: ClusterOptions, launcher=None, packed_launcher=None,
@@ -331,7 +334,7 @@ def run_state(run) -> tuple[str, str]:
 def _locked(path: Path) -> bool:
     if not path.exists():
         return False
-    with open(path, "a") as h:
+    with open_in_place(path, append=True) as h:
         try:
             fcntl.flock(h, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
+from modules.files import write_atomic
 
 from experiments.runs.convergence import judged
 from experiments.runs.lock import hold_experiment
@@ -449,5 +450,5 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
     exp_dir.mkdir(parents=True, exist_ok=True)
-    sweep_file.write_text(json.dumps(record, indent=1) + "\n")
+    write_atomic(sweep_file, json.dumps(record, indent=1) + "\n")
     return code
