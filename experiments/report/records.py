@@ -89,6 +89,10 @@ def _test(v) -> str | None:
     return None
 
 
+def _seed(v) -> str | None:
+    return None if isinstance(v, str) or not COUNT(v) else "an integer >= 0 or text"
+
+
 def _plateau(v) -> str | None:
     return None if isinstance(v, dict) and v.get("plateaued") in (True, False, None) else \
         "a mapping whose 'plateaued' is true, false or null"
@@ -107,7 +111,7 @@ SUMMARY_FIELDS = {
     "family": _text, "status": _text, "run": _text, "experiment": _text, "budget": _text, "dataset": _text,
     "commit": _text, "hardware": _text, "precision": _text, "error": _text, "config_hash": _text,
     "test_settings": _text, "versions": _mapping(_text, " of texts"),
-    "fraction": _number(0, 1), "train_size": COUNT, "val_size": COUNT, "seed": COUNT, "params": COUNT,
+    "fraction": _number(0, 1), "train_size": COUNT, "val_size": COUNT, "seed": _seed, "params": COUNT,
     "flops_per_image": _number(0), "devices": COUNT, "steps": COUNT, "epochs": COUNT, "max_steps": INTEGER,
     "wall_time_s": _number(0), "images_per_sec": _number(0), "val_acc_best": ACCURACY, "test_acc": ACCURACY,
     "test": _test, "val_history": _history, "plateau": _plateau, "engine": _engine, "identity": _mapping(),
@@ -122,11 +126,12 @@ def _show(v) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def checked_summary(summary) -> dict:
-    """`summary` when it holds what the tables read, else a BadRecord naming the first wrong key."""
+def checked_summary(summary, finished: tuple[str, ...] = REQUIRED_DONE) -> dict:
+    """`summary` when it holds what the tables read, else a BadRecord naming the first wrong key;
+    `finished`: the keys a finished run must have besides."""
     if not isinstance(summary, dict):
         raise BadRecord(f"holds {type(summary).__name__} {_show(summary)}, not a mapping of a run's fields")
-    needed = REQUIRED + (REQUIRED_DONE if summary.get("status") == "done" else ())
+    needed = REQUIRED + (finished if summary.get("status") == "done" else ())
     for key in needed:
         if summary.get(key) is None:
             raise BadRecord(f"no {key!r}" + (" in a finished run's record" if key in REQUIRED_DONE else ""))
