@@ -7,16 +7,22 @@ in results/runs where you have run the experiment, else the committed results/re
 table's first lines say which. results/step_times.csv (runs/estimate.py: what the dry runs
 estimate from) is rebuilt from every experiment's runs. With --readme, the README's Findings block is rebuilt from every
 experiment's `findings` (report/findings.py), whichever experiments this call regenerated.
+Records are read as data (report/records.py): a run whose summary.json or identity.json is not what
+the suite writes is left out, with one line on stderr and "runs left out: <run> (<why>)" in every
+report built from it; the others are tabled as usual.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 from experiments.report.findings import render
 from experiments.report.table_format import write_csv
 from experiments.report.readme import update_block
+from experiments.report.records import read_runs
 from experiments.runs import reference
 from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
 from experiments.runs.lock import refuse_experiment_links
@@ -35,13 +41,16 @@ def tables_of(name: str):
 
 
 def findings_block(roots: list[Path]) -> str:
-    """Every experiment's findings (yours where you ran it, else the reference), as one markdown table."""
-    rows = []
+    """Every experiment's findings (yours where you ran it, else the reference), as one markdown
+    table, and the runs they could not read."""
+    rows, left = [], []
     for name in FINDINGS_ORDER:
         exp_dir = next((r / name for r in roots if has_records(r / name)), None)
         if exp_dir is not None:
             rows += importlib.import_module(f"experiments.{name}.tables").findings(exp_dir)
-    return render(rows)
+            # named in the runs folder (a shared run is already <experiment>/<folder>), each once
+            left += [replace(o, name=o.name if "/" in o.name else f"{name}/{o.name}") for o in read_runs(exp_dir)[1]]
+    return render(rows, list({o.name: o for o in left}.values()))
 
 
 def main(argv: list[str]) -> int:
@@ -67,6 +76,8 @@ def main(argv: list[str]) -> int:
         refuse_experiment_links(exp_dir)  # its figures go into its tensorboard/; a record behind a link is another file
         for path in tables_of(name)(exp_dir, Path(a.out)):
             print(f"wrote {path}")
+        for left in read_runs(exp_dir)[1]:
+            print(left.warning(), file=sys.stderr)
     if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):
         print(f"wrote {a.readme}")
     step_times = Path(a.out) / STEP_TIMES.name  # from every experiment's runs, whichever this call regenerated

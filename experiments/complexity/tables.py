@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from experiments.complexity.runner import PARTS
 from experiments.complexity.pos_embed_interpolation import NATIVE
 from experiments.runs.reference import whose, whose_runs
-from experiments.runs.record import read_json
+from experiments.report.records import read_record
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
 from experiments.complexity.paper_models import PAPER_MODELS
 from experiments.report.findings import Finding
@@ -354,7 +354,7 @@ def findings(exp_dir: Path) -> list[Finding]:
     linear in the patches (resolution^2). FLOPs are counted, not sampled: no interval."""
     out = []
     for path in sorted(Path(exp_dir).glob(MEASUREMENTS)):
-        rec = read_json(path)
+        rec = read_record(path)
         group = rec["parts"].get("scaling")
         if not group:
             continue
@@ -375,7 +375,7 @@ def findings(exp_dir: Path) -> list[Finding]:
 
 def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     """Every profile's record (cpu first) into one markdown file; csv rows carry the profile."""
-    records = [read_json(path) for path in sorted(Path(exp_dir).glob(MEASUREMENTS))]
+    records = [read_record(path) for path in sorted(Path(exp_dir).glob(MEASUREMENTS))]
     if not records:
         raise ValueError(f"no measurements in {exp_dir}: run `make exp-complexity` first")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 from modules import FAMILIES
 
 from experiments.runs.reference import whose, whose_runs
-from experiments.runs.record import read_identity, read_json, read_summary
-from experiments.runs.shared import located, shared_entries
+from experiments.report.records import LeftOut, Run, left_out_line, read_record, read_runs
 from experiments.runs.convergence import judged, plateau_unknown, still_improving
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
@@ -66,16 +65,18 @@ TUNING_COLUMNS = ("profile", "family", "recipe", "fraction", "train_size", "val_
 
 
 def collect(exp_dir: Path) -> list[dict]:
-    """Each run folder's summary, with its identity (the settings its folder hash covers) under
-    'identity' when the folder has one."""
+    """Each readable run's summary (records.read_runs), with its identity (the settings its folder
+    hash covers) under 'identity' when the folder has one."""
+    return run_summaries(read_runs(exp_dir)[0])
+
+
+def run_summaries(runs: dict[str, Run]) -> list[dict]:
     out = []
-    shared = {located(exp_dir, e): e for e in shared_entries(exp_dir)}  # another experiment's runs its record names
-    for d in [*sorted(Path(exp_dir).iterdir()), *shared]:
-        if d.is_dir() and (s := read_summary(d)):
-            ident = read_identity(d)
-            s = {**s, "run": shared[d]} if d in shared else s  # as the record names it
-            out.append({**s, "identity": grouping_identity(ident), "_seeds": [ident.get(k) for k in SEED_KEYS]}
-                       if ident is not None else s)
+    for name, run in runs.items():
+        s = {**run.summary, "run": name} if "/" in name else run.summary  # a shared run: as the record names it
+        ident = run.identity
+        out.append({**s, "identity": grouping_identity(ident), "_seeds": [ident.get(k) for k in SEED_KEYS]}
+                   if ident is not None else s)
     return out
 
 
@@ -512,11 +513,12 @@ def tuning_trials(tuning: dict) -> list[dict]:
     return out
 
 
-def rejudged(tuning: dict, exp_dir: Path) -> dict:
+def rejudged(tuning: dict, runs: dict[str, Run]) -> dict:
     """tuning.json with each trial's plateau judged again by today's rule from its run's record (the
     record keeps the curve; the flag in tuning.json is the rule of the day the trial ran)."""
     def trial(t: dict) -> dict:
-        s = read_summary(exp_dir / t["run"]) if t.get("run") else None
+        run = runs.get(t.get("run")) if isinstance(t, dict) and isinstance(t.get("run"), str) else None
+        s = run.summary if run else None
         return {**t, "plateaued": (judged(s) or {}).get("plateaued")} if s and s.get("val_history") else t
     return {**tuning, "profiles": {p: {**rec, "trials": [trial(t) for t in rec.get("trials") or []]}
                                    for p, rec in (tuning.get("profiles") or {}).items()}} if tuning else tuning
@@ -619,7 +621,7 @@ def planned(summaries: list[dict], sweep: dict) -> tuple[list[dict], list[dict]]
 
 
 def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | None, tuning: dict | None = None,
-                    left_out: list[dict] = ()) -> str:
+                    left_out: list[dict] = (), unreadable: list[LeftOut] = ()) -> str:
     name = exp_dir.name
     threshold = _threshold(sweep)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
@@ -642,6 +644,8 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
     out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
                f"wall time summed over runs (fit only): {wall / 60:.1f} min"
                + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
+    if unreadable:
+        out.append(f"- {left_out_line(unreadable)}")
     packed = [s for s in summaries if s.get("engine")]
     if packed:
         groups = {s["engine"]["group"] for s in packed}
@@ -785,10 +789,10 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     """<out>/<name>.csv, .md, _slopes.csv, and .png when the runs span more than one training-set
     size, _tuning.csv when the sweep left a tuning.json."""
     name = exp_dir.name
-    summaries = collect(exp_dir)
-    sweep, tuning = read_json(exp_dir / "sweep.json"), read_json(exp_dir / "tuning.json")
-    summaries, left_out = planned(summaries, sweep)
-    tuning = rejudged(tuning, exp_dir)
+    runs, unreadable = read_runs(exp_dir)
+    sweep, tuning = read_record(exp_dir / "sweep.json"), read_record(exp_dir / "tuning.json")
+    summaries, left_out = planned(run_summaries(runs), sweep)
+    tuning = rejudged(tuning, runs)
     rows = aggregate(summaries)
     if not rows:
         raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")
@@ -801,7 +805,7 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
         figs["test_error_by_train_size"] = plot(rows, summaries, png)
         paths.append(png)
     log_figures(figs, exp_dir / "tensorboard", name)  # beside the sweep's own view (write_sweep_view)
-    text = render_markdown(exp_dir, rows, summaries, sweep, png, tuning, left_out)
+    text = render_markdown(exp_dir, rows, summaries, sweep, png, tuning, left_out, unreadable)
     paths[1].write_text(text)
     slopes = out_dir / f"{name}_slopes.csv"
     if png is not None:  # more than one training-set size
@@ -823,7 +827,7 @@ def findings(exp_dir: Path) -> list[Finding]:
     the smallest training set both ran (Fig. 4: "ResNets perform better with smaller pre-training
     datasets"), and the gap's change from the smallest to the largest (they "plateau sooner than
     ViT"): a trend only from the paired interval of the change."""
-    sweep = read_json(exp_dir / "sweep.json")
+    sweep = read_record(exp_dir / "sweep.json")
     summaries, _ = planned(collect(exp_dir), sweep)
     rows = [r for r in aggregate(summaries) if r["family"] in ("vit", REFERENCE)]
     scope = min((r["_scope"] for r in rows), default=None)  # the first recipe where several ran

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 from datamodules.sources import FASHION_MNIST_CLASSES
 
-from experiments.runs.record import read_json, read_summary
-from experiments.runs.shared import located, shared_entries
+from experiments.report.records import left_out_line, read_record, read_runs
+from experiments.runs.shared import located
 from experiments.runs.convergence import still_improving
 from experiments.distill import MATCHED, family_of
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
@@ -158,12 +158,9 @@ def reported(student: str) -> str:
 
 
 def collect(exp_dir: Path) -> dict[str, dict]:
-    """Every run folder's summary, by folder name, and every shared run the record names, by
-    <experiment>/<folder> (unreadable ones are skipped, as tables.collect does)."""
-    if not exp_dir.is_dir():
-        return {}
-    own = {d.name: s for d in sorted(exp_dir.iterdir()) if d.is_dir() and (s := read_summary(d))}
-    return {**own, **{e: s for e in shared_entries(exp_dir) if (s := read_summary(located(exp_dir, e)))}}
+    """Every readable run's summary (records.read_runs), by folder name, and every shared run the
+    record names, by <experiment>/<folder>."""
+    return {name: run.summary for name, run in read_runs(exp_dir)[0].items()}
 
 
 def check_record(record, path: Path) -> None:
@@ -189,7 +186,7 @@ def load_profile(name: str, rec: dict, runs: dict, exp_dir: Path) -> Profile:
             teachers[key[:2]][e["seed"]] = runs[e["run"]]
     for e in rec.get("students") or []:
         if _finished(runs.get(e["run"])):
-            probes = read_json(located(exp_dir, e["run"]) / PROBES, HINT)   # {} when absent
+            probes = read_record(located(exp_dir, e["run"]) / PROBES, HINT)   # {} when absent
             probes = probes if isinstance(probes, dict) else {}
             students[e["student"], float(e["fraction"])][e["seed"]] = {**runs[e["run"]], "_entry": e, "_probes": probes}
     return Profile(name, rec, runs, dict(teachers), dict(students), plan_teacher)
@@ -719,6 +716,9 @@ def render_markdown(profiles: list[Profile], pngs: list[str], exp_dir: Path, unp
     if unplanned:
         out += [f"- not in the table: {plural(len(unplanned), 'finished run')} that {RECORD} does not list: "
                 f"{', '.join(unplanned)}", ""]
+    unreadable = read_runs(exp_dir)[1]
+    if unreadable:
+        out += [f"- {left_out_line(unreadable)}", ""]
     for p, png in zip(profiles, pngs):
         out += render_profile(p, png)
     return "\n".join(out).rstrip() + "\n"
@@ -784,7 +784,7 @@ def _csv_value(v) -> str:
 
 def load(exp_dir: Path) -> tuple[dict, dict, list[Profile]]:
     """distill.json, the finished runs and each profile with students (ValueError naming what is missing)."""
-    record = read_json(exp_dir / RECORD, HINT)
+    record = read_record(exp_dir / RECORD, HINT)
     check_record(record, exp_dir / RECORD)
     runs = collect(exp_dir)
     profiles = [load_profile(n, rec, runs, exp_dir) for n, rec in (record.get("profiles") or {}).items()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import markdown_table, plus_minus, plural
 from experiments.report.verdicts import MARGIN, verdict
@@ -45,7 +46,9 @@ def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> 
             f"commit {', '.join(commits) or '?'}; {whose}")
 
 
-def render(findings: list[Finding]) -> str:
+def render(findings: list[Finding], left_out: list[LeftOut] = ()) -> str:
+    """The Findings table, and the runs behind it that could not be read (records.read_runs)."""
     head = ["question", "published", "ours (paired by seed, 95% interval)", "verdict", "from"]
     rows = [[c.replace("|", "/") for c in (f.question, f.published, f.ours, f.verdict, f.source)] for f in findings]
-    return "\n".join(["", "", *markdown_table(head, rows, text_columns=len(head)), ""])
+    left = ["", f"- {left_out_line(left_out)}"] if left_out else []
+    return "\n".join(["", "", *markdown_table(head, rows, text_columns=len(head)), *left, ""])

@@ -2,8 +2,26 @@
 from __future__ import annotations
 
 import csv
+import unicodedata
 from pathlib import Path
 from typing import Callable, Iterable
+
+# what would make a record's text markup: a cell's end, an escape, a tag or entity, a code span, a link
+_MARKUP = str.maketrans({"|": "&#124;", "\\": "&#92;", "<": "&lt;", "&": "&amp;", "`": "&#96;", "[": "&#91;"})
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks and other control or format characters as spaces: a new line in
+    a record would start a heading, a list or a paragraph of its own, or end a table."""
+    return "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+
+
+def plain(text: str) -> str:
+    """A record's text as markdown shows it, never as markup: on one line, with every character that
+    could end a table cell, start HTML or a link, or escape the next one written as an entity (which
+    a markdown table cell, a paragraph and HTML all show as the character). Entities, not
+    backslashes: a plain text inside a repr() or a JSON dump stays plain."""
+    return one_line(text).translate(_MARKUP)
 
 
 def fmt(v) -> str:

@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from experiments.report.records import BadRecord, checked_summary
 from experiments.runs.execute import run_status
 from experiments.runs.provenance import hardware
 from experiments.runs.record import read_identity, read_summary
@@ -32,7 +33,7 @@ def measured(exp_dirs: list[Path]) -> list[dict]:
     for exp_dir in exp_dirs:
         for run_dir in sorted(p for p in exp_dir.iterdir() if p.is_dir()):
             s, ident = read_summary(run_dir), read_identity(run_dir)
-            if not s or not ident or s.get("status") not in DONE:
+            if not s or not ident or s.get("status") not in DONE or not _typed(s):
                 continue
             engine = s.get("engine") or {}
             if engine and ("loop" not in engine or engine.get("group") in groups):
@@ -47,6 +48,16 @@ def measured(exp_dirs: list[Path]) -> list[dict]:
     return [{"device": d, "family": f, "budget": b, "batch_size": n, "members": k,
              "ms_per_step": round(statistics.median(v), 1), "runs": len(v), "experiments": " ".join(sorted(where[d, f, b, n, k]))}
             for (d, f, b, n, k), v in sorted(times.items(), key=lambda kv: tuple(map(str, kv[0])))]
+
+
+def _typed(summary: dict) -> bool:
+    """Whether the summary holds what the suite writes (a wrongly typed one is left out, and `tables`
+    names it: report/records.py)."""
+    try:
+        checked_summary(summary, finished=())  # a step time needs no fraction or training-set size
+    except BadRecord:
+        return False
+    return True
 
 
 def read_step_times(path: Path = STEP_TIMES) -> dict[tuple, float]:
