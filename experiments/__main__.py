@@ -25,6 +25,20 @@ DIVERGED = 3  # exit status of a run whose loss became NaN or inf
 
 
 def main(argv: list[str]) -> int:
+    """Runs one command; returns its exit status (128 + the signal's number when interrupted)."""
+    from experiments.runs.interruption import catching, received
+    with catching():
+        try:
+            return _command(argv)
+        except (KeyboardInterrupt, SystemExit):  # Lightning exits 1 after its graceful stop
+            stop = received()
+            if stop is None:
+                raise
+            print(stop.line(argv), file=sys.stderr)
+            return stop.exit_status
+
+
+def _command(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
@@ -93,4 +107,5 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     # defence in depth: any torch.load in this process, even one that asks otherwise, reads weights only
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    sys.exit(main(sys.argv[1:]))
+    from experiments.runs.interruption import end_process
+    end_process(main(sys.argv[1:]))
