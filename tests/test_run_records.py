@@ -356,3 +356,12 @@ def test_sigterm_during_a_test_exits_by_it_and_records_nothing(cli, done_run, ca
     assert all(p.name.startswith("events.out.tfevents") for p in after if after[p] != before.get(p)), sorted(after)
     assert not (done_run / "evaluations").exists()
 
+
+def test_an_update_that_overflows_is_a_divergence(cli):
+    """An lr so large that AdamW's first update overflows float32 (lr / its bias correction 0.1): the
+    run is recorded as diverged and exits 3, as a loss turned NaN does (it was 'failed')."""
+    code, run_dir = cli("fit", "--model.family", "resnet", "--model.lr", "1e38")
+    s = _summary(run_dir)
+    assert code == 3 and s["status"] == "diverged", s
+    assert s["error"].startswith("FloatingPointError: diverged: the optimiser's update overflowed at step 0")
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists()

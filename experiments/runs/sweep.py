@@ -35,6 +35,7 @@ from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 
 from experiments.runs.lock import hold_experiment
+from experiments.runs.names import runs_dir_option
 from experiments.runs.record import read_summary, write_json
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
@@ -316,7 +317,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--lrs", nargs="+", type=float, help="override the learning-rate grid of the tuning stage")
     p.add_argument("--stage", choices=("all", "tune", "main"), default="all",
                    help="all (default): tune, then the main runs; tune or main: that stage only")
-    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
+    p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option,
+                   help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=None,
                    help="runs (or packed groups) at a time, each with cpu_count / jobs threads (default: the "
                         "profile's jobs, else 1)")
