@@ -86,7 +86,8 @@ def _command(argv: list[str]) -> int:
     except ValueError as e:  # bad input, modules' ConfigError and datamodules' DatasetError included
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (PermissionError, NotADirectoryError, FileExistsError) as e:  # a folder that cannot be written
+    # a folder that cannot be written, or a folder where a file is to be written
+    except (PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:
         print(f"error: cannot write {e.filename!r}: {e.strerror.lower()}" if e.filename and e.strerror
               else f"error: {e}", file=sys.stderr)
         return 2

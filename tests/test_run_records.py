@@ -357,6 +357,23 @@ def test_sigterm_during_a_test_exits_by_it_and_records_nothing(cli, done_run, ca
     assert not (done_run / "evaluations").exists()
 
 
+def test_a_folder_where_a_run_writes_a_file_is_refused_before_training(cli, fmnist_dir, make_dm, tmp_path, capsys):
+    """summary.json (or another file the fit writes) made a folder: one line before anything is
+    trained or written (the run trained to its end, then failed on writing its summary)."""
+    from experiments.runs.cli import resolve_run_dirs
+    make_dm().num_classes  # decoded beforehand: a first use's decoding progress is no error line
+    (run_dir,) = resolve_run_dirs([["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir",
+                                    str(tmp_path / "runs"), "--experiment", "t", "--model.family", "resnet"]])
+    (run_dir / "summary.json").mkdir(parents=True)
+    capsys.readouterr()
+    code, _ = cli("fit", "--model.family", "resnet")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == (f"error: '{run_dir / 'summary.json'}' is a folder: the run writes its file there; allowed a "
+                      "file or nothing (remove it, and run again)")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["summary.json"]
+
+
 def test_an_update_that_overflows_is_a_divergence(cli):
     """An lr so large that AdamW's first update overflows float32 (lr / its bias correction 0.1): the
     run is recorded as diverged and exits 3, as a loss turned NaN does (it was 'failed')."""

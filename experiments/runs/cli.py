@@ -33,7 +33,7 @@ from modules.registry import check_options
 from experiments.runs.checkpoint import RunCheckpoint
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.names import checked_name, checked_runs_dir, inside
-from experiments.runs.record import IDENTITY_FILE, read_identity, read_summary, write_json
+from experiments.runs.record import IDENTITY_FILE, check_run_files, read_identity, read_summary, write_json
 from experiments.runs.recorder import RunRecord
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 
@@ -302,8 +302,9 @@ class SuiteCLI(LightningCLI):
         self.datamodule.check_sizes()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
-        if self.subcommand == "fit":
-            refuse_planted(run_dir / "checkpoints")  # its line comes before the Trainer's
+        if self.subcommand == "fit":  # their lines come before the Trainer's
+            check_run_files(run_dir)
+            refuse_planted(run_dir / "checkpoints")
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
