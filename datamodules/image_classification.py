@@ -140,6 +140,11 @@ class ImageClassificationDataModule(L.LightningDataModule):
         val_size = self.val_size_arg if self.val_size_arg is not None else default_val_size(len(labels))
         pool, val = split_train_val(labels, val_size, self.split_seed)
         n = resolve_train_size(self.fraction, self.train_size_arg, len(pool))
+        classes = len(np.unique(labels[pool]))
+        if self.train_size_arg is None and n < classes:  # some class would never be trained on
+            raise ValueError(f"fraction={self.fraction:g} leaves {n} training image(s) of a pool of {len(pool)}, "
+                             f"fewer than its {classes} classes: allowed fractions >= {classes}/{len(pool)} "
+                             "(one image per class), or data.train_size")
         train = training_subset(pool, labels[pool], n, self.seed)
         return {"pool": pool, "val": val, "train": train}
 

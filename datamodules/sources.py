@@ -9,11 +9,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import logging
 import math
 import os
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,15 +56,48 @@ def load_decoded(name: str, *, data_dir: str | None = None, image_column: str | 
     slug = "".join(c if c.isalnum() else "_" for c in short_name(name))[-40:]
     path = Path(cache_dir or default_cache_dir()) / f"{slug}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     if (path / "dataset_dict.json").exists():
-        return datasets.load_from_disk(str(path))
+        try:
+            return _read_cache(path)
+        except (OSError, ValueError, KeyError) as e:  # damaged (a truncated .arrow file): made again
+            print(f"warning: the decoded cache {str(path)!r} of {name!r} is damaged or from an older version "
+                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); decoding the dataset again",
+                  file=sys.stderr)
+            _discard(path)
     decoded = _decode(_load_raw(name, data_dir, image_size), image_column, label_column, image_size, name)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     decoded.save_to_disk(str(tmp))
+    (tmp / CACHE_ROWS).write_text(json.dumps({split: len(decoded[split]) for split in decoded}))
     try:  # atomic: parallel processes (DDP ranks, sweep jobs) never see a half-written cache
         tmp.rename(path)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-    return datasets.load_from_disk(str(path))
+    return _read_cache(path)
+
+
+CACHE_ROWS = "rows.json"  # each split's row count, written with the cache
+
+
+def _read_cache(path: Path) -> DatasetDict:
+    """The cached DatasetDict, checked whole: Arrow reads a file cut at a record boundary as fewer
+    rows without a word (cut elsewhere, it raises), so each split must hold the rows it was saved
+    with."""
+    saved = json.loads((path / CACHE_ROWS).read_text())
+    decoded = datasets.load_from_disk(str(path))
+    found = {split: len(decoded[split]) for split in decoded}
+    if found != saved:
+        raise ValueError(f"its splits hold {found} rows, saved with {saved}")
+    return decoded
+
+
+def _discard(path: Path) -> None:
+    """Removes a cache folder: renamed first (atomic), so that a process starting meanwhile finds it
+    whole or absent, never half deleted; a process that renamed it first removes it instead."""
+    trash = path.with_name(path.name + f".broken{os.getpid()}")
+    try:
+        path.rename(trash)
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def dataset_identity(name: str) -> str:
@@ -235,8 +270,8 @@ def _pick_column(ds: Dataset, given: str | None, candidates: tuple[str, ...], wh
 
 
 def _read_image(source, name: str, check) -> Image.Image:
-    """Image.open(source) then check(image) (verify: the file's structure; load: its pixels), PIL's
-    errors for an unreadable file turned into one line naming it."""
+    """Image.open(source) then check(image) (verify: the file's structure; _decode_pixels: its
+    pixels), PIL's errors for an unreadable file turned into one line naming it."""
     try:
         img = Image.open(source)
         check(img)
@@ -244,6 +279,12 @@ def _read_image(source, name: str, check) -> Image.Image:
     except (OSError, SyntaxError, ValueError) as e:
         raise DatasetError(f"image file {str(name)!r} is not a readable image ({type(e).__name__}: {e}): "
                            "allowed complete image files; fix or remove it") from None
+
+
+def _decode_pixels(img: Image.Image) -> None:
+    """Every pixel decoded now (the file's own load: Image.Image.load, the base class's, decodes
+    nothing of a file opened lazily), so that a file cut inside its pixel data is named here."""
+    img.load()
 
 
 def _as_image(value) -> Image.Image:
@@ -254,7 +295,7 @@ def _as_image(value) -> Image.Image:
         return value
     if isinstance(value, dict):  # decoded here, so a truncated or non-image file is named
         return _read_image(io.BytesIO(value["bytes"]) if value.get("bytes") else value["path"],
-                           value.get("path") or "(embedded bytes)", Image.Image.load)
+                           value.get("path") or "(embedded bytes)", _decode_pixels)
     array = np.asarray(value, dtype=np.uint8)
     return Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array)
 

@@ -25,6 +25,20 @@ DIVERGED = 3  # exit status of a run whose loss became NaN or inf
 
 
 def main(argv: list[str]) -> int:
+    """Runs one command; returns its exit status (128 + the signal's number when interrupted)."""
+    from experiments.runs.interruption import catching, received
+    with catching():
+        try:
+            return _command(argv)
+        except (KeyboardInterrupt, SystemExit):  # Lightning exits 1 after its graceful stop
+            stop = received()
+            if stop is None:
+                raise
+            print(stop.line(argv), file=sys.stderr)
+            return stop.exit_status
+
+
+def _command(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
@@ -72,7 +86,8 @@ def main(argv: list[str]) -> int:
     except ValueError as e:  # bad input, modules' ConfigError and datamodules' DatasetError included
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (PermissionError, NotADirectoryError, FileExistsError) as e:  # a folder that cannot be written
+    # a folder that cannot be written, or a folder where a file is to be written
+    except (PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:
         print(f"error: cannot write {e.filename!r}: {e.strerror.lower()}" if e.filename and e.strerror
               else f"error: {e}", file=sys.stderr)
         return 2
@@ -93,4 +108,5 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     # defence in depth: any torch.load in this process, even one that asks otherwise, reads weights only
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    sys.exit(main(sys.argv[1:]))
+    from experiments.runs.interruption import end_process
+    end_process(main(sys.argv[1:]))

@@ -18,7 +18,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibratio
 from .checkpoint_io import read_checkpoint
 from .complexity import count_flops, count_params
 from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
-from .optim import adamw_warmup_cosine
+from .optim import LR_LIMIT, adamw_warmup_cosine, lr_in_range
 from .registry import build_model, use_fused_attention
 
 
@@ -67,8 +67,8 @@ class ImageClassifier(L.LightningModule):
         super().__init__()
         if distillation not in DISTILLATION_TYPES:
             raise ValueError(f"distillation={distillation!r}: allowed {', '.join(DISTILLATION_TYPES)}")
-        if not lr > 0:
-            raise ValueError(f"lr={lr}: allowed a learning rate > 0")
+        if not lr_in_range(lr):
+            raise ValueError(f"lr={lr}: allowed a learning rate > 0 and {LR_LIMIT}")
         if not 0.0 <= label_smoothing < 1.0:  # at 1 the targets are uniform: nothing left to learn
             raise ValueError(f"label_smoothing={label_smoothing}: allowed [0, 1)")
         if not 0.0 <= warmup_fraction <= 1.0:
@@ -299,6 +299,17 @@ class ImageClassifier(L.LightningModule):
             total_steps=int(self.trainer.estimated_stepping_batches),
             warmup_fraction=h.warmup_fraction, min_lr_ratio=h.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        """An update too large for the weights' float type (an lr near float32's largest over AdamW's
+        bias correction, or fp16 weights) is a divergence, recorded as such, not a failure."""
+        try:
+            super().optimizer_step(*args, **kwargs)
+        except RuntimeError as e:
+            if "without overflow" not in str(e):
+                raise
+            raise FloatingPointError(f"diverged: the optimiser's update overflowed at step {self.global_step} "
+                                     f"({e})") from None
 
     def on_train_start(self) -> None:
         self.val_acc_best.reset()  # forget the sanity-check validation (a resumed run keeps its best)

@@ -7,6 +7,17 @@ import torch
 from torch import nn
 
 
+# The largest peak learning rate: AdamW applies lr times (about) one per weight and step in float32;
+# an lr past float32's largest value cannot be applied at all, so it is bad input. A smaller absurd
+# one (1e30) is a run that diverges, recorded as such: divergence is a result, not an error.
+MAX_LR = float(torch.finfo(torch.float32).max)
+LR_LIMIT = f"<= {MAX_LR:.3g} (float32's largest, in which the optimiser applies it)"
+
+
+def lr_in_range(lr: float) -> bool:
+    return 0 < lr <= MAX_LR  # False for nan too
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """No decay for norms, biases (every 1-D tensor), position embeddings and tokens: decaying them
     pulls the embeddings toward zero without regularising anything (as in timm/DeiT/big_vision)."""

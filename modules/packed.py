@@ -36,7 +36,7 @@ from torch.func import functional_call, stack_module_state
 
 from .checkpoint_io import atomic_save
 from .classifier import ImageClassifier, load_teacher
-from .optim import param_groups, warmup_cosine
+from .optim import LR_LIMIT, lr_in_range, param_groups, warmup_cosine
 from .registry import use_fused_attention
 
 
@@ -118,8 +118,8 @@ class PackedClassifier(L.LightningModule):
         if not self.seeds:
             raise ValueError("seeds=[]: allowed one integer per member, at least one")
         K = len(self.seeds)
-        if lrs is not None and (len(lrs) != K or not all(lr > 0 for lr in lrs)):
-            raise ValueError(f"lrs={list(lrs)}: allowed one learning rate > 0 per member ({K})")
+        if lrs is not None and (len(lrs) != K or not all(lr_in_range(lr) for lr in lrs)):
+            raise ValueError(f"lrs={list(lrs)}: allowed one learning rate > 0 per member ({K}), each {LR_LIMIT}")
         self.lrs = [float(lr) for lr in lrs] if lrs is not None else None
         members, rng = zip(*[_member(s, config) for s in self.seeds])
         # each member's stochastic-depth stream: where its single run's global RNG is after building

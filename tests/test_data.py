@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import datasets
 import numpy as np
@@ -56,6 +57,26 @@ def test_decoded_dataset_is_cached(make_dm, monkeypatch):
     monkeypatch.setattr(sources, "_load_raw", no_reload)
     dm = make_dm()
     assert dm.num_classes == 10  # served from the Arrow cache
+
+
+@pytest.mark.parametrize("cut", ["inside its rows", "after its schema"])
+def test_a_damaged_decoded_cache_is_decoded_again(make_dm, tmp_path, capsys, cut):
+    """A cache .arrow file cut short is decoded again with a warning: cut inside a record, Arrow
+    raises on reading it; cut at a record boundary, it would read as fewer rows (here none)."""
+    import pyarrow as pa
+    whole = make_dm(cache_dir=str(tmp_path))
+    images, labels = whole._train_arrays
+    (arrow,) = tmp_path.glob("*/train/*.arrow")
+    with pa.memory_map(str(arrow)) as source:
+        pa.ipc.MessageReader.open_stream(source).read_next_message()  # the schema
+        schema_end = source.tell()
+    os.truncate(arrow, arrow.stat().st_size // 2 if cut == "inside its rows" else schema_end)
+    capsys.readouterr()
+    again = make_dm(cache_dir=str(tmp_path))
+    np.testing.assert_array_equal(again._train_arrays[0], images)
+    np.testing.assert_array_equal(again._train_arrays[1], labels)
+    assert "is damaged or from an older version" in capsys.readouterr().err
+    assert len(make_dm(cache_dir=str(tmp_path))._train_arrays[1]) == len(labels)  # whole again: read as it is
 
 
 def _write_image_folder(root, classes, n_per_class, size=(16, 16), mode="RGB"):

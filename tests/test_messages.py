@@ -106,3 +106,32 @@ def test_the_planted_checkpoint_is_a_real_attack(tmp_path, fmnist_dir):
         scene.paths["pwned"].unlink(missing_ok=True)
         load(scene.paths[name])
         assert scene.paths["pwned"].exists(), name
+
+
+def test_an_image_cut_inside_its_pixels_is_named_when_decoded(tmp_path, capsys):
+    """A PNG whose chunks are whole (its structure passes the cheap check) but whose compressed pixels
+    stop halfway: decoding it names the file in one error line, exit 2, no traceback, no run folder
+    (Image.Image.load, the base class's, decoded nothing; the error came out of Arrow's map, 96 lines)."""
+    import struct
+    import zlib
+
+    from tests.bad_inputs import Scene
+    folder = Scene._image_folder(tmp_path / "pets", dog=((8, 8),) * 4)
+    png = (folder / "dog" / "0.png").read_bytes()
+    chunks, pos = [png[:8]], 8
+    while pos < len(png):  # each chunk rewritten, IDAT's data halved, its CRC made anew
+        (n,), kind = struct.unpack(">I", png[pos:pos + 4]), png[pos + 4:pos + 8]
+        data = png[pos + 8:pos + 8 + n]
+        data = data[:len(data) // 2] if kind == b"IDAT" else data
+        chunks.append(struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)))
+        pos += 12 + n
+    (folder / "dog" / "0.png").write_bytes(b"".join(chunks))
+    runs = tmp_path / "runs"
+    code = main(["fit", "--data.dataset", str(folder), "--data.train_size", "4", "--data.val_size", "2",
+                 "--runs_dir", str(runs), "--trainer.enable_progress_bar", "false"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and "Traceback" not in err and len(errors) == 1, err[-3000:]
+    assert errors[0].startswith(f"error: image file '{folder}/dog/0.png' is not a readable image (OSError: image file "
+                                "is truncated")
+    assert not runs.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -226,13 +227,27 @@ PROTOCOLS = {  # 160 images / batch 32 = 5 steps an epoch
 }
 
 
-@pytest.mark.parametrize("protocol, kill_after", [("equal_steps", 3), ("fixed_epochs", 5),
-                                                  ("fixed_epochs_validated_within", 7)],
-                         ids=["equal_steps-mid_epoch", "fixed_epochs-epoch_end", "fixed_epochs-mid_epoch"])
-def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, kill_after):
-    """Killed (SIGKILL) right after the checkpoint at step `kill_after` and started again, a run
-    ends with the same weights and metrics as the same run uninterrupted (fp32 on CPU). The killed
-    and resumed runs are real processes; the uninterrupted one runs in this process (same threads)."""
+STOPS = {  # how a run is stopped after a step: the kill switch and the step of the checkpoint it resumes from
+    signal.SIGKILL: lambda step: (["--trainer.callbacks+=tests.kill_switch.KillAfterStep",
+                                   f"--trainer.callbacks.step={step}"], step),
+    # SIGTERM (as `kill` or a scheduler sends it) one step after the checkpoint at step 3 (validations every 3)
+    signal.SIGTERM: lambda step: (["--trainer.callbacks+=tests.kill_switch.SignalAfterStep",
+                                   f"--trainer.callbacks.step={step}", "--trainer.callbacks.signum=15"], 3),
+}
+
+
+@pytest.mark.parametrize("protocol, kill_after, how", [("equal_steps", 3, signal.SIGKILL),
+                                                       ("fixed_epochs", 5, signal.SIGKILL),
+                                                       ("fixed_epochs_validated_within", 7, signal.SIGKILL),
+                                                       ("equal_steps", 4, signal.SIGTERM)],
+                         ids=["equal_steps-mid_epoch", "fixed_epochs-epoch_end", "fixed_epochs-mid_epoch",
+                              "equal_steps-sigterm_between_checkpoints"])
+def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, kill_after, how):
+    """Killed (SIGKILL) right after the checkpoint at step `kill_after`, or stopped by SIGTERM a step
+    after one, and started again, a run ends with the same weights and metrics as the same run
+    uninterrupted (fp32 on CPU). SIGTERM ends the process by that signal (a shell sees 143) after one
+    line, the run recorded as interrupted. The stopped and resumed runs are real processes; the
+    uninterrupted one runs in this process (same threads)."""
     args = ["fit", "--config", SMOKE, "--data.data_dir", str(fmnist_dir),
             "--model.family", "vit", "--data.train_size", "160", "--trainer.limit_train_batches", "null",
             "--trainer.precision", "32-true", "--data.randaugment", "true", "--model.drop_path_rate", "0.1",
@@ -245,11 +260,17 @@ def test_killed_at_a_checkpoint_resumes_exactly(fmnist_dir, tmp_path, protocol, 
                                "--experiment", experiment, *extra], cwd=ROOT,
                               env=env, capture_output=True, text=True, timeout=600)
     assert main([*args, "--runs_dir", str(tmp_path), "--experiment", "whole"]) == 0
-    killed = fit("killed", "--trainer.callbacks+=tests.kill_switch.KillAfterStep",
-                 f"--trainer.callbacks.step={kill_after}")
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    switch, checkpoint_step = STOPS[how](kill_after)
+    killed = fit("killed", *switch)
+    assert killed.returncode == -how, killed.stderr[-2000:]
     (run_dir,) = (tmp_path / "killed").iterdir()
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == kill_after
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == checkpoint_step
+    if how == signal.SIGTERM:
+        assert _summary(run_dir)["status"] == "interrupted" and _summary(run_dir)["steps"] == kill_after
+        lines = [line for line in killed.stderr.splitlines() if line.strip()]
+        assert "Traceback" not in killed.stderr and "KeyboardInterrupt" not in killed.stderr, killed.stderr[-2000:]
+        assert lines[-1].startswith(f"interrupted by SIGTERM: {run_dir} stopped at step {kill_after}, recorded as "
+                                    "interrupted; run the same command again to resume: python -m experiments fit ")
     resumed = fit("killed")
     assert resumed.returncode == 0 and "resuming from" in resumed.stderr, resumed.stderr[-2000:]
 
@@ -316,3 +337,48 @@ def test_a_folder_holding_another_configuration_is_refused(cli, done_run, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "holds another configuration (model.lr: 0.5 there, 0.003 here" in err[0]
     assert _files(done_run) == before
+
+
+def test_sigterm_during_a_test_exits_by_it_and_records_nothing(cli, done_run, capsys):
+    """SIGTERM while `test` evaluates a checkpoint: 128 + 15, one line naming the run and the
+    command again, and no result written anywhere (Lightning's own stop exited 0 with no result)."""
+    before = _files(done_run)
+    capsys.readouterr()
+    code, _ = cli("test", "--ckpt_path", str(done_run / "checkpoints" / "best.ckpt"),
+                  "--trainer.callbacks+=tests.kill_switch.SignalAfterStep", "--trainer.callbacks.step=-1",
+                  "--trainer.callbacks.signum=15")
+    err = capsys.readouterr().err
+    assert code == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"interrupted by SIGTERM: {done_run} stopped in its test; nothing "
+                                                   "recorded; run the same command again to resume: python -m "
+                                                   "experiments test --config ")
+    after = _files(done_run)  # the test's TensorBoard log was opened before the signal came; nothing else changed
+    assert all(p.name.startswith("events.out.tfevents") for p in after if after[p] != before.get(p)), sorted(after)
+    assert not (done_run / "evaluations").exists()
+
+
+def test_a_folder_where_a_run_writes_a_file_is_refused_before_training(cli, fmnist_dir, make_dm, tmp_path, capsys):
+    """summary.json (or another file the fit writes) made a folder: one line before anything is
+    trained or written (the run trained to its end, then failed on writing its summary)."""
+    from experiments.runs.cli import resolve_run_dirs
+    make_dm().num_classes  # decoded beforehand: a first use's decoding progress is no error line
+    (run_dir,) = resolve_run_dirs([["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir",
+                                    str(tmp_path / "runs"), "--experiment", "t", "--model.family", "resnet"]])
+    (run_dir / "summary.json").mkdir(parents=True)
+    capsys.readouterr()
+    code, _ = cli("fit", "--model.family", "resnet")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == (f"error: '{run_dir / 'summary.json'}' is a folder: the run writes its file there; allowed a "
+                      "file or nothing (remove it, and run again)")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["summary.json"]
+
+
+def test_an_update_that_overflows_is_a_divergence(cli):
+    """An lr so large that AdamW's first update overflows float32 (lr / its bias correction 0.1): the
+    run is recorded as diverged and exits 3, as a loss turned NaN does (it was 'failed')."""
+    code, run_dir = cli("fit", "--model.family", "resnet", "--model.lr", "1e38")
+    s = _summary(run_dir)
+    assert code == 3 and s["status"] == "diverged", s
+    assert s["error"].startswith("FloatingPointError: diverged: the optimiser's update overflowed at step 0")
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists()

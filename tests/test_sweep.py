@@ -142,6 +142,73 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
         "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003": "done", "resnet-tiny_fashion_mnist_f1_s0_lr0.003": "done"}
 
 
+def _stopped_sweep(spec: Path, runs: Path, signum: int, to: str, jobs: int) -> subprocess.CompletedProcess:
+    """The tiny spec's ResNet tuning trials (f0.5, f1) as a real sweep, `jobs` at a time, in a process
+    group of its own, as a terminal starts it; the first run to reach step 5 sends `signum` to `to`
+    (its process group, as Ctrl-C does, or the sweep, as `kill <pid>` does)."""
+    stopped = yaml.safe_load(spec.read_text())
+    stopped["families"] = ["resnet"]
+    stopped["profiles"]["cpu"].update(epochs=1.0, val_checks=4, jobs=jobs)  # 12 and 20 steps; checkpoints every 3, 5
+    stopped["recipe_args"]["default"] = {"trainer.callbacks+": "tests.kill_switch.SignalAfterStep",
+                                         "trainer.callbacks.step": 5, "trainer.callbacks.signum": int(signum),
+                                         "trainer.callbacks.to": to}
+    spec.write_text(yaml.safe_dump(stopped))
+    cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, start_new_session=True, timeout=600)
+
+
+def _one_interruption_line(p: subprocess.CompletedProcess, signum: int, spec: Path, runs: Path, names: list[str]) -> None:
+    """The sweep ended by `signum` (a shell sees 128 + it) after one line on stderr, naming the
+    interrupted runs and the command that resumes them, and no traceback."""
+    assert p.returncode == -signum, p.stderr[-3000:]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, p.stderr[-3000:]
+    head, _, tail = lines[0].partition(" (")
+    assert head == f"interrupted by {signal.Signals(signum).name}: {len(names)} run(s) stopped and recorded as interrupted"
+    assert sorted(tail.partition(")")[0].split(", ")) == sorted(names), lines[0]
+    assert lines[0].endswith(f"; run the same command again to resume: python -m experiments sweep --spec {spec} "
+                             f"--runs_dir {runs} --stage tune")
+
+
+def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_dm, in_process_launches, capsys):
+    """Ctrl-C (SIGINT to the sweep and its runs) with two runs training: each run records itself as
+    interrupted, the sweep says so in one line and ends by SIGINT; the bar does not count them done,
+    --status lists them as interrupted, and the same command resumes them from their checkpoints."""
+    spec, runs = sweep_env
+    make_dm().num_classes  # decoded beforehand: a first use's decoding progress is no part of the answer
+    p = _stopped_sweep(spec, runs, signal.SIGINT, "group", jobs=2)
+    trials = {_readable(d): d for d in (runs / "tiny").glob("resnet-*")}
+    _one_interruption_line(p, signal.SIGINT, spec, runs, sorted(trials))
+    assert "0/2" in p.stdout and "2/2" not in p.stdout and "interrupted in" not in p.stdout, p.stdout
+    for run_dir in trials.values():
+        assert run_status_of(run_dir) == "interrupted" and (run_dir / "checkpoints" / "last.ckpt").exists()
+        assert "Traceback" not in (run_dir / "log.txt").read_text()
+
+    capsys.readouterr()
+    assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune", "--status"]) == 0
+    rows = {x.split()[3]: x.split()[2] for x in capsys.readouterr().out.splitlines() if x.startswith("tune ")}
+    assert rows == {d.name: "interrupted" for d in trials.values()}
+
+    resumed = yaml.safe_load(spec.read_text())
+    resumed["recipe_args"]["default"] = {}  # no switch: the same runs (callbacks are no part of a run's identity)
+    spec.write_text(yaml.safe_dump(resumed))
+    assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune"]) == 0
+    for run_dir in trials.values():
+        assert "resuming from" in (run_dir / "log.txt").read_text() and run_status_of(run_dir) == "fitted"
+
+
+def test_sigterm_to_a_sweep_stops_its_run_and_starts_no_other(sweep_env, make_dm):
+    """SIGTERM to the sweep alone (`kill <pid>`; its runs never see it): it hands the signal to the
+    run training, which records itself interrupted; the next run never starts; one line; exit by SIGTERM."""
+    spec, runs = sweep_env
+    make_dm().num_classes
+    p = _stopped_sweep(spec, runs, signal.SIGTERM, "parent", jobs=1)
+    (first,) = (runs / "tiny").glob("resnet-*")  # one at a time, the cheaper run first
+    _one_interruption_line(p, signal.SIGTERM, spec, runs, [_readable(first)])
+    assert run_status_of(first) == "interrupted"
+    assert json.loads((first / "summary.json").read_text())["steps"] == 5
+
+
 def test_two_sweeps_together_train_each_run_once_and_a_rerun_changes_no_record(sweep_env, tmp_path):
     """The second sweep of an experiment waits for the first (its lock), then finds every run
     finished. A further rerun has nothing to train or test: every file of the experiment, and the

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from experiments.runs.names import runs_dir_option
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json
 from experiments.runs.spec import spec_label, spec_path, Run, _reject_unknown
@@ -183,7 +184,7 @@ def main(argv: list[str]) -> int:
                    help="a profile of the spec (default: gpu when CUDA is available, else cpu)")
     p.add_argument("--parts", nargs="+", default=list(PARTS), metavar="PART",
                    help=f"which parts to (re)measure, others kept from the record: {', '.join(PARTS)} (default all)")
-    p.add_argument("--runs_dir", default="results/runs", help="default results/runs")
+    p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option, help="default results/runs")
     p.add_argument("--spec", default=str(spec_path("complexity")), help="default experiments/complexity/spec.yaml")
     a = p.parse_args(argv)
     spec = load_complexity_spec(Path(a.spec))

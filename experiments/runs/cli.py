@@ -34,13 +34,14 @@ from modules.registry import check_options
 
 from experiments.runs.checkpoint import RunCheckpoint
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
-from experiments.runs.names import checked_name, inside
-from experiments.runs.record import IDENTITY_FILE, read_identity, read_summary, write_json
+from experiments.runs.names import checked_name, checked_runs_dir, inside
+from experiments.runs.record import IDENTITY_FILE, check_run_files, read_identity, read_summary, write_json
 from experiments.runs.recorder import RunRecord
 from experiments.runs.run_config import load_config
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+MAX_STEPS = 2**53  # the schedule's step over its length is a float64: past this, steps share one value
 _PARSERS: dict = {}  # (CLI class, with subcommands) -> its parsers: see SuiteCLI.setup_parser
 
 
@@ -168,6 +169,7 @@ class SuiteCLI(LightningCLI):
         if not isinstance(seed, bool) and not 0 <= seed <= 2**32 - 1:
             raise ValueError(f"seed_everything={seed}: allowed true, false or integers 0..{2**32 - 1}")
         # names become folders under runs_dir: checked here, before anything (a sweep's plan too) uses them
+        checked_runs_dir(c.get("runs_dir"))
         checked_name("experiment", c.get("experiment"))
         if c.get("run_name") is not None:
             checked_name("run_name", c.get("run_name"))
@@ -189,8 +191,12 @@ class SuiteCLI(LightningCLI):
             return self._check_checkpoint_matches_data(fixed_shape(data["dataset"], data.get("resize_to")))
         trainer = self._cfg()["trainer"]
         for key, value in (("max_steps", trainer.get("max_steps")), ("max_epochs", trainer.get("max_epochs"))):
-            if value is not None and (value == 0 or value < -1):
-                raise ValueError(f"trainer.{key}={value}: allowed -1 (no limit) or integers >= 1")
+            if value is not None and (value == 0 or value < -1 or value > MAX_STEPS):
+                raise ValueError(f"trainer.{key}={value}: allowed -1 (no limit) or integers >= 1 and <= 2**53 "
+                                 "(the learning-rate schedule counts steps in float64, exact only up to there)")
+        if trainer.get("max_steps") == -1 and trainer.get("max_epochs") == -1:
+            raise ValueError("trainer.max_steps=-1 with trainer.max_epochs=-1: the learning-rate schedule (warm-up, "
+                             "then cosine to the last step) needs an end: allowed a limit on either")
         interval = trainer.get("val_check_interval")
         if interval is not None and (interval <= 0 or isinstance(interval, float) and interval > 1):
             raise ValueError(f"trainer.val_check_interval={interval}: allowed a float in (0, 1] (share of an "
@@ -277,8 +283,9 @@ class SuiteCLI(LightningCLI):
         self.datamodule.check_sizes()
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
-        if self.subcommand == "fit":
-            refuse_planted(run_dir / "checkpoints")  # its line comes before the Trainer's
+        if self.subcommand == "fit":  # their lines come before the Trainer's
+            check_run_files(run_dir)
+            refuse_planted(run_dir / "checkpoints")
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):

@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from modules.files import open_in_place, write_atomic
 
+from experiments.runs.interruption import SIGNALS, Interrupted, deferred
 from experiments.runs.record import read_summary, write_summary
 from experiments.runs.spec import Run
 from experiments.runs.shared import located
@@ -39,22 +41,65 @@ def run_status(run: Run) -> str | None:
 
 
 RUNNING: set[subprocess.Popen] = set()  # the run processes started here and not yet ended (a requeued task stops them)
+# the signal that stops this sweep (stop_runs; no run process starts after it) and the runs it stopped
+_STOP: dict = {"signum": None, "runs": []}
+# how a run process stopped by SIGINT or SIGTERM ends: by the signal (interruption.end_process), or 128 + it
+INTERRUPTED_EXITS = {e for s in SIGNALS for e in (-s, 128 + s)}
 
 
-def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int:
+def stop_runs(signum: int) -> None:
+    """Ctrl-C or SIGTERM to a sweep (interruption.deferred): every run process gets the signal (a
+    Ctrl-C in the terminal has reached them already; the second one is ignored) and records itself as
+    interrupted; no new one starts. It runs in a signal handler: no lock (the thread it interrupts
+    may hold it), and a process starting meanwhile sees the stop once started (_run_logged)."""
+    _STOP["signum"] = signum
+    for proc in list(RUNNING):  # copied at once under the GIL: a thread may add one meanwhile
+        proc.send_signal(signum)
+
+
+def stopping() -> bool:
+    return _STOP["signum"] is not None
+
+
+@contextmanager
+def stoppable():
+    """The block's run processes stop on Ctrl-C or SIGTERM, each recording itself; Interrupted,
+    naming the runs it stopped, is raised once they have ended (interruption.deferred)."""
+    _STOP.update(signum=None, runs=[])
+    try:
+        with deferred(stop_runs):
+            yield
+    except Interrupted as stop:
+        names = _STOP["runs"]
+        if names:
+            stop.what = (f"{len(names)} run(s) stopped and recorded as interrupted ({', '.join(names[:3])}"
+                         + (f" and {len(names) - 3} more" if len(names) > 3 else "") + ")")
+        raise
+
+
+def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int | None:
     """`command` as a process in this one's folder (a relative runs_dir or dataset folder names what
-    it names here), its output appended to folder/log.txt."""
+    it names here), its output appended to folder/log.txt; its exit status, or None when the sweep
+    is stopping and it was not started."""
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    if stopping():
+        return None
     with open_in_place(folder / "log.txt", append=True) as log:
         log.write(f"\n$ {shown}\n")
         log.flush()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())
         RUNNING.add(proc)
+        if stopping():  # the stop came while it started, maybe before stop_runs could see it
+            proc.send_signal(_STOP["signum"])
         try:
             return proc.wait()
+        except KeyboardInterrupt as stop:  # raised here (not deferred): the run stops too and records it
+            proc.send_signal(getattr(stop, "signum", signal.SIGINT))
+            proc.wait()
+            raise
         finally:
             RUNNING.discard(proc)
 
@@ -133,7 +178,7 @@ def launch_packed_stage(groups: list[list[Run]], threads: int | None = None) -> 
                        f"python -m experiments fit_packed {' '.join(files)}", folder, threads)
 
 
-def execute(run: Run, launcher: Callable[[Run], int]) -> str:
+def execute(run: Run, launcher: Callable[[Run], int | None]) -> str | None:
     """Runs one run unless it is final; returns its status and makes sure summary.json says it."""
     status = run_status(run)
     if finished(run, status):
@@ -142,13 +187,28 @@ def execute(run: Run, launcher: Callable[[Run], int]) -> str:
         _record_failure(run, f"teacher run {run.teacher} is not trained")
         return "failed"
     code = launcher(run)
+    if code is None:
+        return None  # not started: the sweep is stopping
     status = run_status(run)
     if code == 0 and finished(run, status):
         return status
     if status == "diverged":
         return status
-    _record_failure(run, f"exit status {code}; see log.txt")
-    return "failed"
+    return _ended(run, status, code, f"exit status {code}; see log.txt")
+
+
+def _ended(run: Run, status: str | None, code: int, failure: str) -> str:
+    """The status of a run whose process ended unfinished: interrupted when the sweep is stopping
+    or the process was (by SIGINT or SIGTERM: recorded so, unless the run recorded it, or is trained
+    with only its test left), else failed."""
+    if not stopping() and code not in INTERRUPTED_EXITS:
+        _record_failure(run, failure)
+        return "failed"
+    if status not in ("interrupted", "fitted"):
+        _record(run, "interrupted")
+    if stopping():
+        _STOP["runs"].append(run.name)
+    return "interrupted"
 
 
 def replace_dir(run: Run, name: str) -> Run:
@@ -157,9 +217,16 @@ def replace_dir(run: Run, name: str) -> Run:
 
 
 def _record_failure(run: Run, reason: str) -> None:
+    s = read_summary(run.run_dir) or {}
+    _record(run, "failed", error=s.get("error") if s.get("status") == "failed" and s.get("error") else reason)
+
+
+def _record(run: Run, status: str, error: str | None = None) -> None:
+    """summary.json says `status` (and `error`), the rest of what the run recorded kept."""
     s = read_summary(run.run_dir) or {"experiment": run.run_dir.parent.name, "run": run.name, "family": run.family,
                                        "fraction": run.fraction, "seed": run.seed, "recipe": run.recipe}
-    s.update(status="failed", error=s.get("error") if s.get("status") == "failed" and s.get("error") else reason)
+    s.pop("error", None)
+    s.update(status=status, **({"error": error} if error else {}))
     run.run_dir.mkdir(parents=True, exist_ok=True)
     write_summary(run.run_dir, s)
 
@@ -191,8 +258,7 @@ def execute_groups(groups: list[list[Run]], launcher: Callable[[list[list[Run]]]
             if r in todo[i] and not finished(r, status) and status != "diverged":
                 if code is None:
                     return None   # still training
-                _record_failure(r, f"packed group exit status {code}; see log.txt")
-                status = "failed"
+                status = _ended(r, status, code, f"packed group exit status {code}; see log.txt")
             out[r.name] = status if r.name not in teachers else "failed"
         return out
 
@@ -215,7 +281,8 @@ def execute_groups(groups: list[list[Run]], launcher: Callable[[list[list[Run]]]
             watcher.join()
     out = {}
     for i in range(len(groups)):
-        s = statuses(i, code)
+        # not started (the sweep is stopping): nothing to say about its runs
+        s = statuses(i, code) if code is not None else {r.name: None for r in groups[i]}
         out.update(s)
         if reported and i not in done:
             reported(groups[i], s)

@@ -44,7 +44,7 @@ from modules.registry import use_fused_attention
 
 from experiments.runs.identity import config_hash, evaluation_identity
 from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule, limited
-from experiments.runs.record import read_summary, record_summary
+from experiments.runs.record import check_run_files, read_summary, record_summary
 from experiments.runs.provenance import git_commit
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
@@ -106,6 +106,8 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
     _data_modules(members)  # the data's checks (its values, val_size against the pool) before any folder is made
     locks = [lock_run_folder(m.run_dir) for m in members]
     try:
+        for m in members:
+            check_run_files(m.run_dir)
         for m in members:
             check_folder_identity(m.run_dir, m.identity)
         status = {m.run_dir.name: (read_summary(m.run_dir) or {}).get("status") for m in members}

@@ -17,6 +17,21 @@ IDENTITY_FILE = "identity.json"
 EVALUATIONS = "evaluations"  # test results whose settings differ from the run's own
 
 
+# the files a fit writes in its folder, each through a .tmp beside it
+RUN_FILES = ("summary.json", IDENTITY_FILE, "train_indices.json", "config.yaml", "checkpoints/last.ckpt",
+             "checkpoints/best.ckpt")
+
+
+def check_run_files(run_dir: Path) -> None:
+    """One line, before a fit trains, for a folder (or anything but a file) where the run writes one
+    of its files: summary.json's write would otherwise fail only once training is done."""
+    for name in RUN_FILES:
+        for path in (Path(run_dir) / name, Path(run_dir) / f"{name}.tmp"):
+            if path.exists() and not path.is_file():
+                raise ValueError(f"{str(path)!r} is {'a folder' if path.is_dir() else 'not a file'}: the run writes "
+                                 "its file there; allowed a file or nothing (remove it, and run again)")
+
+
 def read_summary(run_dir: Path) -> dict | None:
     try:
         return json.loads((Path(run_dir) / "summary.json").read_text())

@@ -67,11 +67,25 @@ class RunRecord(Callback):
         self._write(trainer, pl_module, status="fitted")
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, KeyboardInterrupt) or self.identity is None:
-            return  # interrupted, not failed (the next start resumes); or an evaluation, not this run's fit
+        if isinstance(exception, KeyboardInterrupt):
+            return self._interrupted(trainer, pl_module, exception)
+        if self.identity is None:
+            return  # an evaluation, not this run's fit
         self.wall_time_s, self._start = self._elapsed(), None
         status = "diverged" if isinstance(exception, FloatingPointError) else "failed"
         self._write(trainer, pl_module, status=status, error=f"{type(exception).__name__}: {exception}")
+
+    def _interrupted(self, trainer, pl_module, stop: KeyboardInterrupt) -> None:
+        """Ctrl-C or SIGTERM (runs.interruption): a fit is recorded as interrupted (the next start
+        resumes it from its last checkpoint); a trained run stopped in its test stays fitted (only
+        its test is left), and an evaluation records nothing. The command's line says which."""
+        if self.identity is None or trainer.state.fn != "fit":
+            what = f"{self.run_dir}, trained," if self.identity is not None else self.run_dir
+            stop.what = f"{what} stopped in its {trainer.state.fn.value}; nothing recorded"
+            return
+        self.wall_time_s, self._start = self._elapsed(), None
+        self._write(trainer, pl_module, status="interrupted")
+        stop.what = f"{self.run_dir} stopped at step {trainer.global_step}, recorded as interrupted"
 
     def on_test_end(self, trainer, pl_module) -> None:
         test = {k.removeprefix("test/"): float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
@@ -92,7 +106,7 @@ class RunRecord(Callback):
         if self.stop_at_val_acc is not None:  # best.ckpt holds the validation closest to the target (cli.TargetGap)
             best = self._closest()
         fit = None
-        if status == "fitted" or error is not None:
+        if status in ("fitted", "interrupted") or error is not None:
             fit = {"steps": trainer.global_step, "wall_time_s": self.wall_time_s}
         if status == "fitted":
             fit.update(epochs=trainer.current_epoch, images_per_sec=self.images_per_sec,

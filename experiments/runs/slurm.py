@@ -311,7 +311,7 @@ def report_failed(runs: list, console=None, n: int = 5) -> None:
 
 # ---------------- --status ----------------
 def run_state(run) -> tuple[str, str]:
-    """(done | running | failed | diverged | pending, a detail) from the run's folder alone."""
+    """(done | running | failed | diverged | interrupted | pending, a detail) from the run's folder alone."""
     from experiments.runs.record import read_summary
     s = read_summary(run.run_dir) or {}
     status = s.get("status")
@@ -325,9 +325,10 @@ def run_state(run) -> tuple[str, str]:
     if status == "failed":
         return "failed", s.get("error", "")
     if run.run_dir.exists():
-        ckpt = run.run_dir / "checkpoints" / "last.ckpt"
-        return "pending", ("only its test is left" if status == "fitted"
-                           else "resumes from last.ckpt" if ckpt.exists() else "started")
+        resumes = "resumes from last.ckpt" if (run.run_dir / "checkpoints" / "last.ckpt").exists() else ""
+        if status == "interrupted":  # by Ctrl-C or SIGTERM (runs.interruption)
+            return "interrupted", resumes or "starts again"
+        return "pending", "only its test is left" if status == "fitted" else resumes or "started"
     return "pending", ""
 
 
@@ -347,7 +348,7 @@ def print_status(stages: list[tuple[str, list]], waiting: list[str], exp_dir: Pa
     """One table of every planned run's state (--status); failed runs with the last lines of their log."""
     counts: dict[str, int] = {}
     seen, failed = set(), []
-    print(f"{'stage':<10} {'#':>3}  {'state':<9} run / detail")
+    print(f"{'stage':<10} {'#':>3}  {'state':<11} run / detail")
     for title, runs in stages:
         for r in runs:
             if r.run_dir in seen:
@@ -355,11 +356,11 @@ def print_status(stages: list[tuple[str, list]], waiting: list[str], exp_dir: Pa
             seen.add(r.run_dir)
             state, detail = run_state(r)
             counts[state] = counts.get(state, 0) + 1
-            print(f"{title:<10} {r.index:>3}  {state:<9} {r.run_dir.name}" + (f"  ({detail})" if detail else ""))
+            print(f"{title:<10} {r.index:>3}  {state:<11} {r.run_dir.name}" + (f"  ({detail})" if detail else ""))
             if state == "failed":
                 failed.append(r)
     for w in waiting:
-        print(f"{'':<10} {'':>3}  {'pending':<9} {w}")
+        print(f"{'':<10} {'':>3}  {'pending':<11} {w}")
     print(f"{len(seen)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
           + (f"; {len(waiting)} more listed once their tuning is done" if waiting else ""))
     report_failed(failed)

@@ -22,7 +22,7 @@ from datamodules.splits import resolve_train_size
 from datamodules.sources import short_name
 from modules import BUDGET_TARGETS, FAMILIES
 
-from experiments.runs.names import checked_name
+from experiments.runs.names import checked_name, runs_dir_option
 from experiments.runs.cluster import add_options, check_cluster
 from experiments.runs.shared import entry, share
 
@@ -129,7 +129,8 @@ def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--spec", default=runner, help=f"an experiment with a spec.yaml under experiments/, or a .yaml path (default {runner})")
     p.add_argument("--profile", default=None, help="cpu or gpu (default: gpu where a GPU is present, else cpu)")
     p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
-    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
+    p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option,
+                   help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
     p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
     add_options(p)

@@ -37,12 +37,14 @@ from modules.files import write_atomic
 
 from experiments.runs.convergence import judged
 from experiments.runs.lock import hold_experiment
+from experiments.runs.names import runs_dir_option
 from experiments.runs.record import read_summary, write_json
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
 from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, execute_groups, finished, launch,
-                                      launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status)
+                                      launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status,
+                                      stoppable, stopping)
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 from experiments.runs.estimate import estimate
@@ -77,19 +79,25 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     console.print(f"{len(runs)} runs: {len(runs) - len(todo)} already finished, {len(todo)} to run")
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=False) as progress:
+    # Ctrl-C or SIGTERM: the running runs stop and record themselves, nothing new starts (execute.stoppable)
+    with stoppable(), Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(runs[0].stage if runs else "sweep", total=len(todo))
 
-        def report(run: Run, status: str, seconds: float) -> None:
+        def report(run: Run, status: str | None, seconds: float) -> None:
+            if status is None or status == "interrupted" and stopping():
+                return  # not started, or stopped with the sweep: its line names them, the bar counts them not done
             results[run.name] = status
             s = read_summary(run.run_dir) or {}
             acc = f", test acc {s['test_acc']:.4f}" if s.get("test_acc") is not None else ""
             val = f", val acc {s['val_acc_best']:.4f}" if run.stage == "tune" and s.get("val_acc_best") else ""
             progress.console.print(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
                                    f"{seconds:.0f} s{val}{acc}")
-            progress.advance(task)
+            if status != "interrupted":
+                progress.advance(task)
 
         def one(unit: list[Run]) -> None:
+            if stopping():
+                return  # nothing starts once the sweep is stopping
             start = time.perf_counter()
             if len(unit) == 1:
                 statuses = {unit[0].name: execute(unit[0], launcher)}
@@ -108,15 +116,19 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                 # every packed group of the phase in one process (execute.launch_packed_stage), each
                 # reported as it ends; the runs alone before them
                 for u in units:
-                    if len(u) == 1:
+                    if len(u) == 1 and not stopping():
                         progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {u[0].name}")
                         one(u)
-                progress.update(task, description=f"{groups[0][0].stage}: {len(groups)} packed groups in one process")
-                start = time.perf_counter()
-                execute_groups(groups, stage_launcher, lambda g, statuses: [
-                    report(r, statuses[r.name], time.perf_counter() - start) for r in g])
+                if not stopping():
+                    progress.update(task, description=f"{groups[0][0].stage}: {len(groups)} packed groups in one "
+                                                      "process")
+                    start = time.perf_counter()
+                    execute_groups(groups, stage_launcher, lambda g, statuses: [
+                        report(r, statuses[r.name], time.perf_counter() - start) for r in g])
             elif jobs <= 1:
                 for u in units:
+                    if stopping():
+                        break
                     what = u[0].name if len(u) == 1 else f"{u[0].name} and {len(u) - 1} more, packed"
                     progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {what}")
                     one(u)
@@ -307,7 +319,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--lrs", nargs="+", type=float, help="override the learning-rate grid of the tuning stage")
     p.add_argument("--stage", choices=("all", "tune", "main"), default="all",
                    help="all (default): tune, then the main runs; tune or main: that stage only")
-    p.add_argument("--runs_dir", default="results/runs", help="where run folders go (default results/runs)")
+    p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option,
+                   help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=None,
                    help="runs (or packed groups) at a time, each with cpu_count / jobs threads (default: the "
                         "profile's jobs, else 1)")
