@@ -11,7 +11,7 @@ import yaml
 from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
 from experiments.runs.convergence import plateau
-from experiments.runs.spec import load_spec, nearest_tuned, resolve_axes, steps_for, tuned_fractions
+from experiments.runs.spec import _run, batch_for, load_spec, nearest_tuned, resolve_axes, steps_for, tuned_fractions
 from experiments.runs.sweep import choose_lrs, run_sweep, tuning_stage
 
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipe_args": {"default": {}},
@@ -58,6 +58,44 @@ def test_max_steps_caps_a_run():
     spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": 100}}}
     assert resolve_axes(spec, "cpu")["max_steps"] == 100
     assert resolve_axes(SPEC, "cpu")["max_steps"] is None    # optional: no cap
+
+
+def test_batch_size_by_training_set_size():
+    """A profile may map training-set sizes to batch sizes: a run on n images takes the entry of the
+    largest size <= n, in its command and in S(n) (epochs * n / its batch)."""
+    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "batch_size": {0: 32, 1000: 128},
+                                         "epochs": 100, "min_steps": 10, "val_checks": 10}}}
+    axes = resolve_axes(spec, "cpu")
+    assert [batch_for(n, axes) for n in (118, 999, 1000, 2950)] == [32, 32, 128, 128]
+    # 100 * 590 / 32 = 1843.75 -> 1850; 100 * 2950 / 128 = 2304.7 -> 2310
+    assert [steps_for(n, axes) for n in (590, 2950)] == [1850, 2310]
+    run = _run(spec, axes, Path("runs"), 59_000, "vit", 0.05, 0, "default", 0.001, "main")
+    assert run.batch_size == 128 and run.args[run.args.index("--data.batch_size") + 1] == "128"
+    assert run.steps == steps_for(2950, axes) and "--trainer.precision" not in run.args  # the machine's default
+    small = _run(spec, axes, Path("runs"), 59_000, "vit", 0.01, 0, "default", 0.001, "main")
+    assert small.batch_size == 32 and small.args[small.args.index("--data.batch_size") + 1] == "32"
+
+
+def test_a_profile_pins_its_precision():
+    """precision: the trainer precision of every run of the profile, whatever the machine's default."""
+    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "precision": "32-true"}}}
+    run = _run(spec, resolve_axes(spec, "cpu"), Path("runs"), 590, "vit", 1.0, 0, "default", 0.001, "main")
+    assert run.args[run.args.index("--trainer.precision") + 1] == "32-true"
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("batch_size", {1000: 128}, r"batch_size=\{1000: 128\} in profile 'cpu' of bad.yaml: allowed an integer >= 1, "
+                                r"or a mapping from training-set sizes to batch sizes with an entry for 0"),
+    ("batch_size", {0: 32, 1000: 0}, "batch_size=.* allowed an integer >= 1"),
+    ("batch_size", 0, "batch_size=0 in profile 'cpu'"),
+    ("batch_size", True, "batch_size=True in profile 'cpu'"),
+    ("precision", "bf17", "precision='bf17' in profile 'cpu' of bad.yaml: allowed 32-true, bf16-mixed"),
+])
+def test_batch_size_and_precision_are_checked(tmp_path, key, value, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], key: value}}}))
+    with pytest.raises(ValueError, match=match):
+        load_spec(str(path))
 
 
 def test_nearest_tuned_fraction_on_a_log_scale():

@@ -288,17 +288,19 @@ def test_failed_runs_are_retried(sweep_env, in_process_launches):
     assert run_sweep(plan, launcher=launch) == {plan[0].name: "done"}
 
 
-def test_parallel_sweep_starts_the_costliest_runs_first(sweep_env):
-    """With jobs > 1 the runs start costliest first (steps x forward FLOPs per image), so that the
-    sweep does not end on one long run while the other workers idle; each run still gets its status."""
+def test_parallel_sweep_trains_one_family_after_another_costliest_runs_first(sweep_env):
+    """With jobs > 1 the sweep trains one family after another, the teachers' (ResNet) first, so that a
+    sweep stopped early leaves whole families to read against the ResNet; within a family the runs
+    start costliest first (steps x forward FLOPs per image), so that it does not end on one long run
+    while the other workers idle; each run still gets its status."""
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
-    axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[0.5, 1.0])
+    axes = resolve_axes(spec, "cpu", families=["vit", "resnet"], fractions=[0.5, 1.0], seeds=[0, 1])
     assert axes["jobs"] == 1  # the profile's
     without = {**spec, "profiles": {"cpu": {k: v for k, v in spec["profiles"]["cpu"].items() if k != "jobs"}}}
     assert resolve_axes(without, "cpu")["jobs"] == (1 if torch.cuda.is_available() else os.cpu_count())  # per core
     plan = main_runs(spec, {**axes, "epochs": 8}, runs, 540, lambda *key: 0.003)
-    assert [(r.family, r.fraction) for r in plan] == [("resnet", 0.5), ("vit", 0.5), ("resnet", 1.0), ("vit", 1.0)]
+    assert [(r.family, r.fraction, r.seed) for r in plan][:2] == [("resnet", 0.5, 0), ("vit", 0.5, 0)]
     started = []
 
     def launcher(run):
@@ -306,9 +308,8 @@ def test_parallel_sweep_starts_the_costliest_runs_first(sweep_env):
         time.sleep(0.2)  # both workers busy: starts follow the queue's order
         return 1
     assert run_sweep(plan, jobs=2, launcher=launcher) == {r.name: "failed" for r in plan}
-    # 136 and 68 steps (ResNet-tiny 91, ViT-tiny 52 MFLOPs per image): the longer pair starts first;
-    # within a pair the two workers race
-    assert set(started[:2]) == {("resnet", 1.0), ("vit", 1.0)} and set(started[2:]) == {("resnet", 0.5), ("vit", 0.5)}
+    # each family's 136-step runs (1.0) before its 68-step ones (0.5); within a pair the two workers race
+    assert started == [("resnet", 1.0)] * 2 + [("resnet", 0.5)] * 2 + [("vit", 1.0)] * 2 + [("vit", 0.5)] * 2
 
 
 def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"):
@@ -445,32 +446,40 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     the runs at a time; finished runs cost nothing; no guess for what was never measured here."""
     from experiments.runs.estimate import estimate, measured, read_step_times
     from experiments.runs.spec import Run
-    runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000)
+    runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000, batch_size=32)
             for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
     table = {("dev", "vit", "tiny", 32, 1): 100.0, ("dev", "resnet", "tiny", 32, 1): 50.0}
-    # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min; with 8 cores no
-    # less than the longest run (a ViT's 10 min)
-    assert estimate(runs[:3], 32, 2, "dev", table) == ("; about 12 min on this device (2 at a time), about 10 min "
-                                                       "with 8 such cores")
-    assert estimate(runs, 32, 1, "dev", table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
-                                                   "such cores, not counting swin-tiny (no step time measured at batch 32)")
-    assert estimate(runs[:1] * 20, 32, 8, "dev", table) == "; about 25 min on this device (8 at a time)"
-    assert estimate(runs[3:], 32, 1, "dev", table) == ("; no step time measured on this device for swin-tiny at batch "
-                                                       "32, so no estimate")
-    assert estimate(runs, 32, 1, "an H200", table) == ("; no step times measured on an H200 "
-                                                       "(results/step_times.csv), so no estimate")
+    # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min; with 8 or 16 cores
+    # no less than the longest run (a ViT's 10 min)
+    assert estimate(runs[:3], 2, "dev", table) == ("; about 12 min on this device (2 at a time), about 10 min "
+                                                   "with 8 such cores, about 10 min with 16 such cores")
+    assert estimate(runs, 1, "dev", table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
+                                               "such cores, about 10 min with 16 such cores, not counting swin-tiny at "
+                                               "batch 32 (no step time measured)")
+    assert estimate(runs[:1] * 20, 8, "dev", table) == ("; about 25 min on this device (8 at a time), about 12 min "
+                                                        "with 16 such cores")
+    assert estimate(runs[3:], 1, "dev", table) == ("; no step time measured on this device for swin-tiny at batch "
+                                                   "32, so no estimate")
+    assert estimate(runs, 1, "an H200", table) == ("; no step times measured on an H200 "
+                                                   "(results/step_times.csv), so no estimate")
+    # each run at its own batch size: a ViT at batch 128 has no step time measured
+    big = [replace(r, batch_size=128) if i == 1 else r for i, r in enumerate(runs[:3])]
+    assert estimate(big, 2, "dev", table) == ("; about 10 min on this device (2 at a time), about 10 min with 8 such "
+                                              "cores, about 10 min with 16 such cores, not counting vit-tiny at batch "
+                                              "128 (no step time measured)")
     # packed: the runs as the sweep groups them, each group at its measured group step time
     seeds = [Run(i, f"vit_s{i}", "vit", 0.1, i, "default", ("--seed_everything", str(i)),
-                 run_dir=tmp_path / f"vit_s{i}", steps=6000) for i in range(4)]
+                 run_dir=tmp_path / f"vit_s{i}", steps=6000, batch_size=32) for i in range(4)]
     groups = {**table, ("dev", "vit", "tiny", 32, 4): 200.0}   # one group of 4: 6000 x 200 ms = 20 min
-    assert estimate(seeds, 32, 1, "dev", groups, pack=4) == ("; about 20 min on this device (1 at a time), "
-                                                             "about 20 min with 8 such cores")
-    assert estimate(seeds, 32, 1, "dev", groups, pack=3) == ("; about 10 min on this device (1 at a time), about "
-                                                             "10 min with 8 such cores, not counting vit-tiny packed 3 "
-                                                             "(no step time measured at batch 32)")
+    assert estimate(seeds, 1, "dev", groups, pack=4) == ("; about 20 min on this device (1 at a time), "
+                                                         "about 20 min with 8 such cores, about 20 min with 16 such cores")
+    assert estimate(seeds, 1, "dev", groups, pack=3) == ("; about 10 min on this device (1 at a time), about "
+                                                         "10 min with 8 such cores, about 10 min with 16 such cores, "
+                                                         "not counting vit-tiny at batch 32 packed 3 (no step time "
+                                                         "measured)")
     _write_run(tmp_path / "x", "vit", 0.1, 0, 0.7, 100)  # a finished run: nothing left to train
     done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
-    assert estimate([done], 32, 1, "dev", table) == "; nothing left to train"
+    assert estimate([done], 1, "dev", table) == "; nothing left to train"
     # the table make tables writes: the median ms per step over a device's single runs of one configuration
     exp = tmp_path / "runs" / "exp"
     for seed, (wall, steps) in enumerate(((60, 600), (90, 600), (300, 1000))):

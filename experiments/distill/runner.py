@@ -35,7 +35,7 @@ from experiments.runs.record import read_json, read_summary, write_json, write_p
 from experiments.runs.cluster import options_from
 from experiments.runs.shared import entry
 from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
+from experiments.runs.spec import (Run, _run, batch_sizes, check_axes, default_jobs, load_runner_spec, precision_of,
                                    nearest_tuned, runner_parser, tuned_fractions, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
@@ -47,7 +47,7 @@ RECORD = "distill.json"
 PROBES = "distill_probes.json"
 TOP_KEYS = {"name", "runner", "dataset", "student", "student_lr_of", "variants", "profiles"}
 PROFILE_KEYS = {"teachers", "matched", "matched_val_interval", "students", "budget", "fractions", "seeds", "epochs",
-                "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "lrs", "tuned_fractions",
+                "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "precision", "lrs", "tuned_fractions",
                 "probe_images", "jobs", "cluster"}
 PROFILE_REQUIRED = ("teachers", "students", "budget", "fractions", "seeds", "epochs", "min_steps", "val_checks",
                     "lrs", "probe_images")
@@ -82,7 +82,8 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
             "max_steps": p.get("max_steps"),
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
-            "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
+            "batch_size": batch_sizes(p.get("batch_size", 128), f"profile {profile!r}"),
+            "precision": precision_of(p, f"profile {profile!r}"), "probe_images": int(p["probe_images"]),
             "jobs": int(p.get("jobs", default_jobs())), "matched": dict(p.get("matched") or {}),
             "matched_val_interval": p.get("matched_val_interval"), "student_lr_of": spec.get("student_lr_of")}
     if p.get("tuned_fractions"):

@@ -37,7 +37,7 @@ from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
 from experiments.runs.cluster import options_from
 from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, _run, check_axes, default_jobs, load_runner_spec,
+from experiments.runs.spec import (Run, _run, batch_sizes, check_axes, default_jobs, load_runner_spec, precision_of,
                                    main_runs, nearest_tuned, runner_parser, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
@@ -50,7 +50,7 @@ BASELINE = "learn"     # the ablated family as the registry builds it: its runs 
 REFERENCE = "resnet"   # every family's CKA is computed against this family
 TOP_KEYS = {"name", "runner", "dataset", "ablated", "ablations", "profiles"}
 PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "max_steps",
-                "val_checks", "val_size", "batch_size", "lrs", "tuned_fractions", "probe_images", "probe_patch",
+                "val_checks", "val_size", "batch_size", "precision", "lrs", "tuned_fractions", "probe_images", "probe_patch",
                 "probes", "jobs", "cluster"}
 PROFILE_REQUIRED = ("families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps",
                     "val_checks", "lrs", "probe_images", "probes")
@@ -101,7 +101,8 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
             "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
             "max_steps": p.get("max_steps"),
             "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
-            "batch_size": int(p.get("batch_size", 128)), "probe_images": int(p["probe_images"]),
+            "batch_size": batch_sizes(p.get("batch_size", 128), where), "precision": precision_of(p, where),
+            "probe_images": int(p["probe_images"]),
             "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},
             "jobs": int(p.get("jobs", default_jobs()))}
     if p.get("tuned_fractions") is not None:

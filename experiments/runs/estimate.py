@@ -69,7 +69,7 @@ def read_step_times(path: Path = STEP_TIMES) -> dict[tuple, float]:
                 float(r["ms_per_step"]) for r in csv.DictReader(f)}
 
 
-MORE_CORES = 8  # the dry run also says what a machine with this many cores of this kind would take
+MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
 
 
 def _wall(minutes: list[float], jobs: int) -> float:
@@ -78,10 +78,10 @@ def _wall(minutes: list[float], jobs: int) -> float:
     return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
 
 
-def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
-             table: dict[tuple, float] | None = None, pack: int = 1) -> str:
+def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple, float] | None = None,
+             pack: int = 1) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
-    to a group, as the sweep packs them), or what is missing."""
+    to a group, as the sweep packs them), each at its own batch size, or what is missing."""
     from experiments.runs.execute import pack_groups
     device = device or hardware()
     table = read_step_times() if table is None else table
@@ -95,22 +95,22 @@ def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
     units = pack_groups(todo, pack) if pack > 1 else [[r] for r in todo]  # what trains as one process
 
     def key(u):
-        return device, u[0].family, u[0].budget, batch_size, len(u)
-    sizes = defaultdict(set)  # family-budget -> the group sizes (1: single runs) with no step time
+        return device, u[0].family, u[0].budget, u[0].batch_size, len(u)
+    sizes = defaultdict(set)  # family-budget at batch b -> the group sizes (1: single runs) with no step time
     for u in units:
         if key(u) not in table:
-            sizes[f"{u[0].family}-{u[0].budget}"].add(len(u))
+            sizes[f"{u[0].family}-{u[0].budget} at batch {u[0].batch_size}"].add(len(u))
     missing = [name + ("" if ks == {1} else " packed " + "/".join(map(str, sorted(ks - {1})))
                        + (" and single" if 1 in ks else "")) for name, ks in sorted(sizes.items())]
     known = [u for u in units if key(u) in table]
     if not known:
-        return f"; no step time measured on this device for {', '.join(missing)} at batch {batch_size}, so no estimate"
+        return f"; no step time measured on this device for {', '.join(missing)}, so no estimate"
     each = [u[0].steps * table[key(u)] / 1000 / 60 for u in known]  # minutes
     text = f"; about {_wall(each, jobs):.0f} min on this device ({jobs} at a time)"
-    if jobs < MORE_CORES and _cpu(device):  # a run per core, each at the speed measured here
-        text += f", about {_wall(each, MORE_CORES):.0f} min with {MORE_CORES} such cores"
-    return text + (f", not counting {', '.join(missing)} (no step time measured at batch {batch_size})"
-                   if missing else "")
+    if _cpu(device):  # a run per core, each at the speed measured here
+        text += "".join(f", about {_wall(each, cores):.0f} min with {cores} such cores"
+                        for cores in MORE_CORES if cores > jobs)
+    return text + (f", not counting {', '.join(missing)} (no step time measured)" if missing else "")
 
 
 def _cpu(device: str) -> bool:

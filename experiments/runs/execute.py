@@ -24,7 +24,7 @@ from modules.files import open_in_place, write_atomic
 
 from experiments.runs.interruption import SIGNALS, Interrupted, deferred
 from experiments.runs.record import read_summary, write_summary
-from experiments.runs.spec import Run
+from experiments.runs.spec import Run, family_order
 from experiments.runs.shared import located
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
@@ -301,6 +301,14 @@ def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
         trained = [r for r in phase if run_status(r) == "fitted"]
         out.append([[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack))
     return out
+
+
+def family_phases(todo: list[Run]) -> list[list[Run]]:
+    """The runs to do, one family after another: the teachers' family first, the DeiT students last
+    (after every teacher), the others in their order of appearance, so that a sweep stopped early
+    leaves whole families to read against the ResNet, not cells scattered over every family."""
+    families = family_order(list(dict.fromkeys(r.family for r in todo)))
+    return [[r for r in todo if r.family == f] for f in families]
 
 
 def child_preexec() -> Callable | None:

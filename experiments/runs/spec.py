@@ -49,6 +49,7 @@ def spec_label(path: Path) -> str:
     return f"{path.parent.name}/{path.name}" if path.name == "spec.yaml" else path.name
 TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "lrs",
+                "precision",
                 "families", "recipes", "pack", "tuned_fractions", "jobs", "cluster"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 TEACHER_FAMILY = "resnet"
@@ -69,6 +70,7 @@ class Run:
     lr: float | None = None
     budget: str = "tiny"
     steps: int = 0                       # S(n), the --trainer.max_steps of its command
+    batch_size: int = 128                # images a step, the --data.batch_size of its command
     planned_by: str = ""                 # the experiment whose plan it is (its run_dir may be another's: shared.py)
 
     @property
@@ -112,6 +114,8 @@ def load_spec(name_or_path: str) -> dict:
             if not isinstance(profile[key], list) or not profile[key]:
                 raise ValueError(f"{key}={profile[key]!r} in {where}: allowed a non-empty list, e.g. [0, 1]")
         check_cluster(profile.get("cluster"), where)  # the slurm and submitit-local launchers' settings
+        batch_sizes(profile.get("batch_size", 128), where)
+        precision_of(profile, where)
         check_schedule(profile, where)
     checked_name(f"name in {spec_label(path)}", spec["name"])  # the experiment's folder under runs_dir
     recipes = spec["recipe_args"]
@@ -163,6 +167,8 @@ def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], require
         _reject_unknown(profile, profile_keys, f"profile {name!r} of {spec_label(path)}", required=profile_required)
         check_cluster(profile.get("cluster"), f"profile {name!r} of {spec_label(path)}")
         check_schedule(profile, f"profile {name!r} of {spec_label(path)}")
+        batch_sizes(profile.get("batch_size", 128), f"profile {name!r} of {spec_label(path)}")
+        precision_of(profile, f"profile {name!r} of {spec_label(path)}")
     checked_name(f"name in {spec_label(path)}", spec["name"])  # every runner requires it: the experiment's folder
     return spec, path
 
@@ -188,6 +194,40 @@ def check_schedule(profile: dict, where: str) -> None:
     v = profile["val_checks"]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError(f"val_checks={v!r} in {where}: allowed an integer >= 1")
+
+
+def batch_sizes(value, where: str) -> int | dict[int, int]:
+    """A profile's batch_size: one integer >= 1, or a mapping from a training-set size to the batch
+    size of runs on at least that many images, with an entry for 0 (batch_for)."""
+    def ok(v, least: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= least
+    if ok(value, 1):
+        return value
+    if isinstance(value, dict) and value and all(ok(k, 0) and ok(v, 1) for k, v in value.items()) and 0 in value:
+        return dict(sorted(value.items()))
+    raise ValueError(f"batch_size={value!r} in {where}: allowed an integer >= 1, or a mapping from training-set "
+                     f"sizes to batch sizes with an entry for 0, e.g. {{0: 32, 1000: 128}}")
+
+
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+
+
+def precision_of(profile: dict, where: str) -> str | None:
+    """A profile's trainer precision, or None for the machine's default (cli.default_precision: bf16
+    where the hardware runs it natively). A cpu profile pins 32-true so that a record made on any
+    CPU is the same configuration (the identity records the precision a run trained in)."""
+    value = profile.get("precision")
+    if value is not None and value not in PRECISIONS:
+        raise ValueError(f"precision={value!r} in {where}: allowed {', '.join(PRECISIONS)}")
+    return value
+
+
+def batch_for(n: int, axes: dict) -> int:
+    """The batch size of a run on n training images: the profile's one batch size, or from its mapping
+    the entry of the largest training-set size <= n. Small sets keep several steps an epoch; larger
+    ones take larger batches, whose matmuls use the cores better (benchmarks/cpu_levers.py)."""
+    b = axes["batch_size"]
+    return b if isinstance(b, int) else b[max(k for k in b if k <= n)]
 
 
 def per_run(value, family: str, recipe: str):
@@ -227,7 +267,9 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "recipes": list(recipes or p.get("recipes") or spec.get("recipes", ["default"])),
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
         "epochs": p["epochs"], "min_steps": p["min_steps"], "max_steps": p.get("max_steps"),
-        "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"), "batch_size": int(p.get("batch_size", 128)),
+        "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
+        "batch_size": batch_sizes(p.get("batch_size", 128), f"profile {profile!r}"),
+        "precision": precision_of(p, f"profile {profile!r}"),
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
         "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
@@ -270,13 +312,13 @@ def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int,
 
 
 def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
-    """S(n) = max(min_steps, epochs * n / batch_size), at most max_steps where the profile caps it,
+    """S(n) = max(min_steps, epochs * n / batch_for(n)), at most max_steps where the profile caps it,
     rounded up to a multiple of val_checks so the run validates exactly val_checks times, the last at
     its final step; epochs, min_steps and max_steps are those of the run's variant (recipe) or family
     where the profile maps them (per_run)."""
     checks = axes["val_checks"]
     epochs, min_steps = per_run(axes["epochs"], family, recipe), per_run(axes["min_steps"], family, recipe)
-    steps = max(min_steps, math.ceil(epochs * n / axes["batch_size"]))
+    steps = max(min_steps, math.ceil(epochs * n / batch_for(n, axes)))
     if axes.get("max_steps") is not None:
         steps = min(steps, per_run(axes["max_steps"], family, recipe))
     return math.ceil(steps / checks) * checks
@@ -306,20 +348,22 @@ def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fr
          recipe: str, lr: float, stage: str, val_interval: int | None = None) -> Run:
     name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
     n = resolve_train_size(fraction, None, pool_size)
-    steps = steps_for(n, axes, family, recipe)
+    steps, batch = steps_for(n, axes, family, recipe), batch_for(n, axes)
     args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
             "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
             "--model.lr", f"{lr:g}", "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
-            "--data.seed", str(seed), "--data.batch_size", str(axes["batch_size"]), *schedule_args(axes, steps, val_interval),
+            "--data.seed", str(seed), "--data.batch_size", str(batch), *schedule_args(axes, steps, val_interval),
             "--trainer.enable_progress_bar", "false"]
     if axes.get("val_size") is not None:
         args += ["--data.val_size", str(axes["val_size"])]
+    if axes.get("precision") is not None:
+        args += ["--trainer.precision", axes["precision"]]
     for key, value in spec["recipe_args"][recipe].items():
         args += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
     if stage == "tune":
         args += ["--test_after_fit", "false"]  # a tuning trial never reads the test split
     return Run(0, name, family, fraction, seed, recipe, tuple(args), stage=stage, lr=lr, budget=axes["budget"],
-               steps=steps, planned_by=spec["name"])
+               steps=steps, batch_size=batch, planned_by=spec["name"])
 
 
 def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
@@ -343,7 +387,7 @@ def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
     return [share(replace(r, run_dir=d, index=start + i)) for i, (r, d) in enumerate(zip(runs, dirs))]
 
 
-def _family_order(families: list[str]) -> list[str]:
+def family_order(families: list[str]) -> list[str]:
     return sorted(families, key=lambda f: (f != TEACHER_FAMILY, f == "deit"))  # teachers first, students last
 
 
@@ -352,7 +396,7 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families
     """The tuning stage for `families`: every lr of the grid at each tuned fraction, first seed."""
     seed = axes["seeds"][0]
     runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr, "tune")
-            for recipe in axes["recipes"] for family in _family_order(families)
+            for recipe in axes["recipes"] for family in family_order(families)
             for fraction in tuned_fractions(axes) for lr in axes["lrs"]]
     return _with_folders(runs, teacher_dir or {})
 
@@ -360,7 +404,7 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families
 def main_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, lr_of) -> list[Run]:
     """Every family x fraction x seed x recipe at lr_of(family, recipe, fraction), ResNet teachers
     before their DeiT students."""
-    families = _family_order(axes["families"])
+    families = family_order(axes["families"])
     runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr_of(family, recipe, fraction),
                  "main")
             for recipe in axes["recipes"] for seed in axes["seeds"] for fraction in axes["fractions"]

@@ -43,7 +43,7 @@ from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, ne
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
 from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, execute_groups, finished, launch,
-                                      launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status,
+                                      family_phases, launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status,
                                       stoppable, stopping)
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
@@ -106,8 +106,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             for r in unit:
                 report(r, statuses[r.name], time.perf_counter() - start)
 
-        # students wait for every teacher: two phases when running in parallel
-        for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
+        # one family at a time, students after every teacher: a stopped sweep leaves whole families
+        for phase in family_phases(todo):
             # a run whose training is done (a tuning trial; only its test is left) is not packed
             trained = [r for r in phase if run_status(r) == "fitted"]
             units = [[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack)
@@ -278,7 +278,7 @@ def whole_profile(runs: list[Run], axes: dict, jobs: int, pack: int = 1) -> None
     are done (planned with AnyLr), each configuration once."""
     every = list({r.run_dir: r for r in runs}.values())
     print(f"## the whole profile ({len(every)} runs, {sum(r.steps for r in every):,} optimisation steps): "
-          + (estimate(every, axes["batch_size"], jobs, pack=pack).lstrip("; ") or "nothing planned"))
+          + (estimate(every, jobs, pack=pack).lstrip("; ") or "nothing planned"))
 
 
 def _runnable_families(axes: dict, choices: dict) -> list[str]:
@@ -297,9 +297,9 @@ def packed_cost(runs: list[Run], pack: int) -> str:
 
 def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1, jobs: int | None = None) -> None:
     steps = sum(r.steps for r in runs)
-    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {axes['batch_size']} images"
-          + packed_cost(runs, pack)
-          + estimate(runs, axes["batch_size"], jobs or axes.get("jobs") or 1, pack=pack))
+    batches = "/".join(str(b) for b in sorted({r.batch_size for r in runs})) or axes["batch_size"]
+    print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {batches} images"
+          + packed_cost(runs, pack) + estimate(runs, jobs or axes.get("jobs") or 1, pack=pack))
     for r in runs:
         print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
         print(r.shell())
@@ -382,11 +382,11 @@ def main(argv: list[str]) -> int:
                 stages.append(("main, not yet planned", rest))
                 print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
                       f"trials, then only tested), {new:,} more optimisation steps"
-                      + packed_cost(rest, pack) + estimate(rest, axes["batch_size"], jobs, pack=pack)
+                      + packed_cost(rest, pack) + estimate(rest, jobs, pack=pack)
                       + "; their commands are known once their tuning is done")
         if a.status:
             return print_status([s for s in stages if s[0] != "main, not yet planned"], waiting_note, exp_dir)
-        whole = estimate([r for _, runs in stages for r in runs], axes["batch_size"], jobs, pack=pack)
+        whole = estimate([r for _, runs in stages for r in runs], jobs, pack=pack)
         print(f"## the whole profile: {whole.lstrip('; ')}")
         return 0
     try:
