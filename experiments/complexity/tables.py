@@ -309,7 +309,7 @@ def render_paper(paper: dict) -> list[str]:
                      f"{_rel(m['gmacs_rel_diff'])} | {m['gflops']:.2f} | {m['attention_gflops']:.2f} |")
     worst = max(max(abs(m["params_rel_diff"]), abs(m["gmacs_rel_diff"])) for m in paper["models"])
     lines += ["", f"Largest difference to timm's published figures: {worst:.2%}.", "",
-              "#### The source article's figures (../shared/seeds/001)", "",
+              "#### The source article's figures (its ViT configuration table and FLOP formula)", "",
               "| claim | claimed | article's formula, one layer | x depth | measured GMACs | measured GFLOPs | verdict |",
               "|---|---:|---:|---:|---:|---:|---|"]
     for c in paper["seed_claims"]:
