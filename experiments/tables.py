@@ -30,7 +30,7 @@ from experiments.runs import reference
 from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
 from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
-from experiments.runs.reference import NothingFinished, experiments_in, has_records, whose
+from experiments.runs.reference import NothingFinished, experiments_in, has_records
 
 README = Path("README.md")  # its block between <!-- tables:findings --> and <!-- /tables:findings --> is regenerated
 SWEEP_TABLES = "datascale"  # whose make_tables serves every experiment the sweep runs
@@ -102,14 +102,12 @@ def linked_figures(report: Path) -> set[str]:
 def write_runtimes(roots: list[Path], out: Path, readme: Path | None) -> None:
     """<out>/runtimes.md: every measured runtime in the records of each runs folder (yours, then the
     reference), and the README's sentence on the default profile from the first that measured it."""
-    rows = [row for r in roots for n in sorted(experiments_in(r)) for row in runtimes.runtime_rows(r / n)]
-    (out / "runtimes.md").write_text(runtimes.render(rows))
+    rows = {r: [row for n in sorted(experiments_in(r)) for row in runtimes.runtime_rows(r / n)] for r in roots}
+    (out / "runtimes.md").write_text(runtimes.render([row for r in roots for row in rows[r]]))
     print(f"wrote {out / 'runtimes.md'}")
-    measured = next((r / "datascale" for r in roots if any(row["experiment"] == "datascale" and row["whose"]
-                                                          == whose(r / "datascale") for row in rows)), None)
-    record = read_record(measured / "sweep.json") if measured else {}
-    sentence = runtimes.default_profile([row for row in rows if measured and row["whose"] == whose(measured)], record)
-    if readme and update_block(readme, "default-profile", sentence):
+    measured = next((r for r in roots if any(row["experiment"] == "datascale" for row in rows[r])), None)
+    record = read_record(measured / "datascale" / "sweep.json") if measured else {}
+    if readme and update_block(readme, "default-profile", runtimes.default_profile(rows.get(measured, []), record)):
         print(f"wrote {readme}")
 
 
@@ -141,8 +139,15 @@ def main(argv: list[str]) -> int:
     if not names:
         raise ValueError(f"no runs in {' or '.join(r.as_posix() for r in roots)}: run an experiment first "
                          "(make exp-datascale)")
+    built = []
     for name in names:
-        build(name, roots, Path(a.out))
+        try:
+            built.append(build(name, roots, Path(a.out)))
+        except NothingFinished:
+            if a.experiment:  # asked for by name: nothing to show is the answer
+                raise
+    if not built:  # every experiment found has started, none has anything to show yet
+        raise NothingFinished(f"no finished runs in {' or '.join(r.as_posix() for r in roots)} yet")
     if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):
         print(f"wrote {a.readme}")
     write_runtimes(roots, Path(a.out), Path(a.readme) if a.readme else None)

@@ -109,3 +109,13 @@ def test_the_dry_run_reads_the_reference_s_step_time_where_both_have_one(tmp_pat
     monkeypatch.setattr(estimate, "STEP_TIMES", tmp_path / "reference.csv")
     monkeypatch.setattr(estimate, "YOUR_STEP_TIMES", tmp_path / "yours.csv")
     assert estimate.read_step_times() == {("cpu", "vit", "tiny", 32, 1): 100.0, ("cpu", "resnet", "tiny", 32, 1): 50.0}
+
+
+def test_an_experiment_with_nothing_finished_anywhere_leaves_the_others_built(checkout, capsys):
+    _run(RUNS / "mine", "vit", 0.01, 0, None, status="interrupted")  # a spec of the user's, just started
+    assert main(["tables"]) == 0
+    assert "mine: no finished runs in results/runs/mine" in capsys.readouterr().err
+    assert not Path("results/mine.md").exists() and Path("results/datascale.md").is_file()
+    assert main(["tables", "--experiment", "mine"]) == 2  # asked for by name: one error line
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: no finished runs in results/runs/mine: run the experiment first")
