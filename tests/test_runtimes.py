@@ -35,7 +35,7 @@ def test_the_default_profile_sentence_names_the_spec_s_families_and_what_was_mea
     _sweep(exp, families)
     record = json.loads((exp / "sweep.json").read_text())
     text = default_profile(runtime_rows(exp), record)
-    assert "runs the `cpu` profile" in text and "39 minutes** on test machine, at commit abc" in text
+    assert "runs the `cpu` profile" in text and "39 minutes** on test machine, at commit abc (your runs; " in text
     assert "(with " not in text  # measured with the spec's own families
     _sweep(exp, families[:1])
     text = default_profile(runtime_rows(exp), json.loads((exp / "sweep.json").read_text()))

@@ -88,7 +88,7 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu") -> str
     ran = measured.get("families") or families
     which = "" if list(ran) == list(families) else f" (with {_names(ran)})"
     return (text + f" Its last measured run{which} took **{row['minutes']:.0f} minutes** on {row['hardware']}, "
-            f"at commit {row['commit']} ([every measured runtime](results/runtimes.md)).")
+            f"at commit {row['commit']} ({row['whose']}; [every measured runtime](results/runtimes.md)).")
 
 
 def _names(families: list[str]) -> str:
