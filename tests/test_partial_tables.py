@@ -119,3 +119,13 @@ def test_an_experiment_with_nothing_finished_anywhere_leaves_the_others_built(ch
     assert main(["tables", "--experiment", "mine"]) == 2  # asked for by name: one error line
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: no finished runs in results/runs/mine: run the experiment first")
+
+
+def test_before_the_sweep_records_its_plan_the_unfinished_run_folders_are_named(checkout):
+    user = RUNS / "datascale"
+    _run(user, "resnet", 0.01, 0, 0.7, plateaued=True)
+    stopped = _run(user, "vit", 0.01, 0, None, status="interrupted")  # Ctrl-C before the sweep wrote sweep.json
+    assert main(["tables"]) == 0
+    text = Path("results/datascale.md").read_text()
+    assert (f"- not finished yet: {stopped}; the sweep records its whole plan (sweep.json) when an invocation "
+            "ends, so runs not started yet are not listed") in text
