@@ -3,10 +3,11 @@
 Each experiment's tables are made by its own package (experiments/<experiment>/tables.py:
 make_tables); an experiment without one (fit-families, a spec of your own run by `sweep`) gets the
 sweep's table, which is exp-datascale's (experiments/datascale/tables.py). The run folders are yours
-in results/runs where you have run the experiment, else the committed results/reference; each
-table's first lines say which. results/step_times.csv (runs/estimate.py: what the dry runs
-estimate from) is rebuilt from every experiment's runs. With --readme, the README's Findings block is rebuilt from every
-experiment's `findings` (report/findings.py), whichever experiments this call regenerated.
+in results/runs where you have finished runs of the experiment, else the committed results/reference;
+each table's first lines say which. results/step_times.csv (runs/estimate.py: what the dry runs
+estimate from) is rebuilt from the reference's runs, results/runs/step_times.csv from yours. With
+--readme, the README's Findings block is rebuilt from every experiment's `findings`
+(report/findings.py), whichever experiments this call regenerated.
 Records are read as data (report/records.py): a run whose summary.json or identity.json is not what
 the suite writes is left out, with one line on stderr and "runs left out: <run> (<why>)" in every
 report built from it; the others are tabled as usual.
@@ -15,19 +16,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from experiments.report.findings import render
 from experiments.report.table_format import write_csv
+from experiments.report import runtimes
 from experiments.report.readme import update_block
-from experiments.report.records import read_runs
+from experiments.report.records import read_record, read_runs
 from experiments.runs import reference
 from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
 from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
-from experiments.runs.reference import experiments_in, has_records
+from experiments.runs.reference import NothingFinished, experiments_in, has_records
 
 README = Path("README.md")  # its block between <!-- tables:findings --> and <!-- /tables:findings --> is regenerated
 SWEEP_TABLES = "datascale"  # whose make_tables serves every experiment the sweep runs
@@ -41,16 +44,84 @@ def tables_of(name: str):
 
 
 def findings_block(roots: list[Path]) -> str:
-    """Every experiment's findings (yours where you ran it, else the reference), as one markdown
-    table, and the runs they could not read."""
+    """Every experiment's findings as one markdown table, and the runs they could not read. A
+    question takes its row from the first runs in line that answer it (yours, then the reference);
+    a row of the reference's that your runs cannot give yet stays, saying so, rather than vanishing."""
     rows, left = [], []
     for name in FINDINGS_ORDER:
-        exp_dir = next((r / name for r in roots if has_records(r / name)), None)
-        if exp_dir is not None:
-            rows += importlib.import_module(f"experiments.{name}.tables").findings(exp_dir)
+        answers = {}  # runs folder -> its rows
+        for exp_dir in (r / name for r in roots if has_records(r / name)):
+            try:
+                answers[exp_dir] = importlib.import_module(f"experiments.{name}.tables").findings(exp_dir)
+            except NothingFinished:
+                answers[exp_dir] = []
+        first = next(iter(answers), None)
+        questions = dict.fromkeys(f.question for found in reversed(answers.values()) for f in found)
+        for question in questions:
+            exp_dir, row = next((d, f) for d, found in answers.items() for f in found if f.question == question)
+            if exp_dir != first:
+                row = replace(row, source=f"{row.source} ({first.as_posix()} has no finished runs for it yet)")
+            rows.append(row)
+        for exp_dir in (d for d, found in answers.items() if found):
             # named in the runs folder (a shared run is already <experiment>/<folder>), each once
             left += [replace(o, name=o.name if "/" in o.name else f"{name}/{o.name}") for o in read_runs(exp_dir)[1]]
     return render(rows, list({o.name: o for o in left}.values()))
+
+
+def build(name: str, roots: list[Path], out: Path) -> Path:
+    """Tables of experiment `name` from the first runs in line that have something to show; returns
+    their folder. A figure the experiment's previous report showed and this one does not is removed:
+    every figure in `out` comes from the same records as its table."""
+    checked_name("experiment", name)  # results/<name>.csv etc. stay inside --out
+    shown_before = linked_figures(out / f"{name}.md")
+    unfinished = None
+    for exp_dir in (r / name for r in roots if has_records(r / name)):
+        refuse_experiment_links(exp_dir)  # its figures go into its tensorboard/; a record behind a link is another file
+        try:
+            paths = tables_of(name)(exp_dir, out)
+        except NothingFinished as e:
+            print(f"{name}: {e}", file=sys.stderr)
+            unfinished = unfinished or e
+            continue
+        for path in paths:
+            print(f"wrote {path}")
+        for stale in sorted(shown_before - {p.name for p in paths}):
+            (out / stale).unlink(missing_ok=True)
+            print(f"removed {out / stale} (its report no longer shows it)")
+        for left in read_runs(exp_dir)[1]:
+            print(left.warning(), file=sys.stderr)
+        return exp_dir
+    raise unfinished or ValueError(f"experiment {name!r} has no runs in {' or '.join(r.as_posix() for r in roots)}")
+
+
+def linked_figures(report: Path) -> set[str]:
+    """The figures beside it that a report shows (![...](name.png))."""
+    return set(re.findall(r"\]\(([^)/]+\.png)\)", report.read_text())) if report.is_file() else set()
+
+
+def write_runtimes(roots: list[Path], out: Path, readme: Path | None) -> None:
+    """<out>/runtimes.md: every measured runtime in the records of each runs folder (yours, then the
+    reference), and the README's sentence on the default profile from the first that measured it."""
+    rows = {r: [row for n in sorted(experiments_in(r)) for row in runtimes.runtime_rows(r / n)] for r in roots}
+    (out / "runtimes.md").write_text(runtimes.render([row for r in roots for row in rows[r]]))
+    print(f"wrote {out / 'runtimes.md'}")
+    measured = next((r for r in roots if any(row["experiment"] == "datascale" for row in rows[r])), None)
+    record = read_record(measured / "datascale" / "sweep.json") if measured else {}
+    if readme and update_block(readme, "default-profile", runtimes.default_profile(rows.get(measured, []), record)):
+        print(f"wrote {readme}")
+
+
+def write_step_times(roots: list[Path], out: Path) -> None:
+    """Per runs folder, the step times of its experiments (estimate.py): the reference's into
+    <out>/step_times.csv, which the dry runs read first; yours into a file of their own in your runs
+    folder, so a measurement on a loaded machine never replaces the committed one."""
+    for root in roots:
+        every = sorted(experiments_in(root))
+        if not every:
+            continue
+        path = out / STEP_TIMES.name if root.resolve() == reference.REFERENCE.resolve() else root / STEP_TIMES.name
+        write_csv(path, measured([root / n for n in every]), COLUMNS)
+        print(f"wrote {path}")
 
 
 def main(argv: list[str]) -> int:
@@ -68,20 +139,17 @@ def main(argv: list[str]) -> int:
     if not names:
         raise ValueError(f"no runs in {' or '.join(r.as_posix() for r in roots)}: run an experiment first "
                          "(make exp-datascale)")
+    built = []
     for name in names:
-        checked_name("experiment", name)  # results/<name>.csv etc. stay inside --out
-        exp_dir = next((r / name for r in roots if has_records(r / name)), None)
-        if exp_dir is None:
-            raise ValueError(f"experiment {name!r} has no runs in {' or '.join(r.as_posix() for r in roots)}")
-        refuse_experiment_links(exp_dir)  # its figures go into its tensorboard/; a record behind a link is another file
-        for path in tables_of(name)(exp_dir, Path(a.out)):
-            print(f"wrote {path}")
-        for left in read_runs(exp_dir)[1]:
-            print(left.warning(), file=sys.stderr)
+        try:
+            built.append(build(name, roots, Path(a.out)))
+        except NothingFinished:
+            if a.experiment:  # asked for by name: nothing to show is the answer
+                raise
+    if not built:  # every experiment found has started, none has anything to show yet
+        raise NothingFinished(f"no finished runs in {' or '.join(r.as_posix() for r in roots)} yet")
     if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):
         print(f"wrote {a.readme}")
-    step_times = Path(a.out) / STEP_TIMES.name  # from every experiment's runs, whichever this call regenerated
-    every = sorted(set().union(*(experiments_in(r) for r in roots)))
-    write_csv(step_times, measured([next(r / n for r in roots if has_records(r / n)) for n in every]), COLUMNS)
-    print(f"wrote {step_times}")
+    write_runtimes(roots, Path(a.out), Path(a.readme) if a.readme else None)
+    write_step_times(roots, Path(a.out))
     return 0

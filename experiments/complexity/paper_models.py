@@ -80,9 +80,7 @@ def paper_table(image_size: int = 224) -> list[dict]:
     return rows
 
 
-# --- the source article's figures -------------------------------------------------------------
-
-SEED_SOURCE = "../shared/seeds/001_6d13c2a403580097.txt (ViT configuration table and compute_complexity, lines 161-213)"
+# --- the source article's figures (its ViT configuration table and compute_complexity) ---------
 
 
 class SeedClaim(NamedTuple):

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 from modules import FAMILIES
 
-from experiments.runs.reference import whose, whose_runs
+from experiments.runs.reference import NothingFinished, whose, whose_runs
 from experiments.report.records import LeftOut, Run, left_out_line, read_record, read_runs
 from experiments.runs.convergence import judged, plateau_unknown, still_improving
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
@@ -620,6 +620,21 @@ def planned(summaries: list[dict], sweep: dict) -> tuple[list[dict], list[dict]]
     return [s for s in summaries if s not in out], out
 
 
+def unfinished_line(summaries: list[dict], sweep: dict) -> list[str]:
+    """The runs of the sweep's plan (sweep.json's main runs) not finished yet: a partial sweep's
+    table shows its finished cells and names the missing ones. Before the first invocation has
+    recorded its plan, the unfinished run folders (interrupted or still running) are named."""
+    plan = {key: run for rec in (sweep.get("profiles") or {}).values() for key, run in (rec.get("main_runs") or {}).items()}
+    if plan:
+        done = {s.get("run") for s in summaries if s.get("status") == "done"}
+        missing = sorted(key for key, run in plan.items() if run not in done)
+        return [f"- not finished yet: {len(missing)} of the {plural(len(plan), 'run')} in the sweep's plan, so their "
+                f"cells are missing: {', '.join(missing)}"] if missing else []
+    started = sorted(s.get("run") for s in summaries if s.get("status") not in ("done", "fitted", "failed", "diverged"))
+    return [f"- not finished yet: {', '.join(started)}; the sweep records its whole plan (sweep.json) when an "
+            "invocation ends, so runs not started yet are not listed"] if started else []
+
+
 def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | None, tuning: dict | None = None,
                     left_out: list[dict] = (), unreadable: list[LeftOut] = ()) -> str:
     name = exp_dir.name
@@ -644,6 +659,7 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
     out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
                f"wall time summed over runs (fit only): {wall / 60:.1f} min"
                + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
+    out += unfinished_line(summaries, sweep)
     if unreadable:
         out.append(f"- {left_out_line(unreadable)}")
     packed = [s for s in summaries if s.get("engine")]
@@ -795,7 +811,7 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     tuning = rejudged(tuning, runs)
     rows = aggregate(summaries)
     if not rows:
-        raise ValueError(f"no finished runs in {exp_dir}: run the experiment first")
+        raise NothingFinished(f"no finished runs in {exp_dir}: run the experiment first")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md"]
     write_rows_csv(rows, paths[0])

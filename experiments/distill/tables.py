@@ -30,7 +30,7 @@ from experiments.runs.shared import located
 from experiments.runs.convergence import still_improving
 from experiments.distill import MATCHED, family_of
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
-from experiments.runs.reference import whose, whose_runs
+from experiments.runs.reference import NothingFinished, whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import log_figures, pyplot, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
@@ -790,7 +790,7 @@ def load(exp_dir: Path) -> tuple[dict, dict, list[Profile]]:
     profiles = [load_profile(n, rec, runs, exp_dir) for n, rec in (record.get("profiles") or {}).items()]
     profiles = [p for p in profiles if p.students]
     if not profiles:
-        raise ValueError(f"no finished distill runs in {exp_dir}: run make exp-{NAME} first")
+        raise NothingFinished(f"no finished distill runs in {exp_dir}: run make exp-{NAME} first")
     return record, runs, profiles
 
 

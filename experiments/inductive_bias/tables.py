@@ -24,7 +24,7 @@ from experiments.report.records import left_out_line, read_record, read_runs
 from experiments.runs.shared import located
 from experiments.runs.convergence import still_improving
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
-from experiments.runs.reference import whose, whose_runs
+from experiments.runs.reference import NothingFinished, whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, save_png
 from experiments.report.verdicts import MARGIN, STILL_IMPROVING, equivalent, not_read, side
@@ -1020,12 +1020,14 @@ def draw_figures(p: Profile) -> dict:
 def load(exp_dir: Path) -> list[Profile]:
     """Every profile (and budget) of inductive_bias.json with a finished run (ValueError naming what is missing)."""
     record = read_record(exp_dir / RECORD, HINT)
+    if not record:  # the runner writes it when its first runs have finished
+        raise NothingFinished(f"no {RECORD} in {exp_dir} yet: run make exp-inductive-bias first")
     if not isinstance(record.get("profiles"), dict):
         raise ValueError(f"{exp_dir / RECORD} has no profiles{HINT}")
     profiles = [p for n, rec in record["profiles"].items() for p in load_profiles(n, rec, exp_dir)]
     profiles = [p for p in profiles if any(s.get("status") == "done" for s in p.runs.values())]
     if not profiles:
-        raise ValueError(f"no finished inductive-bias runs in {exp_dir}: run make exp-inductive-bias first")
+        raise NothingFinished(f"no finished inductive-bias runs in {exp_dir}: run make exp-inductive-bias first")
     return profiles
 
 

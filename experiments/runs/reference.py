@@ -28,6 +28,11 @@ LEFT_BEHIND = ("train_indices.json",)
 LEFT_BEHIND_FOLDERS = ("checkpoints", "probes", "tensorboard", "packed")
 
 
+class NothingFinished(ValueError):
+    """An experiment folder with records but nothing its tables can show yet (no finished run, no
+    measurement): `make tables` then builds that experiment from the next runs in line."""
+
+
 def has_records(exp_dir: Path) -> bool:
     """Whether `exp_dir` holds anything the tables read: a run's summary or an experiment record."""
     return exp_dir.is_dir() and (any(exp_dir.glob("*/summary.json")) or any(exp_dir.glob("*.json")))
@@ -42,9 +47,12 @@ def whose_runs(exp_dir: Path) -> str:
     d = Path(exp_dir)
     if d.parent.resolve() == REFERENCE.resolve():
         target = "make fit-families" if d.name == "fit-families" else f"make exp-{d.name.replace('_', '-')}"
+        yours = RUNS / d.name
+        started = (f" Your runs in {yours.as_posix()} are not in it: none has finished yet (`make tables` "
+                   "builds from them once one has).") if has_records(yours) else ""
         return (f"Built from the committed reference records in {d.as_posix()} (hardware and commit below). "
-                f"`{target}` runs your own into {(RUNS / d.name).as_posix()}; the tables are then built from "
-                "yours, and `git diff results/` compares them with ours.")
+                f"`{target}` runs your own into {yours.as_posix()}; the tables are then built from "
+                f"yours, and `git diff results/` compares them with ours.{started}")
     return f"Built from the runs in {d.as_posix()}."
 
 
