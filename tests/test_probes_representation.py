@@ -251,3 +251,9 @@ def test_figures_draw():
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [str(c) for c in range(1, 8)]
     ax = cka_heatmap(torch.rand(4, 3), [f"a{i}" for i in range(4)], [f"b{i}" for i in range(3)], title="CKA")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["b0", "b1", "b2"]
+
+
+def test_the_tables_judge_2d_structure_by_the_probes_own_rule():
+    from experiments.inductive_bias import tables
+    from modules.probes import pos_embed
+    assert tables.STRUCTURE_MIN_GAP == pos_embed.STRUCTURE_MIN_GAP

@@ -178,16 +178,16 @@ def ablation_rows(p: Profile) -> list[dict]:
             if not cell and not any(e["variant"] == v and e["fraction"] == f for e in p.entries("ablations")):
                 continue
             mine, base = accs(cell), accs(p.cell("ablations", "variant", BASELINE, f))
-            tables = p.ablation_probes(v, f)
-            grid = _est((t.get("pos_embed") or {}).get("grid_correlation") for t in tables.values())
+            tables = [x for x in map(pos_structure, p.ablation_probes(v, f).values()) if x]
+            grid = _est(t.get("grid_correlation") for t in tables)
             rows.append({"profile": p.name, "table": "ablation", "name": v, "fraction": f,
                          "train_size": p.size(f), "val_size": p.size(f, "val_size"), "seeds": len(cell),
                          "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
                          "steps": _one(s.get("steps") for s in cell.values()),
                          "acc": _est(mine.values()), "delta": None if v == BASELINE else paired_difference(mine, base),
                          "still_improving": sum(still_improving(s) for s in cell.values()), "grid": grid,
-                         "two_d": [bool((t.get("pos_embed") or {}).get("two_d")) for t in tables.values()
-                                   if "pos_embed" in t]})
+                         **{k: _est(t.get(k) for t in tables) for k in STRUCTURE},
+                         "two_d": [bool(t.get("two_d")) for t in tables]})
     return rows
 
 
@@ -243,10 +243,30 @@ def probe_metrics(probes: dict) -> dict:
             ref = _layer_means(uniform)
             out.update(uniform_first=ref[0], uniform_last=ref[-1], rel_first=layers[0] / ref[0],
                        rel_last=layers[-1] / ref[-1], rel_mean=statistics.fmean(d / u for d, u in zip(layers, ref)))
-    if probes.get("pos_embed"):
-        out["grid"] = probes["pos_embed"]["grid_correlation"]
-        out["two_d"] = probes["pos_embed"]["two_d"]
+    structure = pos_structure(probes)
+    if structure:
+        out["grid"] = structure["grid_correlation"]
+        out["two_d"] = structure["two_d"]
     return out
+
+
+STRUCTURE = ("neighbour_mean", "horizontal_mean", "vertical_mean", "far_mean")  # the numbers a 2D verdict quotes
+STRUCTURE_MIN_GAP = 0.1  # modules.probes.pos_embed's (imported there with torch; the tables import no torch)
+
+
+def pos_structure(probes: dict) -> dict | None:
+    """A run's position-table structure (modules.probes.pos_embed_2d_structure), read again from its
+    recorded similarity where it has one, so that a record probed under an older rule is judged by
+    today's; None for a run without a table."""
+    table = probes.get("pos_embed")
+    if not table:
+        return None
+    if not table.get("similarity"):
+        return table
+    import torch
+
+    from modules.probes import pos_embed_2d_structure
+    return pos_embed_2d_structure(torch.tensor(table["similarity"], dtype=torch.float64))
 
 
 def cka_last(p: Profile, family: str, fraction: float) -> float | None:
@@ -413,17 +433,28 @@ def _with_uniform(est: Estimate | None, uniform: Estimate | None) -> str:
     return _pm(est, 1) + (f" ({uniform.value:.1f})" if est is not None and uniform is not None else "")
 
 
+def structure_text(r: dict) -> str:
+    """A position table's neighbour against far similarity, mean ± 95% interval over seeds, and its 2D verdicts."""
+    return (f"cosine of neighbours in a row {_pm(r['horizontal_mean'], 2)}, in a column {_pm(r['vertical_mean'], 2)}, "
+            f"of far patches {_pm(r['far_mean'], 2)}: 2D in {sum(r['two_d'])} of {len(r['two_d'])} seeds")
+
+
 def pos_table_section(p: Profile, ablations: list[dict]) -> list[str]:
     rows = [r for r in ablations if r["name"] in TABLES and r["two_d"]]
     if not rows:
         return []
-    table = [[r["name"], _size_label(p, r["fraction"]), _pm(r["grid"], 2),
-              f"{sum(r['two_d'])} of {len(r['two_d'])}"] for r in rows]
+    table = [[r["name"], _size_label(p, r["fraction"]), _pm(r["horizontal_mean"], 2), _pm(r["vertical_mean"], 2),
+              _pm(r["far_mean"], 2), _pm(r["grid"], 2), f"{sum(r['two_d'])} of {len(r['two_d'])}"] for r in rows]
     return ["### Position tables: 2D structure", "",
-            "The learned 1D table knows nothing of rows and columns; 2D structure (nearby patches more alike, by "
-            "grid distance rather than raster order) must be learned from the images. sincos is 2D by "
-            "construction (a positive control).", "",
-            *markdown_table(["table", "fraction", "grid correlation", "2D structure (seeds)"], table, 2), ""]
+            "The learned 1D table knows nothing of rows and columns; 2D structure must be learned from the images. "
+            "Mean cosine similarity of the position embeddings of grid neighbours in the same row (next to each "
+            "other in the 1D order too) and in the same column (a whole row apart in the 1D order), against far "
+            "patches (grid distance 3 or more). A run's table has 2D structure when both kinds of neighbour lie "
+            f"at least {STRUCTURE_MIN_GAP} above the far patches. Grid correlation: the Pearson correlation of "
+            "similarity with minus the grid distance, shown for reference (it cannot see similarity that falls "
+            "off within a patch or two). sincos is 2D by construction (a positive control).", "",
+            *markdown_table(["table", "fraction", "row neighbours", "column neighbours", "far patches",
+                             "grid correlation", "2D structure (seeds)"], table, 2), ""]
 
 
 UNIFORM_TOLERANCE = 0.05  # every layer within 5% of its uniform-attention distance: attention not yet learned
@@ -560,9 +591,9 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
     learned = [r for r in ablations if r["name"] in ("learn", "learn2d") and r["two_d"]]
     if learned:
         out.append("- **2D structure of the learned position tables**: " + "; ".join(
-            f"{r['name']} at {r['fraction']:g}: grid correlation {_pm(r['grid'], 2)}, 2D in {sum(r['two_d'])} of "
-            f"{len(r['two_d'])} seeds" for r in learned) + ". The ViT paper (Fig. 7 left) finds its learned 1D "
-            "table shows row and column structure after pre-training.")
+            f"{r['name']} at {r['fraction']:g}: {structure_text(r)}" for r in learned)
+            + ". The ViT paper (Fig. 7 left) finds its learned 1D table shows row and column structure after "
+            "pre-training.")
     # 4. how much accuracy depends on the position embedding
     none = [r for r in ablations if r["name"] == "none" and r["delta"] is not None]
     if none:
@@ -655,8 +686,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                          + (f" ({r['rel_first'].value:.2f} of uniform attention's distance)" if r["rel_first"] else "")
                          for r in families if r["dist_growth"] is not None and r["first_heads"]) + "."
     if name == "pos_embed_similarity":
-        return "; ".join(f"{r['name']} at {r['fraction']:g}: grid correlation {_pm(r['grid'], 2)}, 2D structure in "
-                         f"{sum(r['two_d'])} of {len(r['two_d'])} seeds"
+        return "; ".join(f"{r['name']} at {r['fraction']:g}: {structure_text(r)}"
                          for r in ablations if r["name"] in TABLES and r["two_d"]) + "."
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
@@ -735,9 +765,12 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
             return ""
         hits = sum(sum(r["two_d"]) for r in learned)
         total = sum(len(r["two_d"]) for r in learned)
-        return ("agrees: the learned 1D table has 2D structure in every run." if hits == total else
-                "disagrees: the learned 1D table shows no 2D structure in any run." if hits == 0 else
-                f"partly: the learned 1D table has 2D structure in {hits} of {total} runs.")
+        said = ("agrees: the learned 1D table has 2D structure in every run" if hits == total else
+                "disagrees: the learned 1D table shows no 2D structure in any run" if hits == 0 else
+                f"partly: the learned 1D table has 2D structure in {hits} of {total} runs")
+        return (f"{said} (row and column neighbours both at least {STRUCTURE_MIN_GAP} of cosine above far "
+                f"patches): " + "; ".join(f"at {_size_label(p, r['fraction'])}, {structure_text(r)}" for r in learned)
+                + ".")
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
         said = [(size, robustness_verdict(robustness_pairs(p, size, key)))
