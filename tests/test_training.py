@@ -79,6 +79,10 @@ def test_deit_through_the_cli_with_a_teacher(cli, resnet_ckpt):
     code, run_dir = cli("fit", "--model.family", "deit", "--model.teacher_checkpoint", str(resnet_ckpt))
     assert code == 0 and _summary(run_dir)["status"] == "done"
     training_digests.check(training_digests.DISTILLED, run_dir / "checkpoints" / "last.ckpt")
+    # the teacher's hard labels against the true ones, counted on every augmented training image
+    labels = _summary(run_dir)["teacher_labels"]
+    assert labels["images"] > 0 and 0 <= labels["differs"] <= labels["images"]
+    assert labels["rate"] == round(labels["differs"] / labels["images"], 6)
 
 
 def test_corrupt_or_missing_checkpoints_fail_with_one_line(cli, tmp_path, capsys):

@@ -374,6 +374,27 @@ def claims(p: Profile) -> list[dict]:
     return out
 
 
+def teacher_labels(p: Profile) -> list[str]:
+    """Per distilled student and size: how often its teacher's hard label differed from the true
+    label on the augmented training batches (summary.json's teacher_labels, counted by
+    ImageClassifier), mean over the seeds that recorded it; "not recorded" for runs trained before
+    it was counted. A teacher that agrees with every label has nothing to hand on beyond them."""
+    out = []
+    for s in (s for s in p.student_names if teacher_of(s)):
+        for f in p.fractions:
+            runs = list(p.students.get((s, f), {}).values())
+            if not runs:
+                continue
+            rates = [r["teacher_labels"]["rate"] for r in runs if isinstance(r.get("teacher_labels"), dict)]
+            said = (f"the teacher's hard label differs from the true label on {statistics.fmean(rates):.1%} of the "
+                    f"augmented training images (mean over {plural(len(rates), 'seed')})" if rates else "not recorded")
+            out.append(f"- {s} at {p.size_label(f)}: {said}"
+                       + (f"; not recorded for {len(runs) - len(rates)} more" if rates and len(rates) < len(runs)
+                          else ""))
+    return ["- Does the teacher have anything to hand on beyond the labels? Its hard label against the true one, "
+            "on the students' augmented training batches:", *[f"  {line}" for line in out]] if out else []
+
+
 # ---------------- the words ----------------
 def _est_text(est: Estimate | None, signed: bool = True) -> str:
     return MISSING if est is None else plus_minus(est.value, est.ci95, signed)
@@ -703,7 +724,7 @@ def render_profile(p: Profile, png: str) -> list[str]:
             "### Agreement with each teacher", "", *agreement_section(p), "",
             "### Class and distillation tokens", "", *cosine_section(p), "",
             f"![test accuracy and token cosine]({png})", "",
-            "### What the numbers say", "", *reading(p, cl), "",
+            "### What the numbers say", "", *reading(p, cl), *teacher_labels(p), "",
             "### DeiT (published)", "", *published_section(p, cl), ""]
 
 
