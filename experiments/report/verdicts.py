@@ -165,7 +165,8 @@ def misread(text: str) -> list[str]:
         elif m["rule"] not in rule_met(lo, hi, float(m["margin"])):
             out.append(f"{m[0]}: says {RULES[m['rule']]!r}, the interval gives "
                        + " or ".join(repr(RULES[r]) for r in sorted(rule_met(lo, hi, float(m['margin'])))))
-    for words in re.finditer(r"(no difference|cannot tell)(?!: (?:the (?:whole )?95% interval|one seed|no pair))",
+    # a verdict's words without its interval (a quoted "no difference" names the word, it is no verdict)
+    for words in re.finditer(r'(?<!")(no difference|cannot tell)(?!: (?:the (?:whole )?95% interval|one seed|no pair))',
                              text):
         out.append(f"{text[max(0, words.start() - 60):words.end() + 60]!r}: {words[1]!r} without its interval")
     return out
