@@ -39,7 +39,7 @@ from experiments.runs.convergence import judged, plateau_unknown, still_improvin
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
-from experiments.report.verdicts import (STILL_IMPROVING, cannot_tell, direction, equivalent, no_difference, not_read,
+from experiments.report.verdicts import (STILL_IMPROVING, cannot_tell, category, direction, equivalent, no_difference, not_read,
                                          side, verdict, were_improving)
 from experiments.report.table_format import count, fmt, plural, plus_minus, write_csv
 
@@ -461,7 +461,7 @@ def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
     text = (f" Each transformer minus the best CNN, {small:,} to {large:,} images, and the change paired by seed: "
             + ", ".join(f"{f} {a:+.4f} to {b:+.4f} ({_signed(t)}: {verdict(t, 'gains on it', 'loses ground')})"
                         for f, a, b, t in pairs) + ".")
-    if {side(t) for *_, t in pairs} >= {1, -1}:
+    if {category(t) for *_, t in pairs} >= {"higher", "lower"}:
         text += " They disagree: the best transformer's trend is not every transformer's."
     return text
 
