@@ -126,7 +126,7 @@ def size_against(est: Estimate | None, published: float | tuple[float, ...]) -> 
         return f"in size: not comparable with the published {said} (no interval)"
     lo, hi = est.value - est.ci95, est.value + est.ci95
     if _r(lo) <= _r(high) and _r(low) <= _r(hi):
-        return f"in size: agrees, the published {said} meets our interval {interval(est)}"
+        return f"in size: consistent, the published {said} lies within our interval {interval(est)}"
     return f"in size: disagrees, our interval {interval(est)} lies wholly {'above' if _r(lo) > _r(high) else 'below'} " \
            f"the published {said}"
 
