@@ -55,6 +55,7 @@ def _probes(family: str, seed: int, parts) -> dict:
     if "attention" in parts and family in DIST:
         out["attention_distance"] = [[None if v != v else v + seed for v in row] for row in DIST[family]]
         out["attention_distance_uniform"] = [[16.0, 16.0], [16.0, 16.0]]
+        out["attention_entropy"] = [[0.9, 0.9], [0.5 + 0.01 * seed, 0.5 + 0.01 * seed]]
     if "pos_embed" in parts and family == "vit":
         # probed under an older rule (no 2D anywhere): the tables judge the recorded similarity again
         out["pos_embed"] = {"grid_correlation": 0.4 + 0.1 * seed, "raster_correlation": 0.1, "two_d": False,
@@ -185,6 +186,10 @@ def test_tables_from_hand_written_records(converged, tmp_path):
     assert "layer 1 at 0.56 and the last layer at 0.81 of the uniform-attention distance" in text
     assert "9.0 ± 2.5 (16.0)" in text and "**Caveat**" not in text   # 0.56 of uniform: attention learned
     assert "[CLS] attention" in text and "top-10% patches hold 0.70" in text   # one patch of four holds 0.7
+    # concentration read apart from distance: entropy over uniform's by seed, and the [CLS] share
+    assert ("- **Concentration of attention**, apart from its distance: attention entropy over uniform attention's "
+            "(1: uniform, lower: on fewer patches): vit layer 1 0.90 ± 0.00, last layer 0.51 ± 0.02") in text
+    assert "held by the top 10% of patches at 1 (59,000 images) (0.10: uniform): vit 0.70 (seed 0)" in text
     assert "Not read" not in text
     assert ("*Verdict*: in direction cannot tell with the paper's loss without a position embedding; none − learn at "
             "0.01 (590 images): cannot tell: the 95% interval") in text

@@ -244,6 +244,10 @@ def probe_metrics(probes: dict) -> dict:
             ref = _layer_means(uniform)
             out.update(uniform_first=ref[0], uniform_last=ref[-1], rel_first=layers[0] / ref[0],
                        rel_last=layers[-1] / ref[-1], rel_mean=statistics.fmean(d / u for d, u in zip(layers, ref)))
+    entropy = probes.get("attention_entropy")
+    if entropy:  # entropy over uniform attention's, mean over a layer's heads (1: uniform)
+        layers = _layer_means(entropy)
+        out.update(entropy_first=layers[0], entropy_last=layers[-1])
     structure = pos_structure(probes)
     if structure:
         out["grid"] = structure["grid_correlation"]
@@ -297,6 +301,7 @@ def family_rows(p: Profile) -> list[dict]:
                          "dist_first": m("dist_first"), "dist_last": m("dist_last"), "dist_growth": m("dist_growth"),
                          "uniform_first": m("uniform_first"), "uniform_last": m("uniform_last"),
                          "rel_first": m("rel_first"), "rel_last": m("rel_last"),
+                         "entropy_first": m("entropy_first"), "entropy_last": m("entropy_last"),
                          "first_heads": [h for x in metrics for h in x.get("first_heads", [])],
                          "grid": m("grid"), "two_d": [x["two_d"] for x in metrics if "two_d" in x],
                          "cka": cka_last(p, fam, f)})
@@ -673,20 +678,28 @@ def _concentration(maps: list) -> float:
 
 
 def concentration_text(p: Profile, families: list[dict]) -> str:
-    """How much of the last layer's [CLS] attention the top 10% of patches hold, per family whose
-    maps were recorded at the largest family size (seed with the lowest number), against 0.10 for
-    uniform attention: attention may attend as far as uniform and still look at a few patches."""
-    f, parts = p.fractions("families")[-1], []
+    """How concentrated attention is, apart from how far it reaches: each family's attention entropy
+    over uniform attention's in its first and last layer, mean ± 95% interval over seeds (records
+    probed before it was measured: "not recorded"), and the share of the last layer's [CLS] attention
+    held by the top 10% of patches on the sample maps of the largest family size (0.10: uniform)."""
+    entropy = [f"{r['name']}{_at_size(p, r, families)} layer 1 {_pm(r['entropy_first'], 2)}, last layer "
+               f"{_pm(r['entropy_last'], 2)}" for r in families if r["entropy_first"] is not None]
+    f, shares = p.fractions("families")[-1], []
     for fam in [r["name"] for r in families if r["fraction"] == f]:
         cell = p.probe_cell(fam, f)
         m = cell[min(cell)].get("attention_maps") if cell else None
         if m:
-            parts.append(f"{fam} {_concentration(m['cls']):.2f}")
-    if not parts:
+            shares.append(f"{fam} {_concentration(m['cls']):.2f} (seed {min(cell)})")
+    if not entropy and not shares:
         return ""
-    return ("share of the last layer's [CLS] attention held by the top 10% of patches, at "
-            f"{_size_label(p, f)}, seed {min(p.probe_cell(families[0]['name'], f) or [0])}'s sample images: "
-            + ", ".join(parts) + " (0.10 would be uniform attention).")
+    return ("attention entropy over uniform attention's (1: uniform, lower: on fewer patches): "
+            + ("; ".join(entropy) or "not recorded (these probes predate it)")
+            + (f". Share of the last layer's [CLS] attention held by the top 10% of patches at {_size_label(p, f)} "
+               f"(0.10: uniform): {', '.join(shares)}" if shares else "") + ".")
+
+
+def _at_size(p: Profile, r: dict, families: list[dict]) -> str:
+    return f" at {_size_label(p, r['fraction'])}" if len({x["fraction"] for x in families}) > 1 else ""
 
 
 def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> str:
