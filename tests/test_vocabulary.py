@@ -51,3 +51,22 @@ def test_a_mismatch_is_found(text, wrong):
 def test_the_vocabulary_reads_its_own_words_back(est):
     for m in MARGINS.values():
         assert misread(verdict(est, "up", "down", m.value)) == []
+
+
+def test_a_bound_written_on_the_margin_may_be_read_either_way():
+    """4 written decimals cannot say on which side of ±0.0100 a bound of -0.0100 lay: both readings pass,
+    a bound one written step beyond does not."""
+    on = "95% interval [-0.0100, +0.0050]"
+    assert misread(f"no difference: the whole {on} lies within ±0.0100") == []
+    assert misread(f"cannot tell: the {on} includes 0 and reaches beyond ±0.0100") == []
+    assert misread("no difference: the whole 95% interval [-0.0102, +0.0050] lies within ±0.0100") != []
+
+
+def test_size_is_read_apart_from_direction():
+    from experiments.report.verdicts import size_against
+    assert size_against(Estimate(-0.03, 0.01, 3), -0.0283) == (
+        "in size: consistent, the published -0.0283 lies within our interval [-0.0400, -0.0200]")
+    assert size_against(Estimate(-0.109, 0.065, 3), -0.0283).endswith("lies wholly below the published -0.0283")
+    assert size_against(Estimate(0.1, 0.02, 3), (0.014, 0.023)).endswith(
+        "lies wholly above the published +0.0140 to +0.0230")
+    assert size_against(Estimate(0.02, None, 1), 0.016) == "in size: not comparable with the published +0.0160 (no interval)"

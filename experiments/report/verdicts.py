@@ -101,18 +101,22 @@ def direction(est: Estimate, words: str, margin: float = MARGIN) -> str:
     return f"{words}: the 95% interval {interval(est)} excludes 0 and reaches beyond ±{margin:.4f}"
 
 
-def verdict(est: Estimate | None, higher: str = "higher", lower: str = "lower", margin: float = MARGIN) -> str:
-    """"no difference" when the interval lies inside ±margin, else `higher` / `lower` when it
-    excludes 0 on that side, else "cannot tell"; each with its interval and margin."""
-    if equivalent(est, margin):
-        return no_difference(est, margin)
-    s = side(est)
-    return direction(est, higher if s > 0 else lower, margin) if s else cannot_tell(est, margin)
-
-
 def category(est: Estimate | None, margin: float = MARGIN) -> str:
-    """The verdict's category alone: "no difference", "higher", "lower" or "cannot tell"."""
-    return verdict(est, "higher", "lower", margin).split(":", 1)[0]
+    """The rule alone: "no difference" when the interval lies inside ±margin, else "higher" /
+    "lower" when it excludes 0 on that side, else "cannot tell"."""
+    if equivalent(est, margin):
+        return "no difference"
+    return {1: "higher", -1: "lower"}.get(side(est), "cannot tell")
+
+
+def verdict(est: Estimate | None, higher: str = "higher", lower: str = "lower", margin: float = MARGIN) -> str:
+    """The rule's words (`higher` / `lower` for a direction), each with its interval and margin."""
+    said = category(est, margin)
+    if said == "no difference":
+        return no_difference(est, margin)
+    if said == "cannot tell":
+        return cannot_tell(est, margin)
+    return direction(est, higher if said == "higher" else lower, margin)
 
 
 def size_against(est: Estimate | None, published: float | tuple[float, ...]) -> str:
@@ -127,8 +131,8 @@ def size_against(est: Estimate | None, published: float | tuple[float, ...]) -> 
     lo, hi = est.value - est.ci95, est.value + est.ci95
     if _r(lo) <= _r(high) and _r(low) <= _r(hi):
         return f"in size: consistent, the published {said} lies within our interval {interval(est)}"
-    return f"in size: disagrees, our interval {interval(est)} lies wholly {'above' if _r(lo) > _r(high) else 'below'} " \
-           f"the published {said}"
+    where = "above" if _r(lo) > _r(high) else "below"
+    return f"in size: disagrees, our interval {interval(est)} lies wholly {where} the published {said}"
 
 
 def legend() -> list[str]:
@@ -141,15 +145,13 @@ def legend() -> list[str]:
 
 def rule_met(lo: float, hi: float, margin: float) -> set[str]:
     """The rules a written interval [lo, hi] meets under `margin` (two only where a bound sits
-    within ROUNDING of 0 or of the margin)."""
-    def inside(slack):
-        return max(abs(lo), abs(hi)) <= margin + slack
-    def excludes(slack):
-        return lo > -slack or hi < slack
+    within ROUNDING of 0 or of the margin, where the 4 written decimals cannot say which side)."""
     out = set()
-    for slack in (-ROUNDING, ROUNDING):
-        out.add("lies within" if inside(slack) else "excludes 0 and reaches beyond" if excludes(-slack)
-                else "includes 0 and reaches beyond")
+    for inside in (-ROUNDING, ROUNDING):
+        for excludes in (-ROUNDING, ROUNDING):
+            out.add("lies within" if max(abs(lo), abs(hi)) <= margin + inside else
+                    "excludes 0 and reaches beyond" if lo > excludes or hi < -excludes else
+                    "includes 0 and reaches beyond")
     return out
 
 
