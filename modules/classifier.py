@@ -112,6 +112,8 @@ class ImageClassifier(L.LightningModule):
         self._images, self._seconds, self._last_end = 0, 0.0, None
         self._loss_sum, self._loss_n = None, 0     # this epoch's training loss: (,) sum over images, count
         self._nan_step = self._nan_loss = None     # (,) first step with a non-finite loss (-1: none), its loss
+        # DeiT with a teacher: on how many training images its hard label differed from the true one
+        self._teacher_differs, self._teacher_images = None, 0   # (,) count on the device, images
 
     def _metrics(self, prefix: str, postfix: str, calibration: bool = False,
                  validate_args: bool = True) -> MetricCollection:
@@ -160,7 +162,28 @@ class ImageClassifier(L.LightningModule):
         """(loss, logits used for train accuracy). x: (B, C, H, W); y: (B,) or soft (B, classes)."""
         out = self.model(x)  # DeiT: (cls, dist) (training mode + set_distilled_training(True))
         teacher = self.is_deit and self.teacher is not None and self.hparams.distillation != "none"
-        return self.loss_from_outputs(out, y, self._teacher_logits(x) if teacher else None)
+        logits = self._teacher_logits(x) if teacher else None
+        if logits is not None:
+            self._count_teacher_labels(logits, y)
+        return self.loss_from_outputs(out, y, logits)
+
+    def _count_teacher_labels(self, teacher_logits: torch.Tensor, y: torch.Tensor) -> None:
+        """Counts the augmented training images on which the teacher's hard label (its argmax)
+        differs from the true label (a soft MixUp/CutMix target: its largest share), on the device
+        with no host sync: how much a hard-distilled student can learn from its teacher beyond the
+        labels. Reads the teacher's output only: the training computation is unchanged."""
+        true = y.argmax(dim=1) if y.ndim == 2 else y
+        differs = (teacher_logits.argmax(dim=1) != true).sum()
+        self._teacher_differs = differs if self._teacher_differs is None else self._teacher_differs + differs
+        self._teacher_images += true.shape[0]
+
+    def teacher_labels(self) -> dict | None:
+        """{differs, images, rate}: the teacher's hard labels against the true ones over the
+        training images seen so far (None without a teacher that ran)."""
+        if self._teacher_differs is None or not self._teacher_images:
+            return None
+        differs = int(self._teacher_differs)
+        return {"differs": differs, "images": self._teacher_images, "rate": round(differs / self._teacher_images, 6)}
 
     def loss_from_outputs(self, out, y: torch.Tensor, teacher_logits: torch.Tensor | None = None):
         """training_loss from the model's training output `out` (logits (B, classes), DeiT: the pair
@@ -321,6 +344,7 @@ class ImageClassifier(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         self._check_finite()  # never a checkpoint of a diverged model
         checkpoint["complexity"] = self.complexity
+        checkpoint["teacher_labels"] = self.teacher_labels()  # a resumed fit counts on from here
         # what an exact resume needs beyond weights, optimiser and loader: the best validation so
         # far and the global RNGs the model draws from (stochastic depth)
         checkpoint["val_acc_best"] = float(self.val_acc_best.compute()) if self.val_acc_best.update_called else None
@@ -329,6 +353,9 @@ class ImageClassifier(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self._restored_val_acc_best = checkpoint.get("val_acc_best")
+        counted = checkpoint.get("teacher_labels")
+        if counted and self._trainer is not None and self.trainer.state.fn == "fit":
+            self._teacher_differs, self._teacher_images = torch.tensor(counted["differs"]), counted["images"]
         rng = checkpoint.get("rng")
         resuming_fit = self._trainer is not None and self.trainer.state.fn == "fit"
         if rng is not None and resuming_fit:  # not when loaded as a teacher or for evaluation

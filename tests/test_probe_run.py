@@ -28,7 +28,9 @@ def test_probe_writes_results_figures_and_tensorboard(cli, family, figures):
     assert all(abs(r["cka"]["matrix"][i][i] - 1) < 1e-4 for i in range(len(r["cka"]["layers"])))
     if family == "vit":
         assert len(r["attention_distance"]) == 4 and not r["not_applicable"]  # 4 blocks in vit-tiny
-        assert "grid_correlation" in r["pos_embed"]
+        assert {"horizontal_mean", "vertical_mean", "far_mean", "bands", "two_d"} <= set(r["pos_embed"])
+        # how concentrated, beside how far: entropy over uniform attention's, one per layer and head
+        assert len(r["attention_entropy"]) == 4 and all(0 < v <= 1 for row in r["attention_entropy"] for v in row)
     else:
         assert set(r["not_applicable"]) == {"attention", "maps", "pos_embed"}
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0}).Reload()

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from modules import ARCHS, build_model
-from modules.probes.attention import (attention_distance_from, attention_probs, attention_rollout, cls_attention,
-                                      mean_attention_distance, patch_centres)
+from modules.probes.attention import (attention_distance_from, attention_entropy, attention_entropy_from,
+                                      attention_probs, attention_rollout, cls_attention, mean_attention_distance,
+                                      patch_centres)
 
 GRID, PATCH = 7, 4  # a 7x7 grid of 4-pixel patches: vit/deit at 28x28 with patch 4
 CENTRES = [(PATCH * i + PATCH / 2, PATCH * j + PATCH / 2) for i in range(GRID) for j in range(GRID)]  # row-major
@@ -243,3 +244,37 @@ def test_uniform_reference_equals_a_model_with_uniform_attention(family):
     assert torch.allclose(reference, mean_attention_distance(_uniform_qk(model), x), rtol=1e-5, equal_nan=True)
     if family != "swin":
         assert torch.allclose(reference, torch.full_like(reference, _mean_pairwise(CENTRES)), rtol=1e-5)
+
+
+def test_entropy_separates_concentration_from_distance():
+    """Two heads with the same mean distance (uniform over the 7x7 grid against all weight split
+    between a patch's far partners): distance cannot tell them apart, entropy can (issue 41)."""
+    n = GRID * GRID
+    uniform = torch.full((1, 1, n, n), 1.0 / n)
+    far = torch.zeros(1, 1, n, n)   # each query: half its weight on its own patch, half on the point-mirrored one
+    for q in range(n):
+        far[0, 0, q, q] += 0.5
+        far[0, 0, q, n - 1 - q] += 0.5
+    both = torch.cat([uniform, far], 1)
+    assert attention_entropy_from(uniform).item() == pytest.approx(1.0)
+    # every query but the centre spreads evenly over 2 of its 49 keys; the centre puts all on itself
+    assert attention_entropy_from(far).item() == pytest.approx((n - 1) / n * math.log(2) / math.log(n), rel=1e-6)
+    # Swin's masked keys: uniform over the keys a query may see is 1, whatever the mask
+    window = torch.zeros(1, 1, 4, 4)
+    window[..., :2, :2], window[..., 2:, 2:] = 0.5, 0.5
+    assert attention_entropy_from(window, masked=True).item() == pytest.approx(1.0)
+    assert attention_entropy_from(both, 0).shape == (2,)
+
+
+@pytest.mark.parametrize("family", ["vit", "deit", "hybrid", "swin"])
+def test_entropy_of_built_models_and_of_uniform_attention(family):
+    """(layers, heads) as mean_attention_distance gives (Swin: NaN-padded); 1 wherever the softmax is
+    uniform over the keys it may see (prefix tokens dropped, Swin's masked keys left out); below 1
+    for a model that concentrates."""
+    model, x = _model(family), _images()
+    e = attention_entropy(model, x)
+    assert e.shape == _expected_shape(family)
+    values = e[~e.isnan()]
+    assert ((values > 0) & (values <= 1 + 1e-6)).all()
+    flat = attention_entropy(_uniform_qk(_model(family)), x)
+    assert torch.allclose(flat[~flat.isnan()], torch.ones_like(flat[~flat.isnan()]), atol=1e-5)

@@ -203,6 +203,25 @@ def test_a_1d_table_is_not_called_2d():
     assert s["raster_correlation"] > s["grid_correlation"] and not s["two_d"]
 
 
+def test_similarity_that_falls_off_within_a_patch_is_2d_structure():
+    """Issue 41: row and column neighbours alike and far patches near 0, falling off within one or two
+    patches, as the committed learned tables: 2D structure, though a Pearson correlation with distance
+    stays under the 0.3 the old rule asked; the numbers behind the verdict, rows, columns and bands."""
+    grid = torch.cartesian_prod(torch.arange(7), torch.arange(7)).double()
+    d = (grid[:, None] - grid[None]).abs().sum(-1)                            # Manhattan grid distance
+    noise = torch.randn(49, 49, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.25
+    noise = torch.where(d >= 2, (noise + noise.T) / 2, 0.0)                   # symmetric, beyond the neighbours
+    sim = (torch.where(d == 0, 1.0, torch.where(d == 1, 0.35, -0.05)) + noise).reshape(7, 7, 7, 7)
+    s = pos_embed_2d_structure(sim)
+    assert s["grid_correlation"] < 0.3 and s["two_d"]
+    assert s["horizontal_mean"] == pytest.approx(0.35) and s["vertical_mean"] == pytest.approx(0.35)
+    assert abs(s["far_mean"] + 0.05) < 0.02 and s["bands"][0] == pytest.approx(0.35)
+    # only the row neighbours alike: what a 1D order gives on its own, not 2D
+    rows_only = torch.where(d == 0, 1.0, torch.where((d == 1) & (grid[:, None, 0] == grid[None, :, 0]), 0.35, -0.05))
+    s = pos_embed_2d_structure(rows_only.reshape(7, 7, 7, 7))
+    assert s["vertical_mean"] == pytest.approx(-0.05) and not s["two_d"]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_random_learned_table_shows_no_structure(seed):
     torch.manual_seed(seed)
@@ -251,3 +270,9 @@ def test_figures_draw():
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [str(c) for c in range(1, 8)]
     ax = cka_heatmap(torch.rand(4, 3), [f"a{i}" for i in range(4)], [f"b{i}" for i in range(3)], title="CKA")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["b0", "b1", "b2"]
+
+
+def test_the_tables_judge_2d_structure_by_the_probes_own_rule():
+    from experiments.inductive_bias import tables
+    from modules.probes import pos_embed
+    assert tables.STRUCTURE_MIN_GAP == pos_embed.STRUCTURE_MIN_GAP

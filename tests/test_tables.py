@@ -203,13 +203,19 @@ def test_reading_names_the_winner_at_each_size():
 def test_reading_gives_each_transformer_when_they_disagree():
     """The best transformer (hybrid) catches up while ViT falls further behind: the reading says both."""
     rows = _rows({("resnet", 100): 0.73, ("resnet", 1000): 0.83, ("hybrid", 100): 0.68, ("hybrid", 1000): 0.80,
-                  ("vit", 100): 0.65, ("vit", 1000): 0.74}, seeds=3)
+                  ("vit", 100): 0.65, ("vit", 1000): 0.72}, seeds=3)
     (text,) = scaling_reading(rows)
     assert "narrows from 0.0500 to 0.0300" in text
     assert ("Each transformer minus the best CNN, 100 to 1,000 images, and the change paired by seed: hybrid -0.0500 "
-            "to -0.0300 (+0.0200 ± 0.0000 (3 pairs): gains on it), vit -0.0800 to -0.0900 (-0.0100 ± 0.0000 (3 pairs): "
-            "loses ground).") in text
+            "to -0.0300 (+0.0200 ± 0.0000 (3 pairs): gains on it: the 95% interval [+0.0200, +0.0200] excludes 0 and "
+            "reaches beyond ±0.0100), vit -0.0800 to -0.1100 (-0.0300 ± 0.0000 (3 pairs): loses ground: the 95% "
+            "interval [-0.0300, -0.0300] excludes 0 and reaches beyond ±0.0100).") in text
     assert "They disagree" in text
+    # a change inside the margin is no difference, and no disagreement with one that gains
+    (text,) = scaling_reading(_rows({**{(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows},
+                                     ("vit", 1000): 0.74}, seeds=3))
+    assert "vit -0.0800 to -0.0900 (-0.0100 ± 0.0000 (3 pairs): no difference: the whole 95% interval" in text
+    assert "They disagree" not in text
     # one seed: the same endpoints, no direction and no disagreement claimed
     (text,) = scaling_reading(_rows({(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows}))
     assert "hybrid -0.0500 to -0.0300 (+0.0200 (1 pair): cannot tell: one seed, no interval)" in text

@@ -79,6 +79,10 @@ def test_deit_through_the_cli_with_a_teacher(cli, resnet_ckpt):
     code, run_dir = cli("fit", "--model.family", "deit", "--model.teacher_checkpoint", str(resnet_ckpt))
     assert code == 0 and _summary(run_dir)["status"] == "done"
     training_digests.check(training_digests.DISTILLED, run_dir / "checkpoints" / "last.ckpt")
+    # the teacher's hard labels against the true ones, counted on every augmented training image
+    labels = _summary(run_dir)["teacher_labels"]
+    assert labels["images"] > 0 and 0 <= labels["differs"] <= labels["images"]
+    assert labels["rate"] == round(labels["differs"] / labels["images"], 6)
 
 
 def test_corrupt_or_missing_checkpoints_fail_with_one_line(cli, tmp_path, capsys):
@@ -160,3 +164,27 @@ def test_ddp_two_processes_on_cpu(fmnist_dir, tmp_path):
     assert ckpt["global_step"] == 2  # 128 images / batch 32 = 4 batches, 2 per rank
     s = _summary(run_dir)
     assert s["devices"] == 2 and s["status"] == "done"
+
+
+def test_teacher_labels_count_soft_targets_by_their_largest_share_and_survive_a_resume():
+    """The count of teacher labels that differ from the true ones: a MixUp target's true label is its
+    largest share; the count goes into the checkpoint and a resumed fit counts on from it (a model
+    loaded for evaluation or as a teacher does not take it)."""
+    from types import SimpleNamespace
+
+    from modules.classifier import ImageClassifier
+    clf = ImageClassifier("deit")
+    teacher = torch.eye(10)[[1, 2, 3, 4]] * 5              # the teacher says 1, 2, 3, 4
+    clf._count_teacher_labels(teacher, torch.tensor([1, 2, 0, 0]))              # differs on 2 of 4
+    soft = torch.eye(10)[[1, 5, 3, 4]] * 0.7 + torch.eye(10)[[0, 2, 0, 0]] * 0.3   # largest shares 1, 5, 3, 4
+    clf._count_teacher_labels(teacher, soft)                                     # differs on 1 of 4
+    assert clf.teacher_labels() == {"differs": 3, "images": 8, "rate": 0.375}
+    checkpoint = {}
+    clf.on_save_checkpoint(checkpoint)
+    resumed, evaluated = ImageClassifier("deit"), ImageClassifier("deit")
+    resumed._trainer = SimpleNamespace(state=SimpleNamespace(fn="fit"))
+    resumed.on_load_checkpoint(checkpoint)
+    evaluated.on_load_checkpoint(checkpoint)
+    resumed._count_teacher_labels(teacher, torch.tensor([1, 2, 3, 0]))
+    assert resumed.teacher_labels() == {"differs": 4, "images": 12, "rate": round(4 / 12, 6)}
+    assert evaluated.teacher_labels() is None and ImageClassifier("resnet").teacher_labels() is None

@@ -1,6 +1,6 @@
-"""The shared verdict vocabulary (experiments/report/verdicts.py) on hand-made estimates: a direction only
-when the 95% interval excludes 0, "no difference" only inside the stated margin, "cannot tell"
-otherwise, and the edges (an interval touching 0 or the margin, no interval, no pair)."""
+"""The shared verdict vocabulary (experiments/report/verdicts.py) on hand-made estimates: "no difference"
+whenever the 95% interval lies inside the stated margin, else a direction when it excludes 0, "cannot
+tell" otherwise, and the edges (an interval touching 0 or the margin, no interval, no pair)."""
 from __future__ import annotations
 
 import pytest
@@ -10,11 +10,12 @@ from experiments.report.verdicts import MARGIN, equivalent, side, verdict
 
 
 @pytest.mark.parametrize("est, expected", [
-    (Estimate(0.05, 0.02, 3), "up"),                       # [0.03, 0.07]
-    (Estimate(-0.05, 0.02, 3), "down"),                    # [-0.07, -0.03]
-    (Estimate(0.005, 0.001, 3), "up"),                     # excludes 0 though inside the margin: a direction
+    (Estimate(0.05, 0.02, 3), "up: the 95% interval [+0.0300, +0.0700] excludes 0 and reaches beyond ±0.0100"),
+    (Estimate(-0.05, 0.02, 3), "down: the 95% interval [-0.0700, -0.0300] excludes 0 and reaches beyond ±0.0100"),
+    # excludes 0 but lies inside the margin: "no difference" whenever the whole interval is inside (#41 item 4)
+    (Estimate(0.005, 0.001, 3), "no difference: the whole 95% interval [+0.0040, +0.0060] lies within ±0.0100"),
 ])
-def test_a_direction_only_when_the_interval_excludes_zero(est, expected):
+def test_a_direction_only_when_the_interval_excludes_zero_and_reaches_beyond_the_margin(est, expected):
     assert verdict(est, "up", "down") == expected
 
 

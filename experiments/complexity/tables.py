@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 from experiments.complexity.runner import PARTS
 from experiments.complexity.pos_embed_interpolation import NATIVE
 from experiments.runs.reference import NothingFinished, whose, whose_runs
+from experiments.report.verdicts import MARGINS
 from experiments.report.records import read_record
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
 from experiments.complexity.paper_models import PAPER_MODELS
@@ -74,7 +75,8 @@ def _ms_per_image(rows: list[dict], mode: str) -> tuple[list[float], list[float]
     return xs, [1000.0 / y for y in ys]
 
 
-EXPONENT_MARGIN = 0.1  # local exponents all within 2 +- this read "linear" in the patches, within 4 +- it "quadratic"
+# local exponents all within 2 +- this read "linear" in the patches, within 4 +- it "quadratic"
+EXPONENT_MARGIN = MARGINS["resolution exponent"].value
 
 
 def window_alignment(model: str) -> int | None:

@@ -39,7 +39,8 @@ from experiments.runs.convergence import judged, plateau_unknown, still_improvin
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
-from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side, verdict, were_improving
+from experiments.report.verdicts import (STILL_IMPROVING, cannot_tell, category, direction, equivalent, no_difference, not_read,
+                                         side, verdict, were_improving)
 from experiments.report.table_format import count, fmt, plural, plus_minus, write_csv
 
 SEED_KEYS = ("seed_everything", "data.seed")   # what varies within a row
@@ -409,32 +410,38 @@ def _reading(rows: list[dict]) -> str:
     change, (d1, d2) = _trend(*ends), _paired_gaps(*ends)
     text += (f" {best}: {said(both[0])}, {said(both[-1])}. The change of the gap from "
              f"{both[0]:,} to {both[-1]:,} images, paired by seed: {_signed(change)}: ")
-    paper, opposite = "as the paper says.", "the opposite of the paper's claim that transformers catch up as data grows."
     s = side(change)
-    if not s or s != (d2 > d1) - (d2 < d1):   # a trend only from the paired interval, never from the endpoints
-        text += (f"{no_difference(change)}: the gap stays the same as data grows." if equivalent(change) else
-                 f"{cannot_tell(change)}; no trend is concluded.")
-    elif d2 > d1 and d1 < 0:
-        text += (f"the CNN lead narrows from {-d1:.4f} to {-d2:.4f}: transformers catch up as data grows, {paper}"
-                 if d2 < 0 else f"the CNN lead of {-d1:.4f} narrows and closes: transformers draw level, {paper}"
-                 if d2 == 0 else f"the CNN lead of {-d1:.4f} narrows and turns into a transformer lead of {d2:.4f}: "
-                 f"transformers overtake as data grows, {paper}")
-    elif d2 > d1:
-        text += (f"the transformer lead widens from {d1:.4f} to {d2:.4f}: transformers gain with data, {paper} But "
-                 "they led already at the smallest size, where the paper has CNNs ahead." if d1 > 0 else
-                 f"level at the smallest size, a transformer lead of {d2:.4f} at the largest: transformers gain "
-                 f"with data, {paper}")
-    elif d1 <= 0:
-        text += f"the CNN lead widens from {-d1:.4f} to {-d2:.4f}: transformers fall further behind, {opposite}"
+    if equivalent(change):
+        text += f"{no_difference(change)}: the gap stays the same as data grows."
+    elif not s or s != (d2 > d1) - (d2 < d1):   # a trend only from the paired interval, never from the endpoints
+        text += f"{cannot_tell(change)}; no trend is concluded."
     else:
-        text += (f"the transformer lead narrows from {d1:.4f} to {d2:.4f}: CNNs catch up, {opposite}" if d2 > 0 else
-                 f"the transformer lead of {d1:.4f} turns into a CNN lead of {-d2:.4f}: {opposite}")
+        text += f"{direction(change, 'a trend')}; {_trend_words(d1, d2)}"
     text += _each_transformer(rows, both[0], both[-1], _name)
     if any(r.get("test_acc_ci95") is None for r in used):
         text += " Some of these means rest on one seed (no interval): a single draw, not a measured trend."
     else:
         text += f" The 95% intervals of these means are up to ±{max(r['test_acc_ci95'] for r in used):.4f}."
     return text
+
+
+def _trend_words(d1: float, d2: float) -> str:
+    """What a trend of the transformer − CNN gap from d1 (smallest size) to d2 (largest) says of the paper's claim."""
+    paper, opposite = "as the paper says.", "the opposite of the paper's claim that transformers catch up as data grows."
+    if d2 > d1 and d1 < 0:
+        return (f"the CNN lead narrows from {-d1:.4f} to {-d2:.4f}: transformers catch up as data grows, {paper}"
+                if d2 < 0 else f"the CNN lead of {-d1:.4f} narrows and closes: transformers draw level, {paper}"
+                if d2 == 0 else f"the CNN lead of {-d1:.4f} narrows and turns into a transformer lead of {d2:.4f}: "
+                f"transformers overtake as data grows, {paper}")
+    if d2 > d1:
+        return (f"the transformer lead widens from {d1:.4f} to {d2:.4f}: transformers gain with data, {paper} But "
+                "they led already at the smallest size, where the paper has CNNs ahead." if d1 > 0 else
+                f"level at the smallest size, a transformer lead of {d2:.4f} at the largest: transformers gain "
+                f"with data, {paper}")
+    if d1 <= 0:
+        return f"the CNN lead widens from {-d1:.4f} to {-d2:.4f}: transformers fall further behind, {opposite}"
+    return (f"the transformer lead narrows from {d1:.4f} to {d2:.4f}: CNNs catch up, {opposite}" if d2 > 0 else
+            f"the transformer lead of {d1:.4f} turns into a CNN lead of {-d2:.4f}: {opposite}")
 
 
 def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
@@ -454,7 +461,7 @@ def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
     text = (f" Each transformer minus the best CNN, {small:,} to {large:,} images, and the change paired by seed: "
             + ", ".join(f"{f} {a:+.4f} to {b:+.4f} ({_signed(t)}: {verdict(t, 'gains on it', 'loses ground')})"
                         for f, a, b, t in pairs) + ".")
-    if {side(t) for *_, t in pairs} >= {1, -1}:
+    if {category(t) for *_, t in pairs} >= {"higher", "lower"}:
         text += " They disagree: the best transformer's trend is not every transformer's."
     return text
 

@@ -33,7 +33,8 @@ from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import NothingFinished, whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
 from experiments.report.figures import log_figures, pyplot, save_png
-from experiments.report.verdicts import MARGIN, STILL_IMPROVING, cannot_tell, equivalent, no_difference, not_read, side
+from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, cannot_tell, category, direction, equivalent,
+                                         no_difference, not_read, side, size_against, verdict)
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus, write_csv
 
 NAME = "distill"
@@ -373,6 +374,29 @@ def claims(p: Profile) -> list[dict]:
     return out
 
 
+def teacher_labels(p: Profile) -> list[str]:
+    """Per distilled student and size: how often its teacher's hard label differed from the true
+    label on the augmented training batches (summary.json's teacher_labels, counted by
+    ImageClassifier), mean over the seeds that recorded it; "not recorded" for runs trained before
+    it was counted. A teacher that agrees with every label has nothing to hand on beyond them."""
+    out = []
+    for s in (s for s in p.student_names if teacher_of(s)):
+        for f in p.fractions:
+            runs = list(p.students.get((s, f), {}).values())
+            if not runs:
+                continue
+            rates = [r["teacher_labels"]["rate"] for r in runs if isinstance(r.get("teacher_labels"), dict)]
+            said = (f"the teacher's hard label differs from the true label on {statistics.fmean(rates):.1%} of the "
+                    f"augmented training images (mean over {plural(len(rates), 'seed')})" if rates else "not recorded")
+            out.append(f"- {s} at {p.size_label(f)}: {said}"
+                       + (f"; not recorded for {len(runs) - len(rates)} more" if rates and len(rates) < len(runs)
+                          else ""))
+    return ["### What each teacher can hand on", "",
+            "How often the teacher's hard label differs from the true label on the students' augmented training "
+            "batches: a teacher that agrees with every label has nothing to hand on beyond them.", "", *out, ""] \
+        if out else []
+
+
 # ---------------- the words ----------------
 def _est_text(est: Estimate | None, signed: bool = True) -> str:
     return MISSING if est is None else plus_minus(est.value, est.ci95, signed)
@@ -383,14 +407,10 @@ def judge(est: Estimate | None, claim: str) -> str:
     if est is None:
         return "no pair of finished runs"
     said = f"{plus_minus(est.value, est.ci95, signed=True)} ({plural(est.n, 'pair')})"
-    s = side(est)
-    if s is None:
+    if est.ci95 is None:
         return f"{said}: one pair has no interval; a single draw, not a finding"
-    if s == 0:  # "no difference" only where the whole interval lies inside the margin (experiments/report/verdicts.py)
-        return f"{said}: " + (no_difference(est) if equivalent(est) else cannot_tell(est))
-    if s > 0:
-        return f"{said}: {claim}, as DeiT reports"
-    return f"{said}: the opposite; the data contradict DeiT's claim that {claim}"
+    return f"{said}: " + verdict(est, f"{claim}, as DeiT reports",
+                                 f"the opposite; the data contradict DeiT's claim that {claim}")
 
 
 def _cell(cell: dict, accs: dict) -> str:
@@ -579,30 +599,24 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
     for c in (c for c in cl if c["claim"] == "c"):
         out.append(f"- CNN against transformer teacher, {c['label']} at {p.size_label(c['fraction'])}: "
                    + say(c, f"the {c['cnn']} teacher transfers more than the {c['transformer']} teacher")
-                   + ". " + confound(c))
+                   + ("" if c["improving"] else ". " + confound(c)))  # a claim not read says nothing of its teachers
     return out
-
-
-# Teachers count as "of similar accuracy" when the whole 95% interval of their paired difference lies
-# within 2 points: DeiT's transformer teacher (DeiT-B, 81.8) and its closest convnet teacher
-# (RegNetY-8GF, 81.7) differ by 0.1, the farthest (16GF, 82.9) by 1.1.
-SIMILAR_TEACHERS = 0.02
 
 
 def confound(c: dict) -> str:
     """Whether the CNN-transformer comparison is one of teachers of similar accuracy, read from the
-    interval of the teachers' paired difference in the shared vocabulary (experiments/report/verdicts.py)."""
+    interval of the teachers' paired difference in the shared vocabulary, with the accuracy margin
+    (experiments/report/verdicts.py)."""
     td = c["teacher_diff"]
     if td is None:
         return "The teachers' accuracies can't be paired with it."
     said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
-    if equivalent(td, SIMILAR_TEACHERS):
-        return (f"{said}, {no_difference(td, SIMILAR_TEACHERS)}: teachers of similar accuracy, as DeiT's claim "
-                "requires.")
+    if equivalent(td):
+        return f"{said}, {no_difference(td)}: teachers of similar accuracy, as DeiT's claim requires."
     if side(td):
-        return (f"{said}, the teachers differ in accuracy, so the comparison confounds the teacher's inductive bias "
-                "with its accuracy.")
-    return (f"{said}, {cannot_tell(td, SIMILAR_TEACHERS)}: whether the teachers match in accuracy is not settled, so "
+        return (f"{said}, {direction(td, 'the teachers differ in accuracy')}, so the comparison confounds the "
+                "teacher's inductive bias with its accuracy.")
+    return (f"{said}, {cannot_tell(td)}: whether the teachers match in accuracy is not settled, so "
             "the comparison may confound the teacher's inductive bias with its accuracy.")
 
 
@@ -632,10 +646,11 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
     choice = DEIT_PUBLISHED["teacher_choice"]
     (tr_label, tr), (cnn_label, (lo, hi)) = choice.items()
     out += [f"Teacher choice, DeiT-B student, hard distillation: {tr_label} gives {tr}; {cnn_label} {lo}–{hi}.", "",
-            "The direction of each published effect against ours (accuracy 0–1, paired by seed): agree / disagree "
-            "when our 95% interval excludes 0, cannot tell when it includes 0; against DeiT's no difference, "
-            f"agree only when our whole interval lies within ±{MARGIN:.4f}, cannot tell when it includes 0 but "
-            "reaches beyond.", ""]
+            "Each published effect against ours (accuracy 0–1, paired by seed), in direction and in size apart. "
+            f"Direction: ours reads \"no difference\" when our whole 95% interval lies within ±{MARGIN:.4f}, else "
+            "a direction when it excludes 0, else \"cannot tell\"; it agrees with an effect DeiT finds when it "
+            "points the same way, and with an effect of 0 when it reads \"no difference\". Size: whether DeiT's "
+            "effects (points / 100) lie inside our interval, or our whole interval lies above or below them.", ""]
     gate = unsettled(p)
     if gate:
         out += [gate, ""]
@@ -656,10 +671,9 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
                ("convnet teacher − transformer teacher (DeiT-B student)", (round(lo - tr, 1), round(hi - tr, 1)),
                 [c for c in cl if c["claim"] == "c"])]
     for label, published, ours in effects:
-        sign = 1 if min(published) > 0 else -1 if max(published) < 0 else 0 if set(published) == {0} else None
         pub_text = " / ".join(f"{x:+.1f}" for x in published)
         said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(c['est'])}"
-                         + ("" if gate else f" ({direction(c['est'], sign)})") for c in ours) or "not run here"
+                         + ("" if gate else f" ({against_published(c['est'], published)})") for c in ours) or "not run here"
         out.append(f"- {label}: published {pub_text} points; ours: {said}")
     return out
 
@@ -670,18 +684,25 @@ def _head_effects(p: Profile, head: str) -> list[dict]:
             for s in p.student_names if variant_of(s) == "hard" for f in p.fractions]
 
 
-def direction(est: Estimate | None, published: int | None) -> str:
-    """Ours against a published effect's sign (0: DeiT finds no difference), in the shared
-    vocabulary: agreeing with "no difference" needs the whole interval inside the margin."""
-    s = side(est)
+def against_published(est: Estimate | None, published: tuple[float, ...]) -> str:
+    """Ours against a published effect (DeiT's points, one per model), in direction and in size
+    apart. Direction in the shared vocabulary: DeiT's "no difference" (every published effect 0) is
+    agreed with only when our whole interval lies inside the margin; an effect DeiT finds is
+    contradicted by our "no difference" as by the opposite direction. Size: whether DeiT's effects
+    (as accuracy, points / 100) meet our interval."""
     if est is None:
         return "no pair"
-    if s is None:
+    if est.ci95 is None:
         return "one pair, no interval"
-    if published == 0:
-        return (f"agree: {no_difference(est)}" if equivalent(est) else "disagree: DeiT finds no difference" if s
-                else cannot_tell(est))
-    return "cannot tell" if s == 0 else "agree" if s == published else "disagree"
+    ours = verdict(est)
+    said, s = category(est), side(est)
+    if set(published) == {0}:
+        agrees = "agree" if said == "no difference" else "cannot tell" if said == "cannot tell" else "disagree"
+        return f"in direction: {agrees}, ours {ours}"
+    sign = 1 if min(published) > 0 else -1 if max(published) < 0 else None
+    agrees = ("cannot tell" if said == "cannot tell" or sign is None else
+              "agree" if said != "no difference" and s == sign else "disagree")
+    return f"in direction: {agrees}, ours {ours}; {size_against(est, tuple(x / 100 for x in published))}"
 
 
 def render_profile(p: Profile, png: str) -> list[str]:
@@ -705,7 +726,7 @@ def render_profile(p: Profile, png: str) -> list[str]:
             "### Agreement with each teacher", "", *agreement_section(p), "",
             "### Class and distillation tokens", "", *cosine_section(p), "",
             f"![test accuracy and token cosine]({png})", "",
-            "### What the numbers say", "", *reading(p, cl), "",
+            "### What the numbers say", "", *reading(p, cl), "", *teacher_labels(p),
             "### DeiT (published)", "", *published_section(p, cl), ""]
 
 
@@ -803,17 +824,17 @@ def findings(exp_dir: Path) -> list[Finding]:
         f = p.fractions[-1]
         cl = [c for c in claims(p) if c["fraction"] == f]
         where = source("distill", p.name, p.finished_runs(), whose(exp_dir))
+        hard = pub["hard, with token: cls+dist"][2]
         asked = (("a", "Does distillation beat training alone?",
-                  f"yes: hard with token {pub['hard, with token: cls+dist'][2]} against "
-                  f"{pub['no distillation'][2]} (DeiT-B, DeiT Table 3)", "distilled above, as published",
-                  "distilled below"),
+                  f"yes: hard with token {hard} against {pub['no distillation'][2]} (DeiT-B, DeiT Table 3)",
+                  "distilled above, as published", "distilled below", (hard - pub["no distillation"][2]) / 100),
                  ("b", "Hard or soft distillation?",
-                  f"hard: {pub['hard, with token: cls+dist'][2]} against soft {pub['usual soft distillation'][2]} "
-                  "(DeiT-B, DeiT Table 3)", "hard above, as published", "soft above"),
+                  f"hard: {hard} against soft {pub['usual soft distillation'][2]} (DeiT-B, DeiT Table 3)",
+                  "hard above, as published", "soft above", (hard - pub["usual soft distillation"][2]) / 100),
                  ("c", "Does a CNN teacher beat a transformer teacher?",
                   f"yes: convnet teachers {lo}-{hi} against {tr} (DeiT-B student, DeiT Table 2)",
-                  "CNN teacher above, as published", "transformer teacher above"))
-        for claim, question, published, higher, lower in asked:
+                  "CNN teacher above, as published", "transformer teacher above", ((lo - tr) / 100, (hi - tr) / 100)))
+        for claim, question, published, higher, lower, size in asked:
             c = next((c for c in cl if c["claim"] == claim and MATCHED in c.get("cnn", "")), None) \
                 or next((c for c in cl if c["claim"] == claim and variant_of(c.get("student", "hard/")) == "hard"), None) \
                 or next((c for c in cl if c["claim"] == claim), None)  # c: teachers of matched accuracy first
@@ -821,8 +842,8 @@ def findings(exp_dir: Path) -> list[Finding]:
                 ours = f"{c['label']} at {p.size_label(f)}: {estimate_text(c['est'])}"
                 if claim == "c" and c["teacher_diff"] is not None:
                     ours += f"; teachers differ by {estimate_text(c['teacher_diff'])}"
-                out.append(Finding(question, published, ours, read(c["est"], higher, lower, c["improving"], c["runs"]),
-                                   where))
+                out.append(Finding(question, published, ours, read(c["est"], higher, lower, c["improving"], c["runs"],
+                                                                   published=size), where))
     return out
 
 

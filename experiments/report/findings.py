@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import markdown_table, plus_minus, plural
-from experiments.report.verdicts import MARGIN, verdict
+from experiments.report.verdicts import MARGIN, legend, size_against, verdict
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,14 @@ def estimate_text(est: Estimate | None) -> str:
     return f"{plus_minus(est.value, est.ci95, signed=True, no_interval='')} ({plural(est.n, 'pair')})"
 
 
-def read(est: Estimate | None, higher: str, lower: str, improving: int, runs: int, margin: float = MARGIN) -> str:
-    """The verdict on a paired difference, or "not read" while any of its runs still improved."""
+def read(est: Estimate | None, higher: str, lower: str, improving: int, runs: int, margin: float = MARGIN,
+         published: float | tuple[float, ...] | None = None) -> str:
+    """The verdict on a paired difference, or "not read" while any of its runs still improved; where
+    a published size exists, its direction and then, apart, its size against the published one."""
     if improving:
         return f"not read: {improving} of {runs} runs still improving (†)"
-    return verdict(est, higher, lower, margin)
+    said = verdict(est, higher, lower, margin)
+    return said if published is None else f"in direction: {said}; {size_against(est, published)}"
 
 
 def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> str:
@@ -51,4 +54,4 @@ def render(findings: list[Finding], left_out: list[LeftOut] = ()) -> str:
     head = ["question", "published", "ours (paired by seed, 95% interval)", "verdict", "from"]
     rows = [[c.replace("|", "/") for c in (f.question, f.published, f.ours, f.verdict, f.source)] for f in findings]
     left = ["", f"- {left_out_line(left_out)}"] if left_out else []
-    return "\n".join(["", "", *markdown_table(head, rows, text_columns=len(head)), *left, ""])
+    return "\n".join(["", "", *markdown_table(head, rows, text_columns=len(head)), *left, "", *legend(), ""])

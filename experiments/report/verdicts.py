@@ -1,18 +1,51 @@
 """The one vocabulary every generated reading uses to put a paired difference into words.
 
-A paired difference (seed_statistics.Estimate: mean, 95% half-width, pairs) earns
-- a direction (the caller's words: "higher"/"lower", "widens"/"narrows", ...) only when its 95%
+A paired difference (seed_statistics.Estimate: mean, 95% half-width, pairs) of one kind of quantity
+(MARGINS: each kind's equivalence margin, declared here once and listed in the README's legend) earns
+- "no difference" whenever the whole 95% interval lies inside [-margin, +margin], bounds included
+  (even an interval that excludes 0: a difference smaller than the margin is none the readings name);
+- else a direction (the caller's words: "higher"/"lower", "widens"/"narrows", ...) when its 95%
   interval excludes 0;
-- "no difference" only when the whole interval lies inside an equivalence margin, stated in the
-  sentence (default ±0.01 accuracy, one point);
-- otherwise "cannot tell", with the interval ("one seed, no interval" where there is none).
+- otherwise "cannot tell" ("one seed, no interval" where there is none).
+Each of the three says its interval and margin in one fixed form (`READING`), so that every
+committed reading can be checked against this rule from its text (tests/test_vocabulary.py).
 """
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 from experiments.report.statistics import Estimate
 
-MARGIN = 0.01  # one accuracy point: the smallest difference the readings call a difference
+
+class Margin(NamedTuple):
+    quantity: str   # what the differences of this kind are differences of
+    value: float    # the equivalence margin: a whole interval inside ±value is "no difference"
+    why: str        # where the margin's size comes from
+
+
+MARGINS = {
+    "accuracy": Margin("test accuracy (0-1), a difference paired by seed", 0.01,
+                       "one accuracy point, the smallest difference a reading names"),
+    "robustness": Margin("chance-corrected robustness: the share of its above-chance accuracy a model keeps under "
+                         "a probe (0-1), a transformer − CNN difference paired by seed", 0.05,
+                         "5% of the clean accuracy above chance"),
+    "locality": Margin("attention distance over the uniform-attention distance (a ratio, 1 = uniform), a change "
+                       "paired by seed", 0.02, "2% of the uniform distance"),
+    "attention growth": Margin("mean attention distance, last layer − first (input pixels)", 1.0,
+                               "one pixel, a quarter of a 4-pixel patch"),
+    "resolution exponent": Margin("k of FLOPs ∝ resolution^k (counted: no interval; every local k is read)", 0.1,
+                                  "a twentieth of the way from 2 (linear in the patches) to 4 (quadratic)"),
+}
+MARGIN = MARGINS["accuracy"].value  # the kind most readings compare
 STILL_IMPROVING = "†"  # the mark of a number from a run still improving at its last validation
+
+# the fixed form in which every verdict read from an interval says it: the interval, the rule it met, the margin
+RULES = {"lies within": "no difference", "excludes 0 and reaches beyond": "a direction",
+         "includes 0 and reaches beyond": "cannot tell"}
+READING = re.compile(r"95% interval \[(?P<lo>[+-]\d+\.\d+), (?P<hi>[+-]\d+\.\d+)\] "
+                     r"(?P<rule>" + "|".join(RULES) + r") ±(?P<margin>\d+\.\d+)")
+ROUNDING = 5e-5  # the written bounds have 4 decimals: one within this of 0 or the margin may be on either side
 
 
 def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:
@@ -64,10 +97,78 @@ def cannot_tell(est: Estimate | None, margin: float = MARGIN) -> str:
     return f"cannot tell: the 95% interval {interval(est)} includes 0 and reaches beyond ±{margin:.4f}"
 
 
+def direction(est: Estimate, words: str, margin: float = MARGIN) -> str:
+    return f"{words}: the 95% interval {interval(est)} excludes 0 and reaches beyond ±{margin:.4f}"
+
+
+def category(est: Estimate | None, margin: float = MARGIN) -> str:
+    """The rule alone: "no difference" when the interval lies inside ±margin, else "higher" /
+    "lower" when it excludes 0 on that side, else "cannot tell"."""
+    if equivalent(est, margin):
+        return "no difference"
+    return {1: "higher", -1: "lower"}.get(side(est), "cannot tell")
+
+
 def verdict(est: Estimate | None, higher: str = "higher", lower: str = "lower", margin: float = MARGIN) -> str:
-    """`higher` / `lower` when the interval excludes 0 on that side, else "no difference" when it
-    lies inside ±margin, else "cannot tell"."""
-    s = side(est)
-    if s:
-        return higher if s > 0 else lower
-    return no_difference(est, margin) if equivalent(est, margin) else cannot_tell(est, margin)
+    """The rule's words (`higher` / `lower` for a direction), each with its interval and margin."""
+    said = category(est, margin)
+    if said == "no difference":
+        return no_difference(est, margin)
+    if said == "cannot tell":
+        return cannot_tell(est, margin)
+    return direction(est, higher if said == "higher" else lower, margin)
+
+
+def size_against(est: Estimate | None, published: float | tuple[float, ...]) -> str:
+    """Agreement in size, apart from direction: whether a published difference (or the range of
+    several, one per published model) meets our 95% interval, or our whole interval lies above or
+    below it."""
+    pub = tuple(published) if isinstance(published, tuple) else (published,)
+    low, high = min(pub), max(pub)
+    said = f"{low:+.4f}" if low == high else f"{low:+.4f} to {high:+.4f}"
+    if est is None or est.ci95 is None:
+        return f"in size: not comparable with the published {said} (no interval)"
+    lo, hi = est.value - est.ci95, est.value + est.ci95
+    if _r(lo) <= _r(high) and _r(low) <= _r(hi):
+        return f"in size: consistent, the published {said} lies within our interval {interval(est)}"
+    where = "above" if _r(lo) > _r(high) else "below"
+    return f"in size: disagrees, our interval {interval(est)} lies wholly {where} the published {said}"
+
+
+def legend() -> list[str]:
+    """The vocabulary and its margins, one line each: the README's legend under the Findings."""
+    return ["Verdicts: \"no difference\" whenever the whole 95% interval lies inside the margin of its kind of "
+            "quantity; else a direction when the interval excludes 0; else \"cannot tell\". Where a published size "
+            "exists, agreement in direction and in size are said apart. Margins, one per kind of quantity:",
+            *(f"- {m.quantity}: ±{m.value:g} ({m.why})" for m in MARGINS.values())]
+
+
+def rule_met(lo: float, hi: float, margin: float) -> set[str]:
+    """The rules a written interval [lo, hi] meets under `margin` (two only where a bound sits
+    within ROUNDING of 0 or of the margin, where the 4 written decimals cannot say which side)."""
+    out = set()
+    for inside in (-ROUNDING, ROUNDING):
+        for excludes in (-ROUNDING, ROUNDING):
+            out.add("lies within" if max(abs(lo), abs(hi)) <= margin + inside else
+                    "excludes 0 and reaches beyond" if lo > excludes or hi < -excludes else
+                    "includes 0 and reaches beyond")
+    return out
+
+
+def misread(text: str) -> list[str]:
+    """Every verdict in `text` whose words do not follow from its interval and margin, or whose
+    margin is not one of MARGINS, one line each (empty: the text follows the vocabulary)."""
+    margins = {f"{m.value:.4f}" for m in MARGINS.values()}
+    out = []
+    for m in READING.finditer(text):
+        lo, hi = float(m["lo"]), float(m["hi"])
+        if m["margin"] not in margins:
+            out.append(f"{m[0]}: ±{m['margin']} is no declared margin (allowed {', '.join(sorted(margins))})")
+        elif m["rule"] not in rule_met(lo, hi, float(m["margin"])):
+            out.append(f"{m[0]}: says {RULES[m['rule']]!r}, the interval gives "
+                       + " or ".join(repr(RULES[r]) for r in sorted(rule_met(lo, hi, float(m['margin'])))))
+    # a verdict's words without its interval (a quoted "no difference" names the word, it is no verdict)
+    for words in re.finditer(r'(?<!")(no difference|cannot tell)(?!: (?:the (?:whole )?95% interval|one seed|no pair))',
+                             text):
+        out.append(f"{text[max(0, words.start() - 60):words.end() + 60]!r}: {words[1]!r} without its interval")
+    return out

@@ -98,6 +98,9 @@ def probe_model(model: torch.nn.Module, h, images: torch.Tensor, labels: torch.T
         result["attention_distance"] = _rounded(dist)
         # what the same layers give attending uniformly over their keys: distance of a head that learned nothing
         result["attention_distance_uniform"] = _rounded(probes.mean_attention_distance(model, batches[0], uniform=True))
+        # how concentrated, apart from how far: entropy over uniform attention's (1: uniform)
+        entropy = torch.cat([probes.attention_entropy(model, b)[None] * len(b) for b in batches]).sum(0) / len(images)
+        result["attention_entropy"] = _rounded(entropy)
         figures["attention_distance"] = _distance_figure(dist, h.family, images.shape[-1])
     if "maps" in parts and not skip["maps"]:
         sample = images[:MAP_IMAGES]

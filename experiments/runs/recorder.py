@@ -112,6 +112,9 @@ class RunRecord(Callback):
             fit.update(epochs=trainer.current_epoch, images_per_sec=self.images_per_sec,
                        val_acc_best=float(best) if best is not None else None, max_steps=trainer.max_steps,
                        val_history=self.val_history)
+            labels = pl_module.teacher_labels() if hasattr(pl_module, "teacher_labels") else None
+            if labels:  # DeiT with a teacher: how often its hard label was not the true one
+                fit["teacher_labels"] = labels
             if self.stop_at_val_acc is not None:  # stopped on purpose: no plateau is asked of it (record_summary)
                 closest = min(self.val_history, key=lambda sa: abs(sa[1] - self.stop_at_val_acc), default=None)
                 fit["stopped"] = {"at_val_acc": self.stop_at_val_acc, "step": trainer.global_step,

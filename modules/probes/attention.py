@@ -1,6 +1,6 @@
 """Attention probes: the softmax attention maps of a built model, how far its heads look (mean
-attention distance, ViT paper Fig. 7 right / App. D.7), the last layer's [CLS] attention and
-attention rollout (Abnar & Zuidema 2020).
+attention distance, ViT paper Fig. 7 right / App. D.7), how concentrated their attention is
+(entropy), the last layer's [CLS] attention and attention rollout (Abnar & Zuidema 2020).
 
 Maps are captured from timm's own modules: `Attention` (vit, deit, hybrid) and `WindowAttention`
 (swin) normally call fused scaled_dot_product_attention, which never materialises the weights.
@@ -201,11 +201,40 @@ def mean_attention_distance(model: nn.Module, images: Tensor, uniform: bool = Fa
     else:
         centres, prefix = patch_centres(model, size), model.num_prefix_tokens
         rows = [attention_distance_from(p, centres, prefix) for _, p in captured]
+    return _padded(rows)
+
+
+def _padded(rows: list[Tensor]) -> Tensor:
+    """(layers, heads) from one (heads,) row per layer, NaN-padded up to the largest head count (Swin)."""
     heads = max(r.numel() for r in rows)
     out = torch.full((len(rows), heads), float("nan"))
     for i, r in enumerate(rows):
         out[i, :r.numel()] = r.float().cpu()
     return out
+
+
+def attention_entropy_from(probs: Tensor, num_prefix_tokens: int = 0, masked: bool = False) -> Tensor:
+    """(heads,) how spread attention `probs` (B, heads, N, N) is: per query, the entropy of its row
+    over the patch keys (prefix tokens dropped and the row renormalised, as for distance) over the
+    entropy of uniform attention on the keys it may see, log(keys): every patch key, or with
+    `masked` (Swin's shifted windows) the keys whose weight is above SUPPORT; averaged over the B maps
+    and the queries. 1: uniform; near 0: all on one key. A query that may see one key is left out."""
+    a = probs[..., num_prefix_tokens:, num_prefix_tokens:].double()
+    a = a / a.sum(-1, keepdim=True).clamp_min(torch.finfo(a.dtype).tiny)
+    entropy = -(a * a.clamp_min(torch.finfo(a.dtype).tiny).log()).sum(-1)           # 0 log 0 = 0
+    keys = (a > SUPPORT).sum(-1).double() if masked else torch.full_like(entropy, a.shape[-1])
+    ratio = torch.where(keys > 1, entropy / keys.clamp_min(2).log(), float("nan"))   # (B, heads, P)
+    return ratio.nanmean(dim=(0, 2)).to(probs.dtype)
+
+
+def attention_entropy(model: nn.Module, images: Tensor) -> Tensor:
+    """(layers, heads) attention entropy over uniform attention's (attention_entropy_from), the
+    concentration of attention apart from its distance: a head can attend as far as uniform
+    attention on average and still put most of its weight on a few patches. vit/deit/hybrid: prefix
+    tokens dropped; swin: within each window, masked keys left out; rows NaN-padded as for distance."""
+    swin = _check_attention(model) == "swin"
+    prefix = 0 if swin else model.num_prefix_tokens
+    return _padded([attention_entropy_from(p, prefix, masked=swin) for _, p in _capture(model, images)])
 
 
 # ---------------- [CLS] attention and rollout ----------------

@@ -9,8 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 ALLOWED = "allowed vit, deit, hybrid with pos_embed learn, learn2d or sincos"
-STRUCTURE_MIN_CORRELATION = 0.3  # grid_correlation above this (and above raster_correlation): 2D structure
-
+# 2D structure: grid neighbours, in each direction, above far patches by at least this much cosine.
+# A vertical neighbour is a whole row away in the 1D order, so only a table that learned the grid
+# makes it close; far patches (grid distance >= 3) of an unstructured table sit near 0.
+STRUCTURE_MIN_GAP = 0.1
 
 def patch_table(model: nn.Module) -> torch.Tensor:
     """The position table's patch entries as a (gh, gw, D) float tensor. timm tables hold either the
@@ -45,11 +47,16 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def pos_embed_2d_structure(sim: torch.Tensor) -> dict:
     """Whether a (gh, gw, gh, gw) similarity shows 2D structure, over each unordered pair of distinct
-    patches once:
-    neighbour_mean / far_mean: mean similarity at Manhattan grid distance 1 / at >= 3; gap = their difference;
-    grid_correlation: Pearson correlation of similarity with minus the Euclidean grid distance;
-    raster_correlation: the same with minus the distance in raster order |i - j| (a 1D table's ordering);
-    two_d: grid_correlation > STRUCTURE_MIN_CORRELATION and > raster_correlation."""
+    patches once, by neighbour against far similarity:
+    horizontal_mean / vertical_mean: mean similarity of grid neighbours in the same row / the same
+    column (a vertical neighbour is gw apart in the 1D order); neighbour_mean: both together
+    (Manhattan grid distance 1); far_mean: at Manhattan distance >= 3; gap = neighbour_mean − far_mean;
+    bands: the mean similarity at each Manhattan distance 1, 2, ... (a falling band profile is
+    similarity falling off with grid distance, however quickly);
+    two_d: horizontal and vertical neighbours both above far patches by STRUCTURE_MIN_GAP or more.
+    Also grid_correlation / raster_correlation: Pearson correlation of similarity with minus the
+    Euclidean grid distance / minus the distance in raster order |i - j| (kept as numbers: a
+    correlation cannot see similarity that falls off within one or two patches)."""
     gh, gw = sim.shape[:2]
     if sim.shape != (gh, gw, gh, gw) or gh * gw < 2:
         raise ValueError(f"similarity shape {tuple(sim.shape)}: allowed (gh, gw, gh, gw) with at least 2 patches")
@@ -59,13 +66,15 @@ def pos_embed_2d_structure(sim: torch.Tensor) -> dict:
     dr, dc = (rows[i] - rows[j]).abs(), (cols[i] - cols[j]).abs()
     s = sim.reshape(gh * gw, gh * gw)[i, j].double()
     manhattan, euclid, raster = dr + dc, (dr ** 2 + dc ** 2).sqrt(), (i - j).abs().double()
-    near, far = s[manhattan == 1], s[manhattan >= 3]
-    out = {"neighbour_mean": float(near.mean()),
-           "far_mean": float(far.mean()) if far.numel() else float("nan"),
-           "grid_correlation": _pearson(s, -euclid),
-           "raster_correlation": _pearson(s, -raster)}
+
+    def mean(mask: torch.Tensor) -> float:
+        return float(s[mask].mean()) if mask.any() else float("nan")
+    out = {"neighbour_mean": mean(manhattan == 1), "far_mean": mean(manhattan >= 3),
+           "horizontal_mean": mean((dr == 0) & (dc == 1)), "vertical_mean": mean((dr == 1) & (dc == 0)),
+           "bands": [mean(manhattan == d) for d in range(1, int(manhattan.max()) + 1)],
+           "grid_correlation": _pearson(s, -euclid), "raster_correlation": _pearson(s, -raster)}
     out["gap"] = out["neighbour_mean"] - out["far_mean"]
-    out["two_d"] = bool(out["grid_correlation"] > max(STRUCTURE_MIN_CORRELATION, out["raster_correlation"]))
+    out["two_d"] = bool(min(out["horizontal_mean"], out["vertical_mean"]) - out["far_mean"] >= STRUCTURE_MIN_GAP)
     return out
 
 
