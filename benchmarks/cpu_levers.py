@@ -1,0 +1,158 @@
+"""The CPU speed levers per family, side by side, as the cpu profiles train: one run per core, one
+thread each (benchmarks/process_parallelism.py: two such runs beat one run on both threads).
+
+For each family at its budget (default tiny), the training step of one run
+(benchmarks/family_throughput.single_step: forward, loss, backward, clipping, AdamW + warmup/cosine;
+synthetic 28x28x1 images already in memory, so the model is timed, not the loader), in images/s and
+MFU against this core's measured matmul peak in the same precision, under each lever:
+  batch      32 / 64 / 128 images a step (the profile's batch by training-set size)
+  precision  32-true, and bf16-mixed where the hardware runs bf16 matmuls natively (an emulated bf16
+             is 10-100x slower and is not timed)
+  layout     channels_last memory format for the convolutional families (resnet, convnext, hybrid)
+  compile    torch.compile(model) (inductor), timed after its compilation, which is reported apart
+  validation the share of a cpu-profile run's time its validations take (val_checks x val_size
+             images forward, no gradient, at the eval speed measured here) at the smallest and the
+             largest training set of exp-datascale's cpu profile, with its steps and batch sizes
+Each lever is timed in interleaved repeats against the baseline (this machine's speed drifts), and
+the speed-up is the median ratio. Prints measured rows; asserts nothing.
+
+    python benchmarks/cpu_levers.py [--family swin convnext] [--batch 32 128] [--levers compile layout]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import warnings
+
+_CACHE = tempfile.TemporaryDirectory(prefix="cpu_levers-inductor-")  # a cold compile, what a first run pays
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
+import torch  # noqa: E402
+
+from experiments.runs.provenance import hardware, versions  # noqa: E402
+from family_throughput import matmul_peak, single_step  # noqa: E402
+from modules import FAMILIES  # noqa: E402
+
+warnings.filterwarnings("ignore")
+CONV = ("resnet", "convnext", "hybrid")
+LEVERS = ("batch", "precision", "layout", "compile", "validation")
+
+
+def native_bf16() -> bool:
+    return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16") and torch.cpu._is_avx512_bf16_supported()
+
+
+def make(family: str, budget: str, batch: int, precision: str, layout: bool = False, compiled: bool = False):
+    """(flops per image, the step) of one run; the compiled step's first call (its compilation) is made here."""
+    clf, step = single_step(family, budget, batch, torch.device("cpu"), precision, 10_000, fused=False)
+    if layout:
+        clf.model.to(memory_format=torch.channels_last)
+    if compiled:
+        clf.model = torch.compile(clf.model)
+    t = time.perf_counter()
+    step()  # warm-up (and compilation)
+    first = time.perf_counter() - t
+    return 3 * clf.complexity["flops"], step, first
+
+
+def eval_images_per_s(family: str, budget: str, batch: int, steps: int) -> float:
+    """Forward passes in eval mode without gradients (a validation), images/s."""
+    clf, _ = single_step(family, budget, batch, torch.device("cpu"), "32-true", 10_000, fused=False)
+    clf.eval()
+    x = torch.randn(batch, clf.hparams.in_chans, clf.hparams.image_size, clf.hparams.image_size)
+    with torch.no_grad():
+        clf.model(x)
+        t = time.perf_counter()
+        for _ in range(steps):
+            clf.model(x)
+    return batch * steps / (time.perf_counter() - t)
+
+
+def validation_share(family: str, train_per_s: dict[int, float], eval_per_s: float) -> str:
+    """'118 images: 12%; 2,950: 3%' for exp-datascale's cpu profile: validation seconds over a run's seconds."""
+    from experiments.runs.spec import batch_for, load_spec, resolve_axes, steps_for
+    axes = resolve_axes(load_spec("datascale"), "cpu")
+    out = []
+    for fraction in (axes["fractions"][0], axes["fractions"][-1]):
+        n = round(fraction * 59_000)
+        batch, steps = batch_for(n, axes), steps_for(n, axes, family)
+        if batch not in train_per_s:
+            return f"not timed at batch {batch}"
+        train_s = steps * batch / train_per_s[batch]
+        val_s = axes["val_checks"] * (axes["val_size"] or 0) / eval_per_s
+        out.append(f"{n:,} images: {val_s / (train_s + val_s):.0%} of {(train_s + val_s) / 60:.0f} min")
+    return "; ".join(out)
+
+
+def seconds_per_step(step, steps: int) -> float:
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - t) / steps
+
+
+def compare(base, lever, steps: int, repeats: int) -> tuple[float, float, float]:
+    """(baseline s/step, lever s/step, median ratio) over interleaved repeats."""
+    b, v = [], []
+    for _ in range(repeats):
+        b.append(seconds_per_step(base, steps))
+        v.append(seconds_per_step(lever, steps))
+    return statistics.median(b), statistics.median(v), statistics.median(x / y for x, y in zip(b, v))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--family", nargs="+", default=list(FAMILIES), choices=FAMILIES)
+    p.add_argument("--budget", default="tiny")
+    p.add_argument("--batch", nargs="+", type=int, default=[32, 64, 128], help="batch sizes (the first: the baseline)")
+    p.add_argument("--levers", nargs="+", default=list(LEVERS), choices=LEVERS)
+    p.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="threads per run (default 1: one run per core)")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    base_batch = a.batch[0]
+    peak, how = matmul_peak(torch.device("cpu"), "32-true")
+    v = versions()
+    print(f"hardware: {hardware()}; torch {v['torch']}, timm {v['timm']}; {a.threads} thread(s) per run")
+    print(f"{a.budget} budget, 28x28x1 synthetic images in memory; {a.steps} timed steps x {a.repeats} interleaved "
+          f"repeats; fp32 peak {peak / 1e9:.1f} GFLOP/s ({how}, {a.threads} thread(s)); training FLOPs = 3 x forward")
+    bf16 = native_bf16()
+    if "precision" in a.levers and not bf16:
+        print("precision: no native bf16 matmuls on this CPU (an emulated bf16 step is 10-100x slower): fp32 only")
+    print(f"{'family':9} {'lever':24} {'img/s':>8} {'MFU':>6} {'vs base':>8} {'first step s':>12}")
+    for family in a.family:
+        flops, base, _ = make(family, a.budget, base_batch, "32-true")
+        levers = []
+        if "batch" in a.levers:
+            levers += [(f"batch {b}", dict(batch=b)) for b in a.batch[1:]]
+        if "precision" in a.levers and bf16:
+            levers.append(("bf16-mixed", dict(precision="bf16-mixed")))
+        if "layout" in a.levers and family in CONV:
+            levers.append(("channels_last", dict(layout=True)))
+        if "compile" in a.levers:
+            levers.append(("torch.compile(model)", dict(compiled=True)))
+        base_s = seconds_per_step(base, a.steps)
+        print(f"{family:9} {f'fp32, batch {base_batch}':24} {base_batch / base_s:8,.0f} "
+              f"{base_batch / base_s * flops / peak:6.1%} {'1.00x':>8} {'':>12}", flush=True)
+        train_per_s = {base_batch: base_batch / base_s}
+        for label, kw in levers:
+            batch = kw.pop("batch", base_batch)
+            _, step, first = make(family, a.budget, batch, kw.pop("precision", "32-true"), **kw)
+            b_s, l_s, ratio = compare(base, step, a.steps, a.repeats)
+            per_image = (b_s / base_batch) / (l_s / batch)  # images/s ratio (batches differ)
+            print(f"{family:9} {label:24} {batch / l_s:8,.0f} {batch / l_s * flops / peak:6.1%} "
+                  f"{(per_image if batch != base_batch else ratio):7.2f}x {first:12.1f}", flush=True)
+            if label.startswith("batch"):
+                train_per_s[batch] = batch / l_s
+            del step
+        if "validation" in a.levers:
+            eval_s = eval_images_per_s(family, a.budget, 256, a.steps)  # the DataModule's eval_batch_size
+            print(f"{family:9} {'validation, eval fp32':24} {eval_s:8,.0f} {'':>6} {'':>8} {'':>12}  "
+                  f"cpu profile: {validation_share(family, train_per_s, eval_s)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
