@@ -15,9 +15,10 @@ import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
-from experiments.runs.execute import run_status
+from experiments.runs.execute import run_status, units_of
 from experiments.runs.provenance import hardware
 from experiments.runs.record import read_identity, read_summary
 
@@ -72,17 +73,31 @@ def read_step_times(path: Path = STEP_TIMES) -> dict[tuple, float]:
 MORE_CORES = 8  # the dry run also says what a machine with this many cores of this kind would take
 
 
-def _wall(minutes: list[float], jobs: int) -> float:
+def wall(minutes: list[float], jobs: int) -> float:
     """Wall minutes of runs taking `minutes` each, `jobs` at a time: the work over the jobs, or the
     longest run when that is longer."""
     return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
+
+
+def unit_minutes(units: list[list], batch_size: int, device: str, table: dict[tuple, float],
+                 steps: Callable[[list], int] = lambda unit: unit[0].steps) -> tuple[list[float], list[str]]:
+    """The minutes of each unit (a run, or a packed group) with a step time measured on `device`, for
+    `steps(unit)` of its steps (all by default), and what has none: 'vit-tiny', 'swin-tiny packed 4'."""
+    def key(u):
+        return device, u[0].family, u[0].budget, batch_size, len(u)
+    sizes = defaultdict(set)  # family-budget -> the group sizes (1: single runs) with no step time
+    for u in units:
+        if key(u) not in table:
+            sizes[f"{u[0].family}-{u[0].budget}"].add(len(u))
+    missing = [name + ("" if ks == {1} else " packed " + "/".join(map(str, sorted(ks - {1})))
+                       + (" and single" if 1 in ks else "")) for name, ks in sorted(sizes.items())]
+    return [steps(u) * table[key(u)] / 1000 / 60 for u in units if key(u) in table], missing
 
 
 def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
              table: dict[tuple, float] | None = None, pack: int = 1) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
     to a group, as the sweep packs them), or what is missing."""
-    from experiments.runs.execute import pack_groups
     device = device or hardware()
     table = read_step_times() if table is None else table
     if not runs:
@@ -92,23 +107,13 @@ def estimate(runs: list, batch_size: int, jobs: int, device: str | None = None,
         return "; nothing left to train"
     if not any(k[0] == device for k in table):
         return f"; no step times measured on {device} (results/step_times.csv), so no estimate"
-    units = pack_groups(todo, pack) if pack > 1 else [[r] for r in todo]  # what trains as one process
-
-    def key(u):
-        return device, u[0].family, u[0].budget, batch_size, len(u)
-    sizes = defaultdict(set)  # family-budget -> the group sizes (1: single runs) with no step time
-    for u in units:
-        if key(u) not in table:
-            sizes[f"{u[0].family}-{u[0].budget}"].add(len(u))
-    missing = [name + ("" if ks == {1} else " packed " + "/".join(map(str, sorted(ks - {1})))
-                       + (" and single" if 1 in ks else "")) for name, ks in sorted(sizes.items())]
-    known = [u for u in units if key(u) in table]
-    if not known:
+    units = units_of(todo, pack)
+    each, missing = unit_minutes(units, batch_size, device, table)
+    if not each:
         return f"; no step time measured on this device for {', '.join(missing)} at batch {batch_size}, so no estimate"
-    each = [u[0].steps * table[key(u)] / 1000 / 60 for u in known]  # minutes
-    text = f"; about {_wall(each, jobs):.0f} min on this device ({jobs} at a time)"
+    text = f"; about {wall(each, jobs):.0f} min on this device ({jobs} at a time)"
     if jobs < MORE_CORES and _cpu(device):  # a run per core, each at the speed measured here
-        text += f", about {_wall(each, MORE_CORES):.0f} min with {MORE_CORES} such cores"
+        text += f", about {wall(each, MORE_CORES):.0f} min with {MORE_CORES} such cores"
     return text + (f", not counting {', '.join(missing)} (no step time measured at batch {batch_size})"
                    if missing else "")
 
