@@ -23,9 +23,11 @@ from .registry import build_model, use_fused_attention
 
 
 class ImageClassifier(L.LightningModule):
-    """Any family, one recipe: AdamW (no decay on norms, biases, position embeddings, tokens),
-    linear warmup then cosine decay per step, label smoothing; gradient clipping and bf16 come
-    from the Trainer (experiments/configs/default.yaml).
+    """The model: any family, trained by one recipe.
+
+    AdamW (no decay on norms, biases, position embeddings, tokens), linear warmup then cosine decay
+    per step, label smoothing; gradient clipping and bf16 come from the Trainer
+    (experiments/configs/default.yaml).
 
     Args:
         family: vit, deit, swin, convnext, hybrid or resnet.
