@@ -113,7 +113,7 @@ class SweepProgress:
 
     # ---------------- the time left ----------------
     def left(self) -> str:
-        units = [u for name, runs in self.stages.items()
+        units = [u for runs in self.stages.values()
                  for u in units_of([r for r in runs if not finished(r, run_status(r))], self.pack)]
         if not units:
             return "nothing left to train"
@@ -128,11 +128,12 @@ class SweepProgress:
         """Wall seconds of what `units` have left (the runs `jobs` at a time), and what has no step time."""
         if not units:
             return 0.0, []
-        table = read_step_times() if self._table is None else self._table
+        if self._table is None:  # read once: the display asks every second
+            self._table = read_step_times()
         self._device = self._device or hardware()
         minutes, missing = [], []
         for u in units:
-            each, none = unit_minutes([u], batch_size(u[0]), self._device, table, steps=self._steps_left)
+            each, none = unit_minutes([u], batch_size(u[0]), self._device, self._table, steps=self._steps_left)
             minutes += each
             missing += [m for m in none if m not in missing]
         return (60 * wall(minutes, self.jobs) if minutes else None), missing
