@@ -56,7 +56,8 @@ class SweepProgress:
         self.stage = stages[0][0] if stages else ""
         self.jobs, self.pack, self.clock = jobs, pack, clock
         self.started_at = clock()
-        self._device, self._table = device, table
+        # read here, once: the display asks every second, and a run's estimate must not delay its start
+        self._device, self._table = device or hardware(), read_step_times() if table is None else table
         # run name -> (run, when it started on `clock`, when on the wall clock, its estimated seconds or None;
         # queued: it waits in a stage process, shown once it writes its progress)
         self.running: dict[str, tuple[Run, float, float, float | None, bool]] = {}
@@ -80,6 +81,10 @@ class SweepProgress:
         _, start, _, estimated, _ = self.running.pop(run.name, (run, None, None, None, True))
         if start is not None and estimated and finished(run, status):
             self.timed.append((self.clock() - start, estimated))
+
+    def run_dirs(self) -> list:
+        """The folders of every run of the plan, once each."""
+        return list(dict.fromkeys(r.run_dir for runs in self.stages.values() for r in runs))
 
     # ---------------- what is shown ----------------
     def line(self) -> str:
@@ -128,9 +133,6 @@ class SweepProgress:
         """Wall seconds of what `units` have left (the runs `jobs` at a time), and what has no step time."""
         if not units:
             return 0.0, []
-        if self._table is None:  # read once: the display asks every second
-            self._table = read_step_times()
-        self._device = self._device or hardware()
         minutes, missing = [], []
         for u in units:
             each, none = unit_minutes([u], batch_size(u[0]), self._device, self._table, steps=self._steps_left)

@@ -11,7 +11,7 @@ Run again, the same command skips finished (and diverged) runs, resumes interrup
 last checkpoint and retries failed ones; one failing run never stops the sweep. A rerun that finds
 nothing to train or test changes no record. A second sweep of the same experiment started meanwhile
 waits for the first, then finds its runs finished. Each run's output goes to its folder's log.txt;
-the terminal shows which run of how many is going and the time left.
+the terminal shows one line for the sweep and one per run training (runs/progress.py).
 """
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, exec
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 from experiments.runs.estimate import estimate
+from experiments.runs.interruption import Interrupted
 from experiments.runs.progress import SweepProgress
 
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
@@ -422,7 +423,11 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
 
     def run(runs: list[Run]) -> None:
         ran.extend(r for r in runs if not finished(r, run_status(r)))
-        results.update(run_sweep(runs, jobs=jobs, pack=pack, cluster=cluster, progress=progress))
+        try:
+            results.update(run_sweep(runs, jobs=jobs, pack=pack, cluster=cluster, progress=progress))
+        except Interrupted:  # HParams then has its columns (identity, val/acc_best, test/acc) over the runs so far
+            write_sweep_view(exp_dir, sizes, progress.run_dirs(), tested)
+            raise
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
         write_tuning_record(exp_dir, spec, axes, trials, choices, ran=bool(ran))
