@@ -91,9 +91,12 @@ def test_names_and_counters_print_as_they_are(tmp_path):
         _done(r)
         return 0
     out = io.StringIO()
-    run_sweep([run], launcher=launcher, console=Console(file=out, width=200),
+    run_sweep([run], launcher=launcher, console=Console(file=out, width=60),
               progress=SweepProgress([("tune", [run])], clock=Clock(), device=DEVICE, table=TABLE))
     assert "[tune 1/1] [bold]resnet[/bold]: fitted in " in out.getvalue(), out.getvalue()
+    # in a log (no terminal) the sweep's line is kept whole (not cut at the width), and ends
+    assert " ".join(out.getvalue().split()).endswith("stage tune (1 of 1) · 1/1 runs done · 0:00:00 elapsed · "
+                                                      "nothing left to train") and out.getvalue().endswith("\n")
 
 
 def test_a_run_started_here_shows_only_its_own_progress(tmp_path):

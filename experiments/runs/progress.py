@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Callable, Iterator
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
@@ -107,14 +107,20 @@ class SweepProgress:
             out.append(f"  {name}: {what}")
         return out
 
-    def __rich__(self) -> Group:
-        return Group(*(Text(x, no_wrap=True, overflow="ellipsis") for x in [self.line(), *self.run_lines()]))
+    def __rich_console__(self, console: Console, options) -> Iterator[Text]:
+        # a terminal redraws the lines in place, one row each; a log keeps them whole
+        for x in [self.line(), *self.run_lines()]:
+            yield Text(x, no_wrap=console.is_terminal, overflow="ellipsis" if console.is_terminal else "fold")
 
     @contextmanager
     def live(self, console: Console) -> Iterator[None]:
         """The display, redrawn every second on a terminal (once, at the end, elsewhere)."""
-        with Live(self, console=console, refresh_per_second=1, transient=False):
-            yield
+        try:
+            with Live(self, console=console, refresh_per_second=1, transient=False):
+                yield
+        finally:
+            if not console.is_terminal:  # Live leaves its last line open there: what follows starts a line
+                console.line()
 
     # ---------------- the time left ----------------
     def left(self) -> str:
