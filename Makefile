@@ -51,8 +51,14 @@ FAMILY_ORDER := resnet vit swin convnext hybrid deit
 .PHONY: help install data test training-digests exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench gpu-check safety reference clean-venv
 
+# each description wrapped under its target's column, so that the list fits in 100 columns
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ \
+	  line = sprintf("  %-24s", $$1); n = split($$2, words, " "); \
+	  for (i = 1; i <= n; i++) { \
+	    if (length(line) + 1 + length(words[i]) > 100 && length(line) > 27) { print line; line = sprintf("%27s", "") } \
+	    line = line " " words[i] } \
+	  print line }'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,7 +84,7 @@ training-digests: install ## record what each family's training computes on this
 	TRAINING_DIGESTS=write PYTHONDONTWRITEBYTECODE= $(PY) -m pytest tests/test_training.py \
 	  -k "every_family_fits or cli_with_a_teacher"
 
-exp-datascale: install ## data scale vs accuracy for every family, then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
+exp-datascale: install ## data scale vs accuracy (cpu profile: ResNet and ViT; gpu: every family), then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
 	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
 

@@ -23,9 +23,11 @@ from .registry import build_model, use_fused_attention
 
 
 class ImageClassifier(L.LightningModule):
-    """Any family, one recipe: AdamW (no decay on norms, biases, position embeddings, tokens),
-    linear warmup then cosine decay per step, label smoothing; gradient clipping and bf16 come
-    from the Trainer (experiments/configs/default.yaml).
+    """The model: any family, trained by one recipe.
+
+    AdamW (no decay on norms, biases, position embeddings, tokens), linear warmup then cosine decay
+    per step, label smoothing; gradient clipping and bf16 come from the Trainer
+    (experiments/configs/default.yaml).
 
     Args:
         family: vit, deit, swin, convnext, hybrid or resnet.
@@ -259,10 +261,12 @@ class ImageClassifier(L.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         self._check_finite()
+        # a fit resumed from a checkpoint taken at an epoch's end ends that epoch before any step:
+        # nothing to log (an empty metric computes 0, a spike in every train chart)
         if self._loss_sum is not None:
             self.log("train/loss_epoch", self._loss_sum / self._loss_n, prog_bar=True, sync_dist=True)
+            self.log_dict(_drain(self.train_metrics), sync_dist=True)
         self._loss_sum, self._loss_n = None, 0
-        self.log_dict(_drain(self.train_metrics), sync_dist=True)
         if self._seconds > 0:
             self.log("train/images_per_sec", self._images / self._seconds, sync_dist=True)
         self._images, self._seconds, self._last_end = 0, 0.0, None

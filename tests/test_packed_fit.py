@@ -16,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from experiments.__main__ import main
 from experiments.runs.packed_fit import fit_packed
 from experiments.runs.execute import pack_groups
+from experiments.runs.record import read_progress
 from modules import ImageClassifier
 
 from .conftest import SMOKE
@@ -72,6 +73,10 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
         for (_, x), (_, y) in zip(sa["val_history"], sb["val_history"]):
             assert abs(x - y) <= 0.011  # accuracy on 100 images: at most one prediction flips by rounding
         assert abs(sa["test_acc"] - sb["test_acc"]) <= 0.011 and sa["plateau"] == sb["plateau"] is None  # 2 validations
+        # where each run got to, for a sweep's display: its last step of all and its last validation
+        pa, pb = read_progress(a), read_progress(b)
+        assert pa["step"] == pb["step"] == pa["steps"] == pb["steps"] == sa["steps"] == 6
+        assert (pa["val_acc"], pb["val_acc"]) == (sa["val_history"][-1][1], sb["val_history"][-1][1])
         # every member tested in one vmapped pass: the metrics of its own Lightning test, on the same images
         assert sa["test"].keys() == sb["test"].keys() and {"acc", "acc_top5", "ece", "loss"} <= set(sb["test"])
         for key in sa["test"]:

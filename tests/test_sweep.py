@@ -188,6 +188,10 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune", "--status"]) == 0
     rows = {x.split()[3]: x.split()[2] for x in capsys.readouterr().out.splitlines() if x.startswith("tune ")}
     assert rows == {d.name: "interrupted" for d in trials.values()}
+    # TensorBoard's HParams over the interrupted runs: their identity and the stage's metric as columns
+    _, experiment = sweep_view(runs / "tiny")
+    assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
+    assert {"family", "lr", "fraction"} <= {i.name for i in experiment.hparam_infos}
 
     resumed = yaml.safe_load(spec.read_text())
     resumed["recipe_args"]["default"] = {}  # no switch: the same runs (callbacks are no part of a run's identity)

@@ -68,3 +68,23 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
     differs = {i.name: i.differs for i in experiment.hparam_infos}
     assert differs["family"] and not differs["budget"] and not differs["lr"]
     assert [[list(c.multiline.tag) for c in cat.chart] for cat in layout.category] == [[["^by_train_size/val_acc_n512$"]]]
+
+
+def test_an_epoch_that_ends_before_any_step_logs_no_train_metric():
+    """A fit resumed from a checkpoint taken at an epoch's end ends that epoch first, with no step:
+    its train metrics are empty, and logging them wrote train/acc = 0 at the resume step (a spike in
+    every train chart, and torchmetrics' 'compute called before update')."""
+    import torch
+
+    from modules import ImageClassifier
+    model = ImageClassifier("resnet", "tiny")
+    logged = {}
+    model.log = lambda name, value, **kw: logged.__setitem__(name, value)
+    model.log_dict = lambda values, **kw: logged.update(values)
+    model.on_train_epoch_end()
+    assert logged == {}
+    # an epoch with steps logs them
+    model.train_metrics.update(torch.eye(10)[:2], torch.tensor([0, 5]))
+    model._loss_sum, model._loss_n = torch.tensor(3.0), 2
+    model.on_train_epoch_end()
+    assert logged["train/loss_epoch"] == 1.5 and logged["train/acc"] == 0.5

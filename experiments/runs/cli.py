@@ -33,6 +33,7 @@ from modules.files import open_in_place, refuse_links
 from modules.registry import check_options
 
 from experiments.runs.checkpoint import RunCheckpoint
+from experiments.runs.cli_help import HELP_ALL, asks_help, suite_help
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.names import checked_name, checked_runs_dir, inside
 from experiments.runs.record import IDENTITY_FILE, check_run_files, read_identity, read_summary, write_json
@@ -129,6 +130,10 @@ class SuiteCLI(LightningCLI):
         import re
         import warnings
         from argparse import ArgumentError
+        argv = list(sys.argv[1:] if args is None else args)
+        if argv and argv[0] in self._subcommand_parsers and asks_help(argv):
+            print(suite_help(self._subcommand_parsers[argv[0]], argv[0], full=HELP_ALL in argv), end="")
+            raise SystemExit(0)
         try:
             with warnings.catch_warnings():  # the args are sys.argv's (plus a run's config.yaml): no mistake
                 warnings.filterwarnings("ignore", "LightningCLI's args parameter is intended")

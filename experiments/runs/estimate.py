@@ -17,9 +17,10 @@ import csv
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
-from experiments.runs.execute import run_status
+from experiments.runs.execute import run_status, units_of
 from experiments.runs.provenance import hardware
 from experiments.runs.record import read_identity, read_summary
 
@@ -78,17 +79,41 @@ def read_step_times(path: Path | None = None) -> dict[tuple, float]:
 MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
 
 
-def _wall(minutes: list[float], jobs: int) -> float:
+def wall(minutes: list[float], jobs: int) -> float:
     """Wall minutes of runs taking `minutes` each, `jobs` at a time: the work over the jobs, or the
     longest run when that is longer."""
     return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
+
+
+MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
+
+
+def wall(minutes: list[float], jobs: int) -> float:
+    """Wall minutes of runs taking `minutes` each, `jobs` at a time: the work over the jobs, or the
+    longest run when that is longer."""
+    return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
+
+
+def unit_minutes(units: list[list], device: str, table: dict[tuple, float],
+                 steps: Callable[[list], int] = lambda unit: unit[0].steps) -> tuple[list[float], list[str]]:
+    """The minutes of each unit (a run, or a packed group) with a step time measured on `device` at
+    its own batch size, for `steps(unit)` of its steps (all by default), and what has none:
+    'vit-tiny at batch 128', 'swin-tiny at batch 32 packed 4'."""
+    def key(u):
+        return device, u[0].family, u[0].budget, u[0].batch_size, len(u)
+    sizes = defaultdict(set)  # family-budget at batch b -> the group sizes (1: single runs) with no step time
+    for u in units:
+        if key(u) not in table:
+            sizes[f"{u[0].family}-{u[0].budget} at batch {u[0].batch_size}"].add(len(u))
+    missing = [name + ("" if ks == {1} else " packed " + "/".join(map(str, sorted(ks - {1})))
+                       + (" and single" if 1 in ks else "")) for name, ks in sorted(sizes.items())]
+    return [steps(u) * table[key(u)] / 1000 / 60 for u in units if key(u) in table], missing
 
 
 def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple, float] | None = None,
              pack: int = 1) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
     to a group, as the sweep packs them), each at its own batch size, or what is missing."""
-    from experiments.runs.execute import pack_groups
     device = device or hardware()
     table = read_step_times() if table is None else table
     if not runs:
@@ -98,23 +123,12 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
         return "; nothing left to train"
     if not any(k[0] == device for k in table):
         return f"; no step times measured on {device} (results/step_times.csv), so no estimate"
-    units = pack_groups(todo, pack) if pack > 1 else [[r] for r in todo]  # what trains as one process
-
-    def key(u):
-        return device, u[0].family, u[0].budget, u[0].batch_size, len(u)
-    sizes = defaultdict(set)  # family-budget at batch b -> the group sizes (1: single runs) with no step time
-    for u in units:
-        if key(u) not in table:
-            sizes[f"{u[0].family}-{u[0].budget} at batch {u[0].batch_size}"].add(len(u))
-    missing = [name + ("" if ks == {1} else " packed " + "/".join(map(str, sorted(ks - {1})))
-                       + (" and single" if 1 in ks else "")) for name, ks in sorted(sizes.items())]
-    known = [u for u in units if key(u) in table]
-    if not known:
+    each, missing = unit_minutes(units_of(todo, pack), device, table)
+    if not each:
         return f"; no step time measured on this device for {', '.join(missing)}, so no estimate"
-    each = [u[0].steps * table[key(u)] / 1000 / 60 for u in known]  # minutes
-    text = f"; about {_wall(each, jobs):.0f} min on this device ({jobs} at a time)"
+    text = f"; about {wall(each, jobs):.0f} min on this device ({jobs} at a time)"
     if _cpu(device):  # a run per core, each at the speed measured here
-        text += "".join(f", about {_wall(each, cores):.0f} min with {cores} such cores"
+        text += "".join(f", about {wall(each, cores):.0f} min with {cores} such cores"
                         for cores in MORE_CORES if cores > jobs)
     return text + (f", not counting {', '.join(missing)} (no step time measured)" if missing else "")
 

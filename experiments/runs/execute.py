@@ -142,6 +142,11 @@ def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
     return order
 
 
+def units_of(runs: list[Run], pack: int) -> list[list[Run]]:
+    """What trains as one process: packed groups of up to `pack` runs (pack_groups), or each run alone."""
+    return pack_groups(runs, pack) if pack > 1 else [[r] for r in runs]
+
+
 def _members_file(group: list[Run], log: Path) -> Path:
     """The group's members.json (fit_packed's input), and a line in each member's log.txt saying where
     the group's output goes."""

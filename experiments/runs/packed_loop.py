@@ -42,6 +42,7 @@ from modules.optim import warmup_cosine
 from modules.packed_step import PackedStep
 
 from experiments.runs.packed_records import MemberRecords
+from experiments.runs.record import PROGRESS_EVERY_S
 
 GROUP_CHECKPOINT_EVERY = timedelta(minutes=10)   # the group checkpoint's timer (and once at the end)
 PRECISIONS = {"32-true": None, "32": None, "bf16-mixed": torch.bfloat16}
@@ -202,7 +203,7 @@ class GroupLoop:
             torch.use_deterministic_algorithms(previous)
 
     def _train(self) -> None:
-        s, last_save = self.schedule, time.perf_counter()
+        s, last_save, last_progress = self.schedule, time.perf_counter(), 0.0
         timed = None   # (start, images per member) of the steps timed since the last host sync
         while self.step < s.total:
             iters = [iter(loader) for loader in self.loaders]  # a pass: each loader reads (epoch, batch)
@@ -224,6 +225,9 @@ class GroupLoop:
                         self._validate()
                 if self.step >= s.total:
                     break
+                if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:
+                    self.records.progress(self.step, s.total)
+                    last_progress = time.perf_counter()
                 if time.perf_counter() - last_save >= self.checkpoint_every:
                     self._save()
                     last_save = time.perf_counter()
@@ -290,6 +294,7 @@ class GroupLoop:
         self.packed.member_fn.train(True)  # the step's network (outside the module tree): back to training
         accs = (correct.float() / count).tolist()
         self.records.validated(self.step, accs, self.packed, self.diverged)
+        self.records.progress(self.step, self.schedule.total)
         if self.schedule.progress:
             ips = self.records.images_per_sec
             print(f"{self.records.group}: step {self.step}/{self.schedule.total}, val acc "

@@ -16,7 +16,7 @@ from torch.utils.tensorboard import SummaryWriter
 from modules.files import write_atomic
 
 from experiments.runs.identity import evaluation_identity
-from experiments.runs.record import record_summary
+from experiments.runs.record import record_summary, write_progress
 from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
 
 
@@ -89,6 +89,12 @@ class MemberRecords:
             w.add_scalar(SIZE_TAG.format(self.dms[k].train_size), acc, step)
             w.add_scalar("val/acc_best", self.best[k], step)
             w.flush()
+
+    def progress(self, step: int, steps: int) -> None:
+        """Each member's progress.json (the sweep's display): the group's step, and its own last
+        validation accuracy."""
+        for m, history in zip(self.members, self.history):
+            write_progress(m.run_dir, step, steps, history[-1][1] if history else None)
 
     def finish(self, packed, diverged: dict, *, steps: int, epochs: int, max_steps: int, precision: str,
                engine: dict) -> None:

@@ -19,6 +19,7 @@ import contextlib
 from pathlib import Path
 
 import torch
+from rich.markup import escape
 from rich.progress import Progress
 
 from modules import probes
@@ -214,6 +215,6 @@ def main(argv: list[str]) -> int:
     with Progress() as progress:
         task = progress.add_task("probes", total=len(a.runs))
         for run in a.runs:
-            progress.console.print(f"{run}: wrote {probe_run(Path(run), a.images, a.patch, a.seed, tuple(a.parts))}")
+            progress.console.print(escape(f"{run}: wrote {probe_run(Path(run), a.images, a.patch, a.seed, tuple(a.parts))}"))
             progress.advance(task)
     return 0

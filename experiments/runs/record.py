@@ -15,6 +15,8 @@ from experiments.runs.identity import config_hash
 
 IDENTITY_FILE = "identity.json"
 EVALUATIONS = "evaluations"  # test results whose settings differ from the run's own
+PROGRESS_FILE = "progress.json"  # where a training run is: read by the sweep's display, never by the tables
+PROGRESS_EVERY_S = 2.0  # how often a training run renews it between validations
 
 
 # the files a fit writes in its folder, each through a .tmp beside it
@@ -77,6 +79,30 @@ def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"spec": spec_name, "profiles": profiles})
     return Path(path)
+
+
+def write_progress(run_dir: Path, step: int, steps: int, val_acc: float | None) -> None:
+    """progress.json: the run's step, its steps in all and its last validation accuracy, for the
+    sweep's display. A display aid only: a write that fails (a full disk, a folder in its place)
+    never stops the training it describes."""
+    try:
+        write_atomic(Path(run_dir) / PROGRESS_FILE, json.dumps({"step": step, "steps": steps, "val_acc": val_acc}))
+    except OSError:
+        pass
+
+
+def read_progress(run_dir: Path) -> dict | None:
+    """{step, steps, val_acc} as write_progress wrote them, or None (absent, being replaced, or not
+    of those types: it is shown, so only numbers pass)."""
+    try:
+        p = json.loads((Path(run_dir) / PROGRESS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    number = (int, float)
+    if (not isinstance(p, dict) or type(p.get("step")) is not int or type(p.get("steps")) is not int
+            or not (p.get("val_acc") is None or isinstance(p["val_acc"], number) and not isinstance(p["val_acc"], bool))):
+        return None
+    return {"step": p["step"], "steps": p["steps"], "val_acc": p["val_acc"]}
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:

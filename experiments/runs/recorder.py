@@ -1,5 +1,5 @@
 """RunRecord, the Lightning callback that writes a run's records (runs.record) while it trains:
-train_indices.json at fit start, summary.json after fit and after test."""
+train_indices.json at fit start, progress.json while it trains, summary.json after fit and after test."""
 from __future__ import annotations
 
 import time
@@ -9,7 +9,8 @@ from lightning.pytorch.callbacks import Callback
 
 from experiments.runs.identity import config_hash
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import EVALUATIONS, read_summary, record_summary, write_json
+from experiments.runs.record import (EVALUATIONS, PROGRESS_EVERY_S, read_summary, record_summary, write_json,
+                                    write_progress)
 
 
 class RunRecord(Callback):
@@ -30,6 +31,7 @@ class RunRecord(Callback):
         self.wall_time_s, self._start = 0.0, None
         self.images_per_sec: float | None = None
         self.val_history: list[list] = []  # [step, val/acc] of every validation of the fit
+        self._progressed = 0.0  # when progress.json was last written
 
     def state_dict(self) -> dict:
         return {"wall_time_s": self._elapsed(), "val_history": self.val_history}
@@ -45,6 +47,19 @@ class RunRecord(Callback):
         step = int(trainer.global_step)
         # a resumed fit may validate the restored step again: keep one entry per step
         self.val_history = [v for v in self.val_history if v[0] != step] + [[step, round(float(acc), 6)]]
+        self._progress(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.identity is not None and time.perf_counter() - self._progressed >= PROGRESS_EVERY_S:
+            self._progress(trainer)
+
+    def _progress(self, trainer) -> None:
+        """progress.json: the step, the steps in all and the last validation accuracy."""
+        self._progressed = time.perf_counter()
+        if trainer.is_global_zero:
+            steps = trainer.max_steps if trainer.max_steps > 0 else trainer.estimated_stepping_batches
+            write_progress(self.run_dir, int(trainer.global_step), int(steps) if steps != float("inf") else 0,
+                           self.val_history[-1][1] if self.val_history else None)
 
     def _closest(self) -> float | None:
         """The validation accuracy closest to stop_at_val_acc (the first on a tie, as the checkpoint)."""

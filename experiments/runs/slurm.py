@@ -273,6 +273,7 @@ def _job_error(job) -> str | None:
 
 
 def _wait(submitted: list, total: int, stage: str, console) -> dict:
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     results: dict[str, str] = {}
@@ -286,8 +287,8 @@ def _wait(submitted: list, total: int, stage: str, console) -> dict:
                     pending.remove((unit, job))
                     for r in unit:
                         results[r.name] = run_status(r)
-                        progress.console.print(f"[{stage} {r.index + 1}] {r.name}: {results[r.name] or 'failed'} "
-                                               f"(job {job.job_id})", soft_wrap=True)
+                        progress.console.print(escape(f"[{stage} {r.index + 1}] {r.name}: {results[r.name] or 'failed'} "
+                                                      f"(job {job.job_id})"), soft_wrap=True)
                         progress.advance(task)
             if pending:
                 time.sleep(POLL_S)

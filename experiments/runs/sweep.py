@@ -11,7 +11,7 @@ Run again, the same command skips finished (and diverged) runs, resumes interrup
 last checkpoint and retries failed ones; one failing run never stops the sweep. A rerun that finds
 nothing to train or test changes no record. A second sweep of the same experiment started meanwhile
 waits for the first, then finds its runs finished. Each run's output goes to its folder's log.txt;
-the terminal shows which run of how many is going and the time left.
+the terminal shows one line for the sweep and one per run training (runs/progress.py).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.markup import escape
 
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
@@ -48,14 +48,18 @@ from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, exec
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 from experiments.runs.estimate import estimate
+from experiments.runs.interruption import Interrupted
+from experiments.runs.progress import SweepProgress
 
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
               console: Console | None = None, pack: int = 1,
-              packed_launcher: Callable[[list[Run]], int] | None = None, cluster=None) -> dict[str, str]:
+              packed_launcher: Callable[[list[Run]], int] | None = None, cluster=None,
+              progress: SweepProgress | None = None) -> dict[str, str]:
     """Executes every run (teachers before their DeiT students); returns name -> status. With
     pack > 1, runs that differ only in their seed, lr or augmentation (pack_groups) train up to
     `pack` at a time in one process. With a submitit launcher (cluster: slurm.ClusterOptions), each
-    phase is one job array (slurm.run_stage)."""
+    phase is one job array (slurm.run_stage). `progress`: the whole sweep's display, of which these
+    runs are a stage (by default they are the whole sweep)."""
     console = console or Console()
     if cluster is not None and cluster.submitit:
         from experiments.runs.slurm import run_stage
@@ -77,28 +81,28 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
         if r not in todo:
             results[r.name] = run_status(r)
     console.print(f"{len(runs)} runs: {len(runs) - len(todo)} already finished, {len(todo)} to run")
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("left"), TimeRemainingColumn()]
+    stage = runs[0].stage if runs else "sweep"
+    progress = progress or SweepProgress([(stage, runs)], jobs=jobs, pack=pack)
+    progress.enter(stage)
     # Ctrl-C or SIGTERM: the running runs stop and record themselves, nothing new starts (execute.stoppable)
-    with stoppable(), Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(runs[0].stage if runs else "sweep", total=len(todo))
+    with stoppable(), progress.live(console):
 
         def report(run: Run, status: str | None, seconds: float) -> None:
+            progress.ended(run, status)
             if status is None or status == "interrupted" and stopping():
-                return  # not started, or stopped with the sweep: its line names them, the bar counts them not done
+                return  # not started, or stopped with the sweep: its line names them, the display counts them not done
             results[run.name] = status
             s = read_summary(run.run_dir) or {}
             acc = f", test acc {s['test_acc']:.4f}" if s.get("test_acc") is not None else ""
             val = f", val acc {s['val_acc_best']:.4f}" if run.stage == "tune" and s.get("val_acc_best") else ""
-            progress.console.print(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
-                                   f"{seconds:.0f} s{val}{acc}")
-            if status != "interrupted":
-                progress.advance(task)
+            console.print(escape(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
+                                 f"{seconds:.0f} s{val}{acc}"))
 
         def one(unit: list[Run]) -> None:
             if stopping():
                 return  # nothing starts once the sweep is stopping
             start = time.perf_counter()
+            progress.started(unit)
             if len(unit) == 1:
                 statuses = {unit[0].name: execute(unit[0], launcher)}
             else:
@@ -116,26 +120,19 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                 # every packed group of the phase in one process (execute.launch_packed_stage), each
                 # reported as it ends; the runs alone before them
                 for u in units:
-                    if len(u) == 1 and not stopping():
-                        progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {u[0].name}")
+                    if len(u) == 1:
                         one(u)
                 if not stopping():
-                    progress.update(task, description=f"{groups[0][0].stage}: {len(groups)} packed groups in one "
-                                                      "process")
+                    progress.started([r for g in groups for r in g], queued=True)
                     start = time.perf_counter()
                     execute_groups(groups, stage_launcher, lambda g, statuses: [
                         report(r, statuses[r.name], time.perf_counter() - start) for r in g])
             elif jobs <= 1:
                 for u in units:
-                    if stopping():
-                        break
-                    what = u[0].name if len(u) == 1 else f"{u[0].name} and {len(u) - 1} more, packed"
-                    progress.update(task, description=f"{u[0].stage} {u[0].index + 1}/{len(runs)} {what}")
                     one(u)
             else:
                 # the costliest first, so that no long run starts last while the other workers idle
                 units.sort(key=lambda u: -(0 if u[0] in trained else sum(run_cost(r) for r in u)))
-                progress.update(task, description=f"{jobs} runs at a time")
                 with ThreadPoolExecutor(jobs) as pool:
                     list(pool.map(one, units))
     return results
@@ -399,6 +396,18 @@ def main(argv: list[str]) -> int:
     return code
 
 
+def planned_stages(spec: dict, axes: dict, runs_dir: Path, pool: int, stage: str) -> list[tuple[str, list[Run]]]:
+    """The stages `stage` runs ("all", "tune" or "main") and their runs as planned now, for the
+    display: a family not tuned yet has its main runs at the grid's first lr (their steps, all the
+    display needs, do not depend on it)."""
+    choices, trials = tuning_stage(spec, axes, runs_dir, pool)
+
+    def lr_of(family: str, recipe: str, fraction: float) -> float:
+        return choices.get((family, recipe, nearest_tuned(fraction, axes)), axes["lrs"][0])
+    return ([("tune", trials)] if stage != "main" else []) + \
+        ([("main", main_runs(spec, axes, runs_dir, pool, lr_of))] if stage != "tune" else [])
+
+
 def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, pool: int, jobs: int, pack: int,
                cluster=None) -> int:
     """Runs the stages of `a.stage`; records tuning.json and sweep.json when it trained or tested something."""
@@ -410,9 +419,15 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
     tested = a.stage != "tune"
     write_sweep_view(exp_dir, sizes, [], tested, keep_existing=True)  # the curves' layout while runs train
 
+    progress = SweepProgress(planned_stages(spec, axes, runs_dir, pool, a.stage), jobs=jobs, pack=pack)
+
     def run(runs: list[Run]) -> None:
         ran.extend(r for r in runs if not finished(r, run_status(r)))
-        results.update(run_sweep(runs, jobs=jobs, pack=pack, cluster=cluster))
+        try:
+            results.update(run_sweep(runs, jobs=jobs, pack=pack, cluster=cluster, progress=progress))
+        except Interrupted:  # HParams then has its columns (identity, val/acc_best, test/acc) over the runs so far
+            write_sweep_view(exp_dir, sizes, progress.run_dirs(), tested)
+            raise
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
         write_tuning_record(exp_dir, spec, axes, trials, choices, ran=bool(ran))
@@ -434,6 +449,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
                 raise ValueError(f"--only {bad[0]}: allowed run indices 0..{len(runs) - 1}")
             runs = [runs[i] for i in a.only]
         if runs:
+            progress.plan("main", runs)
             run(runs)
     else:
         runs = []

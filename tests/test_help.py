@@ -1,0 +1,49 @@
+"""Help that helps: `fit --help` leads with the suite's own options and leaves Lightning's Trainer
+options to --help_all; `make help` fits in 100 columns."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from experiments.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(list(argv))
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_fit_help_leads_with_the_suites_options(capsys):
+    short = _help(capsys, "fit", "--help")
+    lines = short.splitlines()
+    assert lines[0] == "usage: python -m experiments fit [options]"
+    for option in ("--experiment", "--runs_dir", "--model.family", "--model.budget", "--data.dataset",
+                   "--data.fraction", "--data.train_size", "--data.seed", "--ckpt_path"):
+        assert re.search(rf"^  {re.escape(option)} ", short, re.M), option
+    assert "--trainer." not in short.replace("--trainer.* options", "")
+    assert " ".join(short.split()).endswith("python -m experiments fit --help_all")
+    assert len(lines) < 250
+    # every section title whole (the model's is its docstring's first sentence, once cut at a comma)
+    titles = [x for x in lines if x and not x.startswith(" ") and x.endswith(":")]
+    assert "The model: any family, trained by one recipe:" in titles
+    assert not [t for t in titles if t.endswith(",:")], titles
+
+    full = _help(capsys, "fit", "--help_all")
+    assert full.index("--model.family") < full.index("--data.batch_size") < full.index("--trainer.max_steps")
+    assert len(re.findall(r"^  --trainer\.\w+", full, re.M)) >= 40
+    assert "--ckpt_path" in _help(capsys, "test", "-h")
+
+
+def test_make_help_fits_in_100_columns():
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [x for x in out.splitlines() if len(x) > 100] == []
+    targets = re.findall(r"^([a-zA-Z_-]+):.*## ", (ROOT / "Makefile").read_text(), re.M)
+    # every target on a line of its own, its description wrapped under it
+    assert [x.split()[0] for x in out.splitlines() if not x.startswith("   ")] == targets
