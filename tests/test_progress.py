@@ -72,9 +72,9 @@ def test_no_estimate_without_a_measured_step_time_and_a_trained_trial_costs_noth
     clock = Clock()
     tune, vit = _runs(tmp_path, "tune", 1), _runs(tmp_path, "main", 1, family="vit")
     progress = SweepProgress([("tune", tune), ("main", vit)], clock=clock, device=DEVICE, table=TABLE)
-    assert progress.left() == "about 0:01:40 left, not counting vit-tiny"
+    assert progress.left() == "about 0:01:40 left, not counting vit-tiny at batch 32"
     _done(tune[0])
-    assert progress.left() == "no estimate (no step time measured on this device for vit-tiny)"
+    assert progress.left() == "no estimate (no step time measured on this device for vit-tiny at batch 32)"
     # the tuning winner as a main run: trained, only its test is left
     winner = _runs(tmp_path, "tune", 1)[0]
     progress.plan("main", [replace(winner, stage="main")])

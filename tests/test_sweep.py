@@ -351,14 +351,16 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     # the README's Findings rows: ViT − ResNet at the smallest size, and its change to the largest, paired by seed
     scarce, grows = findings(exp)
     assert scarce.ours == "ViT − ResNet at 100 images: -0.1700 ± 0.0745 (3 pairs)"
-    assert scarce.verdict == "ViT below, as published"
+    below = "ViT below, as published: the 95% interval [-0.2445, -0.0955] excludes 0 and reaches beyond ±0.0100"
+    assert scarce.verdict == below
     assert grows.ours == "change of ViT − ResNet from 100 to 1,000 images: +0.1500 ± 0.0657 (3 pairs)"
-    assert grows.verdict == "ViT catches up, as published" and "test machine; commit abc; your runs" in grows.source
+    assert grows.verdict == ("ViT catches up, as published: the 95% interval [+0.0843, +0.2157] excludes 0 and "
+                             "reaches beyond ±0.0100") and "test machine; commit abc; your runs" in grows.source
     # converged or silent, per reading: a run still improving at the largest size silences the trend only
     s = json.loads((exp / "vit_f1.0_s2" / "summary.json").read_text())
     (exp / "vit_f1.0_s2" / "summary.json").write_text(json.dumps({**s, "val_history": val_curve(200, False)}))
     scarce, grows = findings(exp)
-    assert scarce.verdict == "ViT below, as published"
+    assert scarce.verdict == below
     assert grows.verdict == "not read: 1 of 12 runs still improving (†)"
 
 
