@@ -31,7 +31,7 @@ class RunRecord(Callback):
         self.wall_time_s, self._start = 0.0, None
         self.images_per_sec: float | None = None
         self.val_history: list[list] = []  # [step, val/acc] of every validation of the fit
-        self._progressed = 0.0  # when progress.json was last written
+        self._progressed, self._shown = 0.0, []  # when progress.json was last written, and its validation
 
     def state_dict(self) -> dict:
         return {"wall_time_s": self._elapsed(), "val_history": self.val_history}
@@ -47,15 +47,16 @@ class RunRecord(Callback):
         step = int(trainer.global_step)
         # a resumed fit may validate the restored step again: keep one entry per step
         self.val_history = [v for v in self.val_history if v[0] != step] + [[step, round(float(acc), 6)]]
-        self._progress(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.identity is not None and time.perf_counter() - self._progressed >= PROGRESS_EVERY_S:
+        # here, not at a validation's end: that comes before its checkpoint, which nothing should delay
+        if self.identity is not None and (time.perf_counter() - self._progressed >= PROGRESS_EVERY_S
+                                          or self._shown != self.val_history[-1:]):
             self._progress(trainer)
 
     def _progress(self, trainer) -> None:
         """progress.json: the step, the steps in all and the last validation accuracy."""
-        self._progressed = time.perf_counter()
+        self._progressed, self._shown = time.perf_counter(), self.val_history[-1:]
         if trainer.is_global_zero:
             steps = trainer.max_steps if trainer.max_steps > 0 else trainer.estimated_stepping_batches
             write_progress(self.run_dir, int(trainer.global_step), int(steps) if steps != float("inf") else 0,
@@ -76,6 +77,7 @@ class RunRecord(Callback):
             trainer.datamodule.save_train_indices(self.run_dir / "train_indices.json")
 
     def on_fit_end(self, trainer, pl_module) -> None:
+        self._progress(trainer)
         ips = trainer.callback_metrics.get("train/images_per_sec")  # the last epoch's
         self.images_per_sec = float(ips) if ips is not None else None
         self.wall_time_s, self._start = self._elapsed(), None
