@@ -4,6 +4,8 @@ sent to the run itself, to its process group (what Ctrl-C in a terminal does) or
 started it (`kill <sweep pid>`)."""
 import os
 import signal
+import time
+from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
@@ -19,16 +21,31 @@ class KillAfterStep(Callback):
 
 class SignalAfterStep(Callback):
     """`signum` once, at training step `step` (or, with step -1, at the first test batch), sent to
-    `to`: self, group or parent."""
+    `to`: self, group or parent. With `together` > 1, runs training side by side wait for each other:
+    each marks in the folder `barrier` that it reached the step, and sends only once `together` runs
+    have (every one then past its first checkpoint, whichever started first)."""
 
-    def __init__(self, step: int, signum: int = signal.SIGTERM, to: str = "self"):
+    def __init__(self, step: int, signum: int = signal.SIGTERM, to: str = "self", together: int = 1,
+                 barrier: str = ""):
         self.step, self.signum, self.to = step, signum, to
+        self.together, self.barrier = together, barrier
         self.sent = False
+
+    def _wait_for_the_others(self) -> None:
+        if self.together <= 1:
+            return
+        folder = Path(self.barrier)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / str(os.getpid())).touch()
+        deadline = time.monotonic() + 300
+        while len(list(folder.iterdir())) < self.together and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _send(self) -> None:
         if self.sent:
             return
         self.sent = True
+        self._wait_for_the_others()
         if self.to == "group":
             os.killpg(os.getpgrp(), self.signum)
         else:

@@ -145,13 +145,15 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
 def _stopped_sweep(spec: Path, runs: Path, signum: int, to: str, jobs: int) -> subprocess.CompletedProcess:
     """The tiny spec's ResNet tuning trials (f0.5, f1) as a real sweep, `jobs` at a time, in a process
     group of its own, as a terminal starts it; the first run to reach step 5 sends `signum` to `to`
-    (its process group, as Ctrl-C does, or the sweep, as `kill <pid>` does)."""
+    (its process group, as Ctrl-C does, or the sweep, as `kill <pid>` does); with two at a time, once
+    both have reached it, so that each has a checkpoint to resume from however the two starts fall."""
     stopped = yaml.safe_load(spec.read_text())
     stopped["families"] = ["resnet"]
     stopped["profiles"]["cpu"].update(epochs=1.0, val_checks=4, jobs=jobs)  # 12 and 20 steps; checkpoints every 3, 5
     stopped["recipe_args"]["default"] = {"trainer.callbacks+": "tests.kill_switch.SignalAfterStep",
                                          "trainer.callbacks.step": 5, "trainer.callbacks.signum": int(signum),
-                                         "trainer.callbacks.to": to}
+                                         "trainer.callbacks.to": to, "trainer.callbacks.together": jobs,
+                                         "trainer.callbacks.barrier": str(runs.parent / "barrier")}
     spec.write_text(yaml.safe_dump(stopped))
     cmd = [sys.executable, "-m", "experiments", "sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune"]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, start_new_session=True, timeout=600)

@@ -138,8 +138,11 @@ def test_help_explains_the_options(capsys):
     out = capsys.readouterr().out
     assert done.value.code == 0
     for text in ("--model.family", "vit, deit, swin, convnext, hybrid or resnet", "--data.fraction",
-                 "share of the training pool", "--trainer.max_epochs", "--test_after_fit"):
+                 "share of the training pool", "--test_after_fit", "--help_all"):
         assert text in out
+    with pytest.raises(SystemExit):  # Lightning's Trainer options behind --help_all
+        main(["fit", "--help_all"])
+    assert "--trainer.max_epochs" in capsys.readouterr().out
     assert "families" in subprocess.run([sys.executable, "-m", "experiments", "--help"], cwd=ROOT,
                                         capture_output=True, text=True).stdout
 

@@ -308,12 +308,18 @@ def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
     return out
 
 
-def family_phases(todo: list[Run]) -> list[list[Run]]:
-    """The runs to do, one family after another: the teachers' family first, the DeiT students last
-    (after every teacher), the others in their order of appearance, so that a sweep stopped early
-    leaves whole families to read against the ResNet, not cells scattered over every family."""
-    families = family_order(list(dict.fromkeys(r.family for r in todo)))
-    return [[r for r in todo if r.family == f] for f in families]
+def family_phases(todo: list[Run], jobs: int) -> list[list[Run]]:
+    """The runs to do in family order: the teachers' family first, the DeiT students last (after every
+    teacher), the others in their order of appearance, so that a sweep stopped early leaves whole
+    families to read against the ResNet, not cells scattered over every family. With jobs > 1 each
+    family is a phase of its own (the workers finish one before starting the next); one run at a
+    time keeps two phases, the students' and everyone else's, so that one process can train all of
+    a phase's packed groups (launch_packed_stage)."""
+    families = [[r for r in todo if r.family == f] for f in family_order(list(dict.fromkeys(r.family for r in todo)))]
+    if jobs > 1:
+        return families
+    return [p for p in ([r for f in families if f[0].family != "deit" for r in f],
+                        [r for f in families if f[0].family == "deit" for r in f]) if p]
 
 
 def child_preexec() -> Callable | None:

@@ -110,8 +110,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             for r in unit:
                 report(r, statuses[r.name], time.perf_counter() - start)
 
-        # one family at a time, students after every teacher: a stopped sweep leaves whole families
-        for phase in family_phases(todo):
+        # family by family, students after every teacher: a stopped sweep leaves whole families
+        for phase in family_phases(todo, jobs):
             # a run whose training is done (a tuning trial; only its test is left) is not packed
             trained = [r for r in phase if run_status(r) == "fitted"]
             units = [[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack)
