@@ -14,7 +14,7 @@ improving at its last validation. Below it: the slope of log test error against 
 images per family (results/<experiment>_slopes.csv), a generated reading of who wins and whether
 the transformer-CNN gap narrows, and the learning-rate tuning (results/<experiment>_tuning.csv).
 The statistics are in experiments/report/statistics.py. The plot is also an image in TensorBoard
-(<runs_dir>/<experiment>/tensorboard; every experiment's tables do so: tensorboard_view.log_figures).
+(<runs_dir>/<experiment>/tensorboard; every experiment's tables do so: report/figures.log_figures).
 """
 from __future__ import annotations
 

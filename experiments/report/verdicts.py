@@ -1,6 +1,6 @@
 """The one vocabulary every generated reading uses to put a paired difference into words.
 
-A paired difference (seed_statistics.Estimate: mean, 95% half-width, pairs) of one kind of quantity
+A paired difference (statistics.Estimate: mean, 95% half-width, pairs) of one kind of quantity
 (MARGINS: each kind's equivalence margin, declared here once and listed in the README's legend) earns
 - "no difference" whenever the whole 95% interval lies inside [-margin, +margin], bounds included
   (even an interval that excludes 0: a difference smaller than the margin is none the readings name);

@@ -6,7 +6,7 @@ training subset's indices and checkpoints/{best,last}.ckpt. Started again with t
 configuration, a fit skips a finished run and resumes an interrupted one exactly (the loader's
 position is in the checkpoint); one process at a time holds a run folder. Checkpoints are written
 atomically and read as weights only (modules/checkpoint_io.py); a moved folder keeps its names
-(run_checkpoint.py).
+(runs/checkpoint.py).
 """
 from __future__ import annotations
 
