@@ -90,7 +90,7 @@ def test_records_and_checkpoints_replace_a_planted_link_and_leave_its_target(tmp
 
 def test_locks_and_logs_refuse_a_link_or_a_fifo(tmp_path, victim):
     """Kept and written in place, a lock or a log is never opened through a link, nor blocks on a FIFO."""
-    from experiments.runs.cli import lock_run_folder
+    from experiments.runs.lock import lock_run_folder
     from experiments.runs.execute import _run_logged
     from experiments.runs.lock import hold_experiment
     from modules.files import open_in_place

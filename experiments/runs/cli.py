@@ -10,7 +10,6 @@ atomically and read as weights only (modules/checkpoint_io.py); a moved folder k
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sys
@@ -29,13 +28,14 @@ from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
-from modules.files import open_in_place, refuse_links
+from modules.files import refuse_links
 from modules.registry import check_options
 
 from experiments.runs.checkpoint import RunCheckpoint
 from experiments.runs.cli_help import HELP_ALL, asks_help, suite_help
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.names import checked_name, checked_runs_dir, inside
+from experiments.runs.lock import lock_run_folder
 from experiments.runs.record import IDENTITY_FILE, check_run_files, read_identity, read_summary, write_json
 from experiments.runs.recorder import RunRecord
 from experiments.runs.run_config import load_config
@@ -445,29 +445,6 @@ def run_of_checkpoint(path) -> Path | None:
         return None
     p = Path(path)
     return p.parent.parent if p.parent.name == "checkpoints" and (p.parent.parent / "config.yaml").exists() else None
-
-
-def lock_run_folder(run_dir: Path):
-    """An exclusive lock on <run>/.lock for this process's lifetime (the OS drops it when the process
-    dies, even by SIGKILL); a second process into the same folder gets one clear line. A folder
-    holding a symbolic link is refused first: Lightning and TensorBoard write there through any
-    link (config.yaml, hparams.yaml, events), and the lock itself is written in place."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    refuse_links(run_dir)
-    handle = open_in_place(run_dir / ".lock")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise ValueError(f"run folder {str(run_dir)!r} is in use by another process (pid {holder}): "
-                         "wait for it to finish") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
 
 
 def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> None:

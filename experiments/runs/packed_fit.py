@@ -100,7 +100,8 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
     """Trains the members (those not yet finished) packed; returns folder name -> status.
     callbacks: hooks for the group's loop (packed_loop.GroupLoop); checkpoint_every: the group
     checkpoint's timer; compile: the step compiled whole (None: on CUDA only, as CUDA graphs)."""
-    from experiments.runs.cli import check_folder_identity, lock_run_folder
+    from experiments.runs.cli import check_folder_identity
+    from experiments.runs.lock import lock_run_folder
     members = resolve_members(arg_lists)
     Schedule(members[0].config["trainer"])  # settings the group's loop cannot honour: one line, nothing written
     _data_modules(members)  # the data's checks (its values, val_size against the pool) before any folder is made

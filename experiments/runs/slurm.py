@@ -27,7 +27,6 @@ planned run's state from its folder. Submitit's own pickles and logs go to
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from typing import Callable
 from modules.files import open_in_place
 
 from experiments.runs.cluster import ClusterOptions, Submitted
-from experiments.runs.lock import SUBMITIT_DIR
+from experiments.runs.lock import SUBMITIT_DIR, held, try_lock
 from experiments.runs.execute import (FINAL, RUNNING, TUNED, _record_failure, execute, execute_group, finished,
                                       launch, launch_packed, run_status)
 
@@ -120,12 +119,10 @@ class _slot:
         while True:
             for i in range(n):
                 h = open_in_place(folder / f"slot{i}.lock", append=True)
-                try:
-                    fcntl.flock(h, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if try_lock(h):
                     self.handle = h
                     return self
-                except BlockingIOError:
-                    h.close()
+                h.close()
             time.sleep(0.5)
 
     def __exit__(self, *exc):
@@ -321,7 +318,7 @@ def run_state(run) -> tuple[str, str]:
         return "done", (f"{'test' if run.stage != 'tune' else 'val'} acc {acc:.4f}" if acc is not None else "")
     if status == "diverged":
         return "diverged", s.get("error", "")
-    if _locked(run.run_dir / ".lock"):
+    if held(run.run_dir / ".lock"):
         return "running", "trained, testing" if status == "fitted" else ""
     if status == "failed":
         return "failed", s.get("error", "")
@@ -333,16 +330,6 @@ def run_state(run) -> tuple[str, str]:
     return "pending", ""
 
 
-def _locked(path: Path) -> bool:
-    if not path.exists():
-        return False
-    with open_in_place(path, append=True) as h:
-        try:
-            fcntl.flock(h, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(h, fcntl.LOCK_UN)
-    return False
 
 
 def print_status(stages: list[tuple[str, list]], waiting: list[str], exp_dir: Path) -> int:
