@@ -140,3 +140,17 @@ def test_bad_input():
         rs.sweep_resolutions("m", lambda r: model, [56, 28], in_chans=1, batch_size=1, device="cpu")
     with pytest.raises(ValueError, match="model.num_classes=None"):
         rs.measure_point(nn.Conv2d(1, 2, 3), 28, in_chans=1, batch_size=1, device="cpu", mode="train")
+
+
+def test_memory_cap_on_cuda_sets_and_restores_the_allocator_fraction(monkeypatch):
+    """The cuda path of the cap, with torch.cuda's four calls recorded (no GPU here): the fraction is
+    lowered to what is reserved plus the limit, then restored."""
+    from experiments.complexity.resolution_scaling import _memory_cap
+    fractions = []
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda d: 0.9)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 2 ** 30})())
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 2 ** 28)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: fractions.append(f))
+    with _memory_cap(torch.device("cuda"), 256):
+        assert fractions == [0.5]  # (256 MiB reserved + 256 MiB) of 1 GiB
+    assert fractions == [0.5, 0.9]

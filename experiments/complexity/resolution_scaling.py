@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
 import math
 import re
 import resource
@@ -260,8 +261,9 @@ def _memory_cap(device: torch.device, limit_mib: float | None):
             torch.cuda.set_per_process_memory_fraction(previous, device)
         return
     # The first optimizer imports torch._dynamo; under the cap the libraries it maps would count and the
-    # import would fail half-way, so it is imported before.
-    import torch._dynamo  # noqa: F401
+    # import would fail half-way, so it is imported before (by name: an `import torch._dynamo` here would
+    # make `torch` a local of this function, unbound on the cuda path above).
+    importlib.import_module("torch._dynamo")
     previous = resource.getrlimit(resource.RLIMIT_AS)
     soft = (_proc_status_kib("VmSize") + int(limit_mib * 1024)) * 1024
     if previous[1] != resource.RLIM_INFINITY:
