@@ -97,7 +97,7 @@ wheels-folder:
 
 install: $(STAMP) data ## create .venv with the project and its packages (and the data); WHEELS=<folder> PYTHON=<a python with torch>: offline, from make wheelhouse, the .venv seeing that python's torch
 
-offline-install-check: install ## (developers) build a wheelhouse, then install from it with no network into a Python that has only torch, and run the project (tests/test_offline_install.py; downloads, about 5 min)
+offline-install-check: install ## (developers) build a wheelhouse, then install from it with no network into a Python that has only torch, and run the project (tests/test_offline_install.py; downloads; about 9 min)
 	OFFLINE_INSTALL_CHECK=1 $(PY) -m pytest -n 0 tests/test_offline_install.py
 
 wheelhouse: ## WHEELS=<folder>: every wheel the suite needs beyond torch and torchvision, and the data, for make install WHEELS= on a machine without network (PY_VERSION=3.12: for another Python)
@@ -169,7 +169,7 @@ fit-families: install ## fit every family on full Fashion-MNIST (BUDGET=tiny EPO
 	  done; \
 	done
 
-gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
+gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one; WHEELS=<folder>: installed offline): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
 	$(PY) benchmarks/gpu_check.py
 
 bench-levers: install ## the CPU speed levers per family as the cpu profiles train (one run per core): batch 32 vs 128, bf16 where native, channels_last, torch.compile, validation's share (-> results/cpu_levers.txt)

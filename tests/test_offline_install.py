@@ -1,7 +1,7 @@
 """The offline install (tools/wheelhouse.py; make wheelhouse, make install WHEELS=).
 
 The end-to-end check downloads a wheelhouse, so `make test` skips it; `make offline-install-check`
-runs it (OFFLINE_INSTALL_CHECK=1, about 5 minutes): it builds the wheelhouse, makes a Python that has
+runs it (OFFLINE_INSTALL_CHECK=1; 8.8 minutes on 2 loaded cores, downloads included): it builds the wheelhouse, makes a Python that has
 torch and torchvision and nothing else of the suite's, then `make install WHEELS= PYTHON=` in a copy of
 the project with no network at all (a network namespace of its own; pip told no index and no
 configuration), and imports and runs the project from the result."""
