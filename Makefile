@@ -80,8 +80,7 @@ else
 # offline, from `make wheelhouse`: .venv sees $(PYTHON)'s own packages (its torch) and pip reaches
 # no index; the data go where the suite reads them ($$FASHION_MNIST_DIR, else Debian's folder)
 $(STAMP): pyproject.toml | wheels-folder
-	$(PYTHON) -m venv $(VENV)
-	$(PYTHON) tools/wheelhouse.py see $(VENV)
+	$(PYTHON) tools/wheelhouse.py venv $(VENV)
 	PIP_NO_INDEX=1 $(VENV)/bin/pip install -q --no-index --find-links '$(WHEELS)' -e '.[test]'
 	touch $(STAMP)
 

@@ -1,7 +1,7 @@
 """The offline install (tools/wheelhouse.py; make wheelhouse, make install WHEELS=).
 
 The end-to-end check downloads a wheelhouse, so `make test` skips it; `make offline-install-check`
-runs it (OFFLINE_INSTALL_CHECK=1; 8.8 minutes on 2 loaded cores, downloads included): it builds the wheelhouse, makes a Python that has
+runs it (OFFLINE_INSTALL_CHECK=1; 6-9 minutes on 2 cores, downloads included): it builds the wheelhouse, makes a Python that has
 torch and torchvision and nothing else of the suite's, then `make install WHEELS= PYTHON=` in a copy of
 the project with no network at all (a network namespace of its own; pip told no index and no
 configuration), and imports and runs the project from the result."""
@@ -145,3 +145,12 @@ def test_offline_install_from_a_wheelhouse_into_a_python_with_torch(tmp_path):
                           capture_output=True, cwd=project).returncode == 0
     with gzip.open(data / "train-images-idx3-ubyte.gz") as f:
         assert int.from_bytes(f.read(8)[4:], "big") == 60000
+
+
+def test_a_python_without_torch_is_refused_in_one_line(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    p = subprocess.run([str(bare / "bin" / "python"), str(ROOT / "tools" / "wheelhouse.py"), "venv", str(tmp_path / "v")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and "no torch" in p.stderr
+    assert not (tmp_path / "v").exists()

@@ -1,7 +1,7 @@
 """The offline install: `make wheelhouse WHEELS=<folder>` and `make install WHEELS=<folder> PYTHON=...`.
 
     python tools/wheelhouse.py build FOLDER [--python-version 3.12]   # where the package index is reachable
-    python tools/wheelhouse.py see VENV                                # VENV sees this Python's packages
+    python tools/wheelhouse.py venv VENV                               # a venv that sees this Python's packages
 
 `build` resolves the project's install (`.[test]`, as `make install` asks for it) with pip, without
 installing anything, and downloads a wheel of every package it needs beyond torch and torchvision and
@@ -10,7 +10,7 @@ own Python, and they weigh gigabytes. The build backend (pyproject's build-syste
 the project itself installs offline, and so are the Fashion-MNIST IDX files (FOLDER/fashion-mnist/).
 `--python-version` fetches the wheels for another Python than this one (the GPU machine's).
 
-`see` writes a .pth file into VENV naming this Python's site folders: the venv then imports this
+`venv` makes VENV with a .pth file naming this Python's site folders: the venv then imports this
 Python's torch, and pip in it counts what is installed there (a .pth of folder names runs no code).
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ class WheelhouseError(Exception):
 
 def requirement(text: str):
     """A PEP 508 requirement, parsed by packaging (pip's own copy where packaging is not installed);
-    only `build` needs it: `see` runs in a Python that may have neither."""
+    only `build` needs it: `venv` runs in a Python that may have neither."""
     try:
         from packaging.requirements import Requirement
     except ImportError:
@@ -120,11 +120,14 @@ def site_folders() -> list[str]:
     return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
 
 
-def see(venv: Path) -> None:
-    python = venv / "bin" / "python"
-    if not python.is_file():
-        raise WheelhouseError(f"{venv}: no bin/python (not a virtual environment)")
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+def venv_seeing_this_python(venv: Path) -> None:
+    """A virtual environment at `venv` (made or kept) that imports this Python's packages too."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        raise WheelhouseError(f"{sys.executable} has no torch: the offline install keeps a Python's own torch "
+                              "(PYTHON=<a python with torch 2.11 to 2.14>)")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     (Path(purelib) / "zz-base-python.pth").write_text("".join(f"{p}\n" for p in site_folders()))
 
@@ -135,14 +138,14 @@ def main(argv=None) -> int:
     b = sub.add_parser("build", help="a folder of wheels and the data, for an offline install")
     b.add_argument("folder", type=Path)
     b.add_argument("--python-version", help="the Python the wheels are for, e.g. 3.12 (default: this one)")
-    s = sub.add_parser("see", help="make a virtual environment see this Python's packages")
-    s.add_argument("venv", type=Path)
+    v = sub.add_parser("venv", help="a virtual environment that sees this Python's packages (its torch)")
+    v.add_argument("venv", type=Path)
     a = p.parse_args(argv)
     try:
         if a.command == "build":
             build(a.folder, a.python_version, Path(os.environ.get("FASHION_MNIST_DIR") or FASHION_MNIST_DIR))
         else:
-            see(a.venv)
+            venv_seeing_this_python(a.venv)
     except WheelhouseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
