@@ -101,7 +101,7 @@ def test_more_jobs_than_gpus_share_them_round_robin_and_keep_the_gpus_this_proce
 def test_one_job_at_a_time_keeps_the_environment_as_it_is(tmp_path, processes):
     run_sweep(_runs(tmp_path, 2), jobs=1)
     assert len(processes.started) == 2
-    assert not any("CUDA_VISIBLE_DEVICES" in e or "OMP_NUM_THREADS" in e for e in processes.started)
+    assert processes.started == [dict(os.environ)] * 2   # no GPU chosen, no thread count set
 
 
 def test_the_dry_run_prices_parallel_runs_on_one_gpu_each(tmp_path, hardware_asked):
