@@ -20,6 +20,9 @@ PARTS ?=
 ABLATIONS ?=
 JOBS ?=
 PACK ?=
+# the offline install (make wheelhouse, make install WHEELS=): the folder, and the Python it is for
+WHEELS ?=
+PY_VERSION ?=
 # the launcher of exp-datascale, exp-distill and exp-inductive-bias (experiments/runs/slurm.py):
 # local (default), slurm or submitit-local; PARTITION= ACCOUNT= GPUS= CPUS= MEM_GB= TIME_MIN=
 # ARRAY_PARALLELISM= RETRIES= override the profile's cluster: mapping; NO_WAIT=1 returns at once
@@ -48,7 +51,7 @@ EPOCHS ?= 5
 FAMILY_ORDER := resnet vit swin convnext hybrid deit
 
 .DEFAULT_GOAL := help
-.PHONY: help install data test training-digests exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
+.PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
 	fit-families bench bench-levers gpu-check safety reference clean-venv
 
 # each description wrapped under its target's column, so that the list fits in 100 columns
@@ -60,13 +63,12 @@ help: ## list the targets
 	    line = line " " words[i] } \
 	  print line }'
 
+ifeq ($(WHEELS),)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
-
-install: $(STAMP) data ## create .venv with the project and its packages (and the data)
 
 data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub copy is tried)
 	@if [ -f $(FMNIST) ]; then :; \
@@ -74,6 +76,32 @@ data: ## Fashion-MNIST from Debian's dataset-fashion-mnist (without apt, the hub
 	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null \
 	  || echo "warning: apt-get install dataset-fashion-mnist failed; the hub copy will be tried"; \
 	else echo "note: no $(FMNIST) and no root apt-get; the hub copy will be tried"; fi
+else
+# offline, from `make wheelhouse`: .venv sees $(PYTHON)'s own packages (its torch) and pip reaches
+# no index; the data go where the suite reads them ($$FASHION_MNIST_DIR, else Debian's folder)
+$(STAMP): pyproject.toml | wheels-folder
+	$(PYTHON) tools/wheelhouse.py venv $(VENV)
+	PIP_NO_INDEX=1 $(VENV)/bin/pip install -q --no-index --find-links '$(WHEELS)' -e '.[test]'
+	touch $(STAMP)
+
+data: | wheels-folder
+	@dest=$${FASHION_MNIST_DIR:-$(dir $(FMNIST))}; \
+	if [ -f "$$dest/train-images-idx3-ubyte.gz" ]; then :; \
+	elif mkdir -p "$$dest" 2>/dev/null && cp '$(WHEELS)'/fashion-mnist/*.gz "$$dest"/; then echo "Fashion-MNIST -> $$dest"; \
+	else echo "note: $$dest is not writable: export FASHION_MNIST_DIR=$(abspath $(WHEELS))/fashion-mnist"; fi
+endif
+
+wheels-folder:
+	@[ -d '$(WHEELS)/fashion-mnist' ] || { echo "error: WHEELS=$(WHEELS) is no folder of 'make wheelhouse' (no fashion-mnist/ in it)" >&2; exit 2; }
+
+install: $(STAMP) data ## create .venv with the project and its packages (and the data); WHEELS=<folder> PYTHON=<a python with torch>: offline, from make wheelhouse, the .venv seeing that python's torch
+
+offline-install-check: install ## (developers) build a wheelhouse, then install from it with no network into a Python that has only torch, and run the project (tests/test_offline_install.py; downloads; about 9 min)
+	OFFLINE_INSTALL_CHECK=1 $(PY) -m pytest -n 0 tests/test_offline_install.py
+
+wheelhouse: ## WHEELS=<folder>: every wheel the suite needs beyond torch and torchvision, and the data, for make install WHEELS= on a machine without network (PY_VERSION=3.12: for another Python)
+	@[ -n '$(WHEELS)' ] || { echo "error: make wheelhouse needs WHEELS=<folder>" >&2; exit 2; }
+	$(PYTHON) tools/wheelhouse.py build '$(WHEELS)' $(if $(PY_VERSION),--python-version $(PY_VERSION))
 
 # Python caches the project's bytecode even where the environment says not to: the suite starts
 # ~50 processes, and each would otherwise compile the project's modules again (~1 s of CPU each)
@@ -140,7 +168,7 @@ fit-families: install ## fit every family on full Fashion-MNIST (BUDGET=tiny EPO
 	  done; \
 	done
 
-gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
+gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one; WHEELS=<folder>: installed offline): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
 	$(PY) benchmarks/gpu_check.py
 
 bench-levers: install ## the CPU speed levers per family as the cpu profiles train (one run per core): batch 32 vs 128, bf16 where native, channels_last, torch.compile, validation's share (-> results/cpu_levers.txt)

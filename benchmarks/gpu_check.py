@@ -17,6 +17,8 @@ after 300 s, the fit and the sweep stop at 100 s each); not yet run on one. With
 `--device cpu` (a smoke test of the step and syncs parts: tests/test_gpu_check.py).
 
     make gpu-check                                   # -> results/gpu_check.json
+    make gpu-check WHEELS=<folder>                   # the same, .venv installed offline (make wheelhouse)
+    python benchmarks/gpu_check.py                   # in an environment already prepared, as it is
     python benchmarks/gpu_check.py --device cpu --families vit --members 2 --parts step syncs --out /tmp/x.json
 """
 from __future__ import annotations
@@ -115,13 +117,19 @@ def _synchronisations(call, steps: int) -> list[str]:
     return [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
 
 
+def child_env() -> dict[str, str]:
+    """This environment for the processes it starts, the project's root first on PYTHONPATH: an
+    environment provided through PYTHONPATH (packages installed with pip --target) stays whole."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+
+
 def _python(args: list[str], limit: int, cwd: Path) -> dict:
     """`python -m experiments <args>` in its own process group, killed whole (the runs a sweep started
     included) after `limit` seconds."""
     t = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-m", "experiments", *args], cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True, env=child_env())
     try:
         out, _ = p.communicate(timeout=limit)
         return {"rc": p.returncode, "seconds": round(time.perf_counter() - t, 1), "tail": out[-1200:]}

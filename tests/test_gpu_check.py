@@ -3,6 +3,7 @@ step and syncs parts run as a smoke test and write their summary (the CUDA numbe
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,3 +38,15 @@ def test_the_strong_recipe_draws_it_counts_are_every_members():
     draws = gpu_check.strong_draws(3, 8, torch.device("cpu"))()
     assert draws["ra_variant"].shape == (3, 8, 2) and draws["erase_noise"].shape == (3, 8, 1, 28, 28)
     assert draws["mix_lam"].shape == (3,) and draws["mix_box"].shape == (3, 4)
+
+
+def test_its_processes_keep_an_environment_given_through_pythonpath(tmp_path, monkeypatch):
+    """A prepared environment (packages installed with pip --target) reaches `python -m experiments`
+    through PYTHONPATH; the project's root comes first."""
+    (tmp_path / "prepared_package.py").write_text("NAME = 'prepared'\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    code = "import prepared_package, experiments; print(prepared_package.NAME, experiments.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env=gpu_check.child_env(), cwd="/", capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["prepared", str(gpu_check.ROOT / "experiments" / "__init__.py")]

@@ -17,7 +17,6 @@ run folders form the table; `make tables` (experiments/distill/tables.py) reads 
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -393,6 +392,6 @@ def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:
 
 
 def _launcher(jobs: int):
-    from experiments.runs.execute import launch
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    return lambda r: launch(r, threads=threads)
+    from experiments.runs.execute import Workers, launch
+    workers = Workers(jobs)
+    return lambda r: launch(r, workers)

@@ -21,7 +21,6 @@ these files and the runs' summary.json and probes.json.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -419,6 +418,6 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
 
 
 def _launcher(jobs: int, runs_dir: Path):
-    from experiments.runs.execute import launch
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    return lambda r: launch(r, threads=threads)
+    from experiments.runs.execute import Workers, launch
+    workers = Workers(jobs)
+    return lambda r: launch(r, workers)

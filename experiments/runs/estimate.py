@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
-from experiments.runs.execute import run_status, units_of
-from experiments.runs.provenance import hardware
+from experiments.runs.execute import gpu_sharing, run_hardware, run_status, units_of
 from experiments.runs.record import read_identity, read_summary
 
 STEP_TIMES = Path(__file__).resolve().parents[2] / "results" / "step_times.csv"
@@ -114,7 +113,7 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
              pack: int = 1) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
     to a group, as the sweep packs them), each at its own batch size, or what is missing."""
-    device = device or hardware()
+    device = device or run_hardware(jobs)
     table = read_step_times() if table is None else table
     if not runs:
         return ""
@@ -126,7 +125,7 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     each, missing = unit_minutes(units_of(todo, pack), device, table)
     if not each:
         return f"; no step time measured on this device for {', '.join(missing)}, so no estimate"
-    text = f"; about {wall(each, jobs):.0f} min on this device ({jobs} at a time)"
+    text = f"; about {wall(each, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
     if _cpu(device):  # a run per core, each at the speed measured here
         text += "".join(f", about {wall(each, cores):.0f} min with {cores} such cores"
                         for cores in MORE_CORES if cores > jobs)

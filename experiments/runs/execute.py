@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -77,17 +78,65 @@ def stoppable():
         raise
 
 
-def _run_logged(command: list[str], shown: str, folder: Path, threads: int | None) -> int | None:
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as a process it starts names them in CUDA_VISIBLE_DEVICES: the
+    entries of its own CUDA_VISIBLE_DEVICES where that is set, else their indices."""
+    import torch
+    count = torch.cuda.device_count()
+    listed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def run_hardware(jobs: int) -> str:
+    """This machine as each of `jobs` run processes at a time records it (provenance.hardware): one
+    GPU where several run side by side (Workers), every GPU where one runs."""
+    from experiments.runs.provenance import hardware
+    return hardware(gpus=1 if jobs > 1 and visible_gpus() else None)
+
+
+def gpu_sharing(jobs: int) -> str:
+    """How `jobs` run processes at a time share this machine's GPUs, for the dry run's estimate."""
+    gpus = len(visible_gpus()) if jobs > 1 else 0
+    return "" if not gpus else ", one GPU each" if jobs <= gpus else f" on {gpus} GPUs"
+
+
+class Workers:
+    """What each of `jobs` run processes at a time gets: cpu_count / jobs threads and, on a machine
+    with GPUs, one GPU that it alone sees (CUDA_VISIBLE_DEVICES), taken from a pool as it starts and
+    given back as it ends: one per GPU, or round robin when the jobs outnumber the GPUs. One job at a
+    time keeps the environment as it is (every thread; every GPU)."""
+
+    def __init__(self, jobs: int = 1):
+        self.threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+        gpus = visible_gpus() if jobs > 1 else []
+        self._free: queue.SimpleQueue[str] | None = queue.SimpleQueue() if gpus else None
+        for i in range(jobs if gpus else 0):
+            self._free.put(gpus[i % len(gpus)])
+
+    @contextmanager
+    def environment(self):
+        """The environment of one run process, its GPU held until the block ends."""
+        env = dict(os.environ)
+        if self.threads:
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        if self._free is None:
+            yield env
+            return
+        gpu = self._free.get()
+        try:
+            yield {**env, "CUDA_VISIBLE_DEVICES": gpu}
+        finally:
+            self._free.put(gpu)
+
+
+def _run_logged(command: list[str], shown: str, folder: Path, workers: Workers | None) -> int | None:
     """`command` as a process in this one's folder (a relative runs_dir or dataset folder names what
     it names here), its output appended to folder/log.txt; its exit status, or None when the sweep
     is stopping and it was not started."""
     folder.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
     if stopping():
         return None
-    with open_in_place(folder / "log.txt", append=True) as log:
+    with (workers or Workers()).environment() as env, open_in_place(folder / "log.txt", append=True) as log:
         log.write(f"\n$ {shown}\n")
         log.flush()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=child_preexec())
@@ -104,9 +153,9 @@ def _run_logged(command: list[str], shown: str, folder: Path, threads: int | Non
             RUNNING.discard(proc)
 
 
-def launch(run: Run, threads: int | None = None) -> int:
+def launch(run: Run, workers: Workers | None = None) -> int:
     """One run as its own process (what a cluster job would run); output appended to log.txt."""
-    return _run_logged(run.command(), run.shell(), run.run_dir, threads)
+    return _run_logged(run.command(), run.shell(), run.run_dir, workers)
 
 
 @functools.lru_cache
@@ -162,17 +211,17 @@ def _members_file(group: list[Run], log: Path) -> Path:
     return members
 
 
-def launch_packed(group: list[Run], threads: int | None = None) -> int:
+def launch_packed(group: list[Run], workers: Workers | None = None) -> int:
     """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
     member's log.txt says where."""
     from experiments.runs.packed_fit import group_dir
     gdir = group_dir([r.run_dir for r in group])
     members = _members_file(group, gdir / "log.txt")
     return _run_logged([sys.executable, "-m", "experiments", "fit_packed", str(members)],
-                       f"python -m experiments fit_packed {members}", gdir, threads)
+                       f"python -m experiments fit_packed {members}", gdir, workers)
 
 
-def launch_packed_stage(groups: list[list[Run]], threads: int | None = None) -> int:
+def launch_packed_stage(groups: list[list[Run]], workers: Workers | None = None) -> int:
     """Every packed group of a stage in ONE `fit_packed` process, one group after another (no process
     start-up per group; the data decoded once, the compiled step's kernels built once per shape); its
     output goes to <experiment>/packed/log.txt."""
@@ -180,7 +229,7 @@ def launch_packed_stage(groups: list[list[Run]], threads: int | None = None) -> 
     folder = groups[0][0].run_dir.parent / PACKED_DIR
     files = [str(_members_file(g, folder / "log.txt")) for g in groups]
     return _run_logged([sys.executable, "-m", "experiments", "fit_packed", *files],
-                       f"python -m experiments fit_packed {' '.join(files)}", folder, threads)
+                       f"python -m experiments fit_packed {' '.join(files)}", folder, workers)
 
 
 def execute(run: Run, launcher: Callable[[Run], int | None]) -> str | None:

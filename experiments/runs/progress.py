@@ -22,8 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from experiments.runs.estimate import DONE, read_step_times, unit_minutes, wall
-from experiments.runs.execute import finished, run_status, units_of
-from experiments.runs.provenance import hardware
+from experiments.runs.execute import finished, run_hardware, run_status, units_of
 from experiments.runs.record import PROGRESS_FILE, read_progress
 from experiments.runs.spec import Run
 
@@ -45,7 +44,7 @@ class SweepProgress:
         self.jobs, self.pack, self.clock = jobs, pack, clock
         self.started_at = clock()
         # read here, once: the display asks every second, and a run's estimate must not delay its start
-        self._device, self._table = device or hardware(), read_step_times() if table is None else table
+        self._device, self._table = device or run_hardware(jobs), read_step_times() if table is None else table
         # run name -> (run, when it started on `clock`, when on the wall clock, its estimated seconds or None;
         # queued: it waits in a stage process, shown once it writes its progress)
         self.running: dict[str, tuple[Run, float, float, float | None, bool]] = {}

@@ -39,9 +39,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=1)
-def hardware() -> str:
-    """e.g. '2 x Intel Xeon ... (AVX512), no GPU' or 'NVIDIA H200 x1, 16 CPU cores'."""
+@lru_cache(maxsize=2)
+def hardware(gpus: int | None = None) -> str:
+    """e.g. '2 x Intel Xeon ... (AVX512), no GPU' or 'NVIDIA H200 x1, 16 CPU cores'; `gpus`: as a
+    process that sees only that many of this machine's GPUs says it (a sweep's parallel runs: execute.Workers)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -53,5 +54,5 @@ def hardware() -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     import torch  # here, not at the top: a scheduler's task process writes records without torch
     if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}, {cores} CPU cores ({cpu})"
+        return f"{torch.cuda.get_device_name(0)} x{gpus or torch.cuda.device_count()}, {cores} CPU cores ({cpu})"
     return f"{cores} CPU cores ({cpu}, {torch.backends.cpu.get_cpu_capability()}), no GPU"

@@ -42,7 +42,7 @@ from experiments.runs.record import read_summary, write_json
 from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
-from experiments.runs.execute import (FINAL, TUNED, execute, execute_group, execute_groups, finished, launch,
+from experiments.runs.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status,
                                       stoppable, stopping)
 from experiments.runs.slurm import print_status, regenerate_tables
@@ -70,11 +70,11 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
         if todo:
             results.update(run_stage(runs, phases(todo, pack), cluster, launcher, packed_launcher, console))
         return results
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    workers = Workers(jobs)
     # the default launchers: one process per run, per packed group, or (one at a time) per stage
     stage_launcher = launch_packed_stage if launcher is None and packed_launcher is None else None
-    launcher = launcher or (lambda r: launch(r, threads=threads))
-    packed_launcher = packed_launcher or (lambda g: launch_packed(g, threads=threads))
+    launcher = launcher or (lambda r: launch(r, workers))
+    packed_launcher = packed_launcher or (lambda g: launch_packed(g, workers))
     results: dict[str, str] = {}
     todo = [r for r in runs if not finished(r, run_status(r))]
     for r in runs:
