@@ -84,15 +84,6 @@ def wall(minutes: list[float], jobs: int) -> float:
     return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
 
 
-MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
-
-
-def wall(minutes: list[float], jobs: int) -> float:
-    """Wall minutes of runs taking `minutes` each, `jobs` at a time: the work over the jobs, or the
-    longest run when that is longer."""
-    return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
-
-
 def unit_minutes(units: list[list], device: str, table: dict[tuple, float],
                  steps: Callable[[list], int] = lambda unit: unit[0].steps) -> tuple[list[float], list[str]]:
     """The minutes of each unit (a run, or a packed group) with a step time measured on `device` at
@@ -134,4 +125,4 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
 
 def _cpu(device: str) -> bool:
     """Whether a `hardware` string names a machine without a GPU (more cores: more runs at a time)."""
-    return device.endswith("no GPU") or "GPU" not in device
+    return device.endswith("no GPU")  # a GPU machine says "NVIDIA H200 x1, 16 CPU cores (...)"
