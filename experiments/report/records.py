@@ -78,7 +78,8 @@ def _mapping(value_check=None, of: str = ""):
 
 def _history(v) -> str | None:
     """val_history: [[step, validation accuracy], ...]."""
-    pair = (lambda p: isinstance(p, list) and len(p) == 2 and not INTEGER(p[0]) and not ACCURACY(p[1]))
+    def pair(p) -> bool:
+        return isinstance(p, list) and len(p) == 2 and not INTEGER(p[0]) and not ACCURACY(p[1])
     return None if isinstance(v, list) and all(pair(p) for p in v) else "a list of (step, accuracy from 0 to 1) pairs"
 
 
