@@ -34,7 +34,7 @@ from torch import nn
 from timm.layers import DropPath
 from torch.func import functional_call, stack_module_state
 
-from .checkpoint_io import atomic_save
+from .checkpoint_io import atomic_save, read_checkpoint
 from .classifier import ImageClassifier, load_teacher
 from .optim import LR_LIMIT, lr_in_range, param_groups, warmup_cosine
 from .registry import use_fused_attention
@@ -94,6 +94,11 @@ def clip_grad_norm_per_member(params: Sequence[torch.Tensor], max_norm: float) -
     for g in grads:
         g.mul_(coef.to(g.dtype).view(k, *[1] * (g.ndim - 1)))
     return total
+
+
+# ImageClassifier's arguments that decide a frozen teacher's forward (not its weights)
+TEACHER_ARCHITECTURE = ("family", "budget", "num_classes", "image_size", "in_chans", "patch_size", "pos_embed",
+                        "pool", "window_size", "allow_unshifted")
 
 
 class PackedClassifier(L.LightningModule):
@@ -229,6 +234,14 @@ class PackedClassifier(L.LightningModule):
             tp, tb = ({n: t.to(device) for n, t in d.items()} for d in (tp, tb))
             self.teachers = (skel, tp, tb)
         return self.teachers
+
+    def teacher_architectures(self) -> tuple:
+        """Each teacher's architecture settings, from its checkpoint (what its forward computes besides
+        its weights: a compiled step shared between groups holds them); () without teachers."""
+        if self.teacher_stack(self.device) is None:
+            return ()
+        return tuple(tuple((k, repr(hp.get(k))) for k in TEACHER_ARCHITECTURE)
+                     for hp in (read_checkpoint(p)["hyper_parameters"] for p in self.teacher_checkpoints))
 
     def _teacher_logits(self, x: torch.Tensor) -> torch.Tensor | None:
         """(K, B, classes) logits of each member's frozen teacher on its own images, or None."""

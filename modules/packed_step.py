@@ -74,32 +74,49 @@ class PackedStep:
         self.min_ratio = float(h.min_lr_ratio)
         self.clip = clip
 
-    def init_state(self) -> dict:
-        """The members' weights and buffers as they stand in `packed`, zero Adam moments, step 0
-        (copies: the step never writes into the module)."""
-        params = {n: p.detach().clone() for n, p in self.packed.members.named_parameters() if n in self.decay}
-        buffers = {n: b.detach().clone() for n, b in self.packed.members.named_buffers()}
+    def schedule(self, total_steps: int | None = None, device=None) -> torch.Tensor:
+        """(warmup steps, total steps) of a run of `total_steps` (default: this step's) as a tensor in
+        the weights' precision: an input of the step, not a constant of its graph, so that groups
+        that differ only in their length share one compiled step."""
+        total = self.total if total_steps is None else int(total_steps)
+        warmup = max(1, round(self.packed.template.hparams.warmup_fraction * total))
+        dtype = next(iter(self.packed.members.parameters())).dtype
+        return torch.tensor([warmup, total], dtype=dtype, device=device or self.packed.device)
+
+    def init_state(self, packed=None) -> dict:
+        """The members' weights and buffers as they stand in `packed` (default: this step's; another
+        group of the same configuration and member count can share this step), zero Adam moments,
+        step 0 (copies: the step never writes into the module)."""
+        packed = packed or self.packed
+        params = {n: p.detach().clone() for n, p in packed.members.named_parameters() if n in self.decay}
+        buffers = {n: b.detach().clone() for n, b in packed.members.named_buffers()}
         first = next(iter(params.values()))
         return {"params": params, "buffers": buffers, "exp_avg": {n: torch.zeros_like(p) for n, p in params.items()},
                 "exp_avg_sq": {n: torch.zeros_like(p) for n, p in params.items()},
                 "step": torch.zeros((), dtype=first.dtype, device=first.device)}  # the weights' precision
 
-    def lr_multiplier(self, step: torch.Tensor) -> torch.Tensor:
-        """modules.optim.warmup_cosine at `step` (a 0-d tensor: 0-based steps taken), on the device."""
-        warm = (step + 1) / self.warmup
-        progress = ((step - self.warmup) / max(1, self.total - self.warmup)).clamp(0.0, 1.0)
+    def lr_multiplier(self, step: torch.Tensor, schedule: torch.Tensor | None = None) -> torch.Tensor:
+        """modules.optim.warmup_cosine at `step` (a 0-d tensor: 0-based steps taken) of `schedule`
+        ((warmup, total) steps: `self.schedule()` by default), on the device."""
+        warmup, total = (self.schedule(device=step.device) if schedule is None else schedule).unbind()
+        warm = (step + 1) / warmup
+        progress = ((step - warmup) / (total - warmup).clamp(min=1)).clamp(0.0, 1.0)
         cosine = self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + torch.cos(math.pi * progress))
-        return torch.where(step < self.warmup, warm, cosine)
+        return torch.where(step < warmup, warm, cosine)
 
     def __call__(self, state: dict, x: torch.Tensor, y: torch.Tensor, lr: torch.Tensor,
                  masks: torch.Tensor | None = None, teacher_logits: torch.Tensor | None = None,
-                 draws: dict[str, torch.Tensor] | None = None):
+                 draws: dict[str, torch.Tensor] | None = None, schedule: torch.Tensor | None = None,
+                 teacher_weights: tuple[dict, dict] | None = None):
         """One step of every member: x (K, B, C, H, W), y (K, B) or soft (K, B, classes), lr (K,) the
         members' peak learning rates, masks (K, n, B) their drop-path keep masks (n drawing drop
         paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None
         (with `teachers`: computed here).
         With `augment`: x uint8, y labels (K, B) and draws (batch_augment.member_draws of the members'
-        BatchAugment.draws). Returns the next state and the members' losses (K,)."""
+        BatchAugment.draws). schedule: (warmup, total) steps (`self.schedule()`), teacher_weights: the
+        teachers' stacked (params, buffers) when they are not `teachers`' own (a group sharing this
+        step); both inputs, so that the compiled graph holds no group's constants.
+        Returns the next state and the members' losses (K,)."""
         if self.augment is not None:  # labels become soft targets when a member mixes (MixUp/CutMix)
             x, y = self.augment.apply(x, y, draws)
             dtype = next(iter(state["params"].values())).dtype
@@ -116,7 +133,8 @@ class PackedStep:
                    cache_enabled=False)
         if self.teachers is not None and teacher_logits is None:  # on the members' augmented images, as a single run
             with torch.autocast(**amp):
-                teacher_logits = teacher_logits_of(self.teachers, x)
+                teachers = self.teachers if teacher_weights is None else (self.teachers[0], *teacher_weights)
+                teacher_logits = teacher_logits_of(teachers, x)
         dims = (0, 0, 0, 0, None if teacher_logits is None else 0, None if masks is None else 0)
 
         def total(params, held):  # members share no weights: the gradient of the sum is each member's own
@@ -138,7 +156,7 @@ class PackedStep:
             coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
             grads = {n: g * per_member(coef, g) for n, g in grads.items()}
         t = state["step"] + 1                                          # AdamW's step count
-        rate = lr * self.lr_multiplier(state["step"])                  # (K,) this step's lr per member
+        rate = lr * self.lr_multiplier(state["step"], schedule)        # (K,) this step's lr per member
         c1, c2 = 1 - self.beta1 ** t, (1 - self.beta2 ** t).sqrt()     # bias corrections
         new = {"params": {}, "exp_avg": {}, "exp_avg_sq": {}, "buffers": buffers, "step": t}
         for n, g in grads.items():  # torch.optim.AdamW (single tensor), with lr a tensor per member
@@ -150,11 +168,13 @@ class PackedStep:
             new["exp_avg"][n], new["exp_avg_sq"][n] = m, v
         return new, losses
 
-    def load_into(self, state: dict) -> None:
-        """Write a state's weights and buffers back into `packed` (to validate or export members)."""
+    def load_into(self, state: dict, packed=None) -> None:
+        """Write a state's weights and buffers back into `packed` (default: this step's), to validate
+        or export members."""
+        packed = packed or self.packed
         with torch.no_grad():
-            for n, p in self.packed.members.named_parameters():
+            for n, p in packed.members.named_parameters():
                 if n in state["params"]:
                     p.copy_(state["params"][n])
-            for n, b in self.packed.members.named_buffers():
+            for n, b in packed.members.named_buffers():
                 b.copy_(state["buffers"][n])

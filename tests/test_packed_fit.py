@@ -366,3 +366,40 @@ def test_distilled_deit_members_equal_their_single_fits(fmnist_dir, tmp_path):
         assert [s for s, _ in la] == [s for s, _ in lb] and len(la) == 6
         torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
                                    rtol=1e-4, atol=1e-5)
+
+
+def test_a_stage_compiles_once_per_family_and_member_count(fmnist_dir, tmp_path, monkeypatch):
+    """The groups of one stage process share a compiled step where they compute the same function:
+    seeds, learning rates and lengths are inputs, not constants of the graph. Four groups, ResNet of
+    2 members for 6 steps, 2 other members for 9 steps at another lr, 3 members, then ViT of 2:
+    three compilations (dynamo's frames, counted by an eager backend so the test stays fast). The
+    second group, on the first one's step, trains as it does alone and eager: its own schedule."""
+    import modules.budgets as budgets
+    from torch._dynamo.testing import CompileCounter
+
+    import experiments.runs.packed_loop as packed_loop
+    for family in ("resnet", "vit"):
+        row = {"depths": (1, 1, 1)} if family == "resnet" else {"depth": 1}
+        monkeypatch.setitem(budgets.ARCHS, (family, "tiny"), {**budgets.ARCHS[family, "tiny"], **row})
+    counter, compile_ = CompileCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, fullgraph, mode: compile_(fn, fullgraph=fullgraph, backend=counter))
+    monkeypatch.setattr(packed_loop, "_COMPILED", {})
+    torch._dynamo.reset()
+    quick = ("--test_after_fit", "false")
+    groups = [("resnet", (0, 1), ()), ("resnet", (2, 3), ("--trainer.max_steps", "9", "--model.lr", "0.01")),
+              ("resnet", (0, 1, 2), ()), ("vit", (0, 1), ())]
+    frames = []
+    for family, seeds, extra in groups:
+        args = [_args(fmnist_dir, tmp_path / "stage", s, "--model.family", family, *quick, *extra) for s in seeds]
+        assert set(fit_packed(args, compile=True).values()) == {"fitted"}
+        frames.append(counter.frame_count)
+    assert frames == [1, 1, 2, 3]
+    alone = [_args(fmnist_dir, tmp_path / "alone", s, "--model.family", "resnet", *quick, *groups[1][2]) for s in (2, 3)]
+    assert set(fit_packed(alone, compile=False).values()) == {"fitted"}
+    shared, eager = _folders(tmp_path / "stage"), _folders(tmp_path / "alone")
+    for name in eager:
+        la, lb = _scalars(eager[name], "train/loss_step"), _scalars(shared[name], "train/loss_step")
+        assert len(la) == 9
+        torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
+                                   rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()

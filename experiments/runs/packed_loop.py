@@ -16,8 +16,11 @@ norm), precision (32-true or bf16-mixed), accelerator, deterministic. Any other 
 differs from Lightning's default is refused in one line.
 
 The step runs eager, or compiled with fullgraph=True (compile=True; on CUDA by default, as CUDA
-graphs through mode="reduce-overhead": the step is captured once and replayed). On the CPU the
-members equal their single runs in fp32 (tests/test_packed_fit.py).
+graphs through mode="reduce-overhead": the step is captured once and replayed). The groups of one
+process (a sweep's stage) share a compiled step wherever they compute the same function (step_key):
+their lengths, learning rates, seeds and teachers' weights come in as tensors, so a stage compiles
+once per family and member count (tests/test_packed_fit.py counts it). On the CPU the members equal
+their single runs in fp32 (tests/test_packed_fit.py).
 
     loop = GroupLoop(members, dms, packed, group_dir, commit)
     loop.fit()          # resumes from group_dir/checkpoints/last.ckpt when it exists
@@ -128,6 +131,37 @@ def limited(n: int, limit) -> int:
     return min(n, int(limit)) if isinstance(limit, int) else int(n * float(limit))
 
 
+# A process's compiled steps, one per step_key: the groups of a sweep's stage that compute the same
+# function (the same member configuration and count, augmentation, precision and teachers' architecture;
+# seeds, learning rates, lengths and teachers' weights are inputs) share one PackedStep and its graph,
+# so a stage compiles once per family and member count, not once per group.
+_COMPILED: dict[tuple, tuple] = {}
+
+
+def step_key(packed, augment, autocast, clip, mode, device) -> tuple:
+    """What a compiled PackedStep holds as constants: everything but the step's tensor inputs."""
+    h = dict(packed.template.hparams)
+    config = sorted((k, repr(v)) for k, v in h.items() if k not in ("lr", "teacher_checkpoint"))
+    data = None if augment is None else (repr(augment.cfg), tuple(augment.mean.flatten().tolist()),
+                                         tuple(augment.std.flatten().tolist()),
+                                         augment.num_classes)
+    weights = next(iter(packed.members.parameters())).dtype
+    return (tuple(config), packed.num_members, data, str(autocast), clip, mode, str(device), str(weights),
+            packed.teacher_architectures())
+
+
+def compiled_step(key: tuple, build, mode: str | None) -> tuple:
+    """(PackedStep, its torch.compile(fullgraph=True)) for `key`, built by `build()` the first time.
+    Each key is one more cache entry of PackedStep.__call__ in dynamo: its recompile limit grows with
+    them, and hitting it raises instead of running eager unannounced."""
+    if key not in _COMPILED:
+        pure = build()
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(_COMPILED) + 1)
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        _COMPILED[key] = pure, torch.compile(pure, fullgraph=True, mode=mode)
+    return _COMPILED[key]
+
+
 class GroupLoop:
     """Trains `packed` (a PackedClassifier of the `members`, Member records of packed_fit) on their
     DataModules `dms`; its checkpoint lives in `group_dir`/checkpoints/last.ckpt. compile: None =
@@ -168,19 +202,21 @@ class GroupLoop:
         position = lambda: (self.epoch, self.batch)  # noqa: E731
         self.loaders = [dm.train_loader(position=position, draws_only=self.inside) for dm in self.dms]
         self.schedule.start(min(len(loader) for loader in self.loaders))
-        self.pure = PackedStep(self.packed, self.schedule.total, clip=self.schedule.clip,
-                               augment=self.dms[0].augment if self.inside else None, autocast=self.autocast,
-                               teachers=self.packed.teacher_stack(device))
+        augment, teachers = self.dms[0].augment if self.inside else None, self.packed.teacher_stack(device)
         compile_ = self.compile if self.compile is not None else device.type == "cuda"
         self.mode = ("reduce-overhead" if device.type == "cuda" else "default") if compile_ else None
+        build = lambda: PackedStep(self.packed, self.schedule.total, clip=self.schedule.clip,  # noqa: E731
+                                   augment=augment, autocast=self.autocast, teachers=teachers)
         if compile_:
-            # a fresh start for this group's graphs: every group of a stage process compiles the same
-            # PackedStep.__call__, and past dynamo's recompile limit (8) it would run eager unannounced;
-            # inductor's on-disk cache still serves the kernels an earlier group built
-            torch._dynamo.reset()
-        self.run = torch.compile(self.pure, fullgraph=True, mode=self.mode) if compile_ else self.pure
+            self.pure, self.run = compiled_step(step_key(self.packed, augment, self.autocast, self.schedule.clip,
+                                                         self.mode, device), build, self.mode)
+        else:
+            self.pure = self.run = build()
+        # what differs between groups that share a compiled step comes in as tensors
+        self.schedule_t = self.pure.schedule(self.schedule.total, device)
+        self.teacher_weights = teachers[1:] if teachers is not None else None
         self.lrs = torch.tensor([self.packed.member_lr(k) for k in range(len(self.members))], device=device)
-        self.state = self.pure.init_state()
+        self.state = self.pure.init_state(self.packed)
         k = len(self.members)
         self.nan_step = torch.full((k,), -1, dtype=torch.long, device=device)  # first non-finite loss: no host sync
         self.nan_loss = torch.zeros(k, device=device)
@@ -247,7 +283,8 @@ class GroupLoop:
         masks = self.packed._drop_path_masks(x)  # each member's own generator, outside the graph
         if self.mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are this one's inputs
-        self.state, losses = self.run(self.state, x, y, self.lrs, masks=masks, draws=draws)
+        self.state, losses = self.run(self.state, x, y, self.lrs, masks=masks, draws=draws, schedule=self.schedule_t,
+                                      teacher_weights=self.teacher_weights)
         return losses
 
     def _watch(self, losses: torch.Tensor) -> None:
@@ -269,7 +306,7 @@ class GroupLoop:
     def _log(self, i: int, losses: torch.Tensor) -> None:
         self._check_finite()
         h = self.packed.template.hparams
-        factor = warmup_cosine(i, self.schedule.total, self.pure.warmup, h.min_lr_ratio)
+        factor = warmup_cosine(i, self.schedule.total, int(self.schedule_t[0]), h.min_lr_ratio)
         lrs = [factor * self.packed.member_lr(k) for k in range(len(self.members))]
         self.records.train_logged(i, losses.float().tolist(), lrs)
 
@@ -277,7 +314,7 @@ class GroupLoop:
     @torch.no_grad()
     def _validate(self) -> None:
         self._check_finite()
-        self.pure.load_into(self.state)
+        self.pure.load_into(self.state, self.packed)
         self.packed.eval()
         loader = self.dms[0].val_dataloader()
         limit = self.schedule.val_batches(len(loader))
@@ -329,7 +366,7 @@ class GroupLoop:
         self.diverged = {int(k): v for k, v in c["diverged"].items()}
 
     def _finish(self) -> None:
-        self.pure.load_into(self.state)
+        self.pure.load_into(self.state, self.packed)
         self.records.finish(self.packed, self.diverged, steps=self.step, epochs=self.step // self.schedule.batches,
                             max_steps=self.schedule.total, precision=self.precision,
                             engine={"loop": "fabric", "compiled": self.mode})
