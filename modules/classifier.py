@@ -15,8 +15,9 @@ from torch import nn
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError
 
+from .budgets import FAMILIES
 from .checkpoint_io import read_checkpoint
-from .complexity import count_flops, count_params
+from .complexity import complexity
 from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
 from .optim import LR_LIMIT, adamw_warmup_cosine, lr_in_range
 from .registry import build_model, use_fused_attention
@@ -92,15 +93,14 @@ class ImageClassifier(L.LightningModule):
                                  num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,
                                  pool=pool, window_size=window_size, drop_path_rate=drop_path_rate,
                                  allow_unshifted=allow_unshifted)
-        self.is_deit = family == "deit"
+        self.is_deit = FAMILIES[family].distillation_token  # its network returns (cls, dist) logits
         # DeiT reports (cls + dist) / 2 when its dist head learns (from the teacher or the labels);
         # with distillation none that head gets no gradient, so cls alone is reported (and selected on).
         self.deit_reports_cls = self.is_deit and distillation == "none"
         # The teacher lives outside the module tree (set through __dict__): it is then in no
         # parameters(), state_dict() or checkpoint, and Lightning's train() never touches it.
         self.__dict__["teacher"] = None
-        self.complexity = {"params": count_params(self.model),
-                           "flops": count_flops(self.model, image_size, in_chans)}
+        self._complexity: dict | None = None  # counted on first use (the `complexity` property)
 
         # "avg" holds the reported head (val/acc, test/acc): the model's output, or for DeiT
         # reported_logits(cls, dist); DeiT also logs each head (_cls, _dist).
@@ -116,6 +116,15 @@ class ImageClassifier(L.LightningModule):
         self._nan_step = self._nan_loss = None     # (,) first step with a non-finite loss (-1: none), its loss
         # DeiT with a teacher: on how many training images its hard label differed from the true one
         self._teacher_differs, self._teacher_images = None, 0   # (,) count on the device, images
+
+    @property
+    def complexity(self) -> dict:
+        """{"params", "flops"} of the network for one image, counted when first asked for (the
+        logger's hparams, a checkpoint, the run's summary), not at construction; flops is None where
+        the counter failed (modules/complexity.py), so counting can never stop a fit."""
+        if self._complexity is None:
+            self._complexity = complexity(self.model, self.hparams.image_size, self.hparams.in_chans)
+        return self._complexity
 
     def _metrics(self, prefix: str, postfix: str, calibration: bool = False,
                  validate_args: bool = True) -> MetricCollection:
