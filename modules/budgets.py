@@ -62,6 +62,12 @@ def names(**facts) -> list[str]:
     return [f.name for f in FAMILIES.values() if all(getattr(f, k) == v for k, v in facts.items())]
 
 
+def distils(family: str) -> bool:
+    """Whether `family` is a student: it has a distillation token, trained from a teacher's labels
+    (False for a name with no record)."""
+    return family in FAMILIES and FAMILIES[family].distillation_token
+
+
 def kind_of(family: str) -> str | None:
     """CNN or transformer; None for a name with no record (a record's folder of a family since removed)."""
     return FAMILIES[family].kind if family in FAMILIES else None
@@ -70,7 +76,7 @@ def kind_of(family: str) -> str | None:
 def fit_order(families: Iterable[str] = FAMILIES) -> list[str]:
     """`families` (default all) in the order they are fitted: the teacher first, students (a
     distillation token) last, the others in table order."""
-    return sorted(families, key=lambda f: (f != TEACHER, FAMILIES[f].distillation_token))
+    return sorted(families, key=lambda f: (f != TEACHER, distils(f)))
 
 
 def reading_order() -> list[str]:

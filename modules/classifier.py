@@ -15,7 +15,7 @@ from torch import nn
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError
 
-from .budgets import FAMILIES
+from .budgets import distils, names
 from .checkpoint_io import read_checkpoint
 from .complexity import complexity
 from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
@@ -86,14 +86,14 @@ class ImageClassifier(L.LightningModule):
             raise ValueError(f"distill_alpha={distill_alpha}: allowed the distillation loss's weight in [0, 1]")
         if not distill_tau > 0:
             raise ValueError(f"distill_tau={distill_tau}: allowed a softmax temperature > 0")
-        if teacher_checkpoint is not None and family != "deit":
-            raise ValueError(f"teacher_checkpoint applies to family 'deit' only, not {family!r}")
+        if teacher_checkpoint is not None and not distils(family):
+            raise ValueError(f"teacher_checkpoint applies to family {students()} only, not {family!r}")
         self.save_hyperparameters()
         self.model = build_model(family, budget, image_size=image_size, in_chans=in_chans,
                                  num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,
                                  pool=pool, window_size=window_size, drop_path_rate=drop_path_rate,
                                  allow_unshifted=allow_unshifted)
-        self.is_deit = FAMILIES[family].distillation_token  # its network returns (cls, dist) logits
+        self.is_deit = distils(family)  # its network returns (cls, dist) logits
         # DeiT reports (cls + dist) / 2 when its dist head learns (from the teacher or the labels);
         # with distillation none that head gets no gradient, so cls alone is reported (and selected on).
         self.deit_reports_cls = self.is_deit and distillation == "none"
@@ -375,6 +375,11 @@ class ImageClassifier(L.LightningModule):
             torch.set_rng_state(rng["torch"])
             if rng["cuda"] and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def students() -> str:
+    """'deit': the families with a distillation token, for messages."""
+    return " or ".join(map(repr, names(distillation_token=True)))
 
 
 def _drain(*collections: MetricCollection) -> dict[str, torch.Tensor]:

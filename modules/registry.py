@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .budgets import ARCHS, BUDGET_TARGETS, FAMILIES, Family
+from .budgets import ARCHS, BUDGET_TARGETS, FAMILIES, KNOBS, Family
 
 POS_EMBEDS = ("learn", "none", "sincos", "learn2d")
 POOLS = ("token", "avg")
@@ -79,8 +79,11 @@ def check_options(family: str, budget: str = "tiny", patch_size: int | None = No
         raise ConfigError(f"unknown family {family!r}: allowed {', '.join(FAMILIES)}")
     if budget not in BUDGET_TARGETS:
         raise ConfigError(f"unknown budget {budget!r}: allowed {', '.join(BUDGET_TARGETS)}")
+    if (family, budget) not in ARCHS:
+        rows = ", ".join(b for b in BUDGET_TARGETS if (family, b) in ARCHS)
+        raise ConfigError(f"family {family!r} has no {budget!r} row in modules/budgets.py ARCHS: allowed {rows}")
     knobs = Knobs(patch_size, pos_embed, pool, window_size, drop_path_rate, allow_unshifted)
-    for k in ("patch_size", "pos_embed", "pool", "window_size"):
+    for k in KNOBS:
         if getattr(knobs, k) is not None and k not in FAMILIES[family].knobs:
             allowed = ", ".join(f for f in FAMILIES if k in FAMILIES[f].knobs)
             raise ConfigError(f"{k}={getattr(knobs, k)!r} does not apply to family {family!r} (only to {allowed})")

@@ -93,6 +93,8 @@ def test_a_registered_family_is_in_every_report(gapvit, capsys):
     families(["--budget", "tiny", "--budget", "small"])
     rows = [line for line in capsys.readouterr().out.splitlines() if f" {gapvit} " in line]
     assert len(rows) == 2 and "tiny" in rows[0] and "small" in rows[1]
+    with pytest.raises(registry.ConfigError, match=f"^family '{gapvit}' has no 'base' row .*: allowed tiny, small$"):
+        registry.build_model(gapvit, "base")
     assert reading_order()[-1] == gapvit and family_colour(gapvit, "k") == "C6" and _names([gapvit]) == "GAP-ViT"
     # datascale's transformers-against-CNNs reading counts it as the transformer it is
     (text,) = scaling_reading(_rows({(gapvit, 100): 0.84, ("resnet", 100): 0.80}))

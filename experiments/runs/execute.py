@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from modules.budgets import fit_order
+from modules.budgets import distils, fit_order
 from modules.files import open_in_place, write_atomic
 
 from experiments.runs.interruption import SIGNALS, Interrupted, deferred
@@ -320,8 +320,8 @@ def family_phases(todo: list[Run], jobs: int) -> list[list[Run]]:
     families = [[r for r in todo if r.family == f] for f in fit_order(list(dict.fromkeys(r.family for r in todo)))]
     if jobs > 1:
         return families
-    return [p for p in ([r for f in families if f[0].family != "deit" for r in f],
-                        [r for f in families if f[0].family == "deit" for r in f]) if p]
+    return [p for p in ([r for f in families if not distils(f[0].family) for r in f],
+                        [r for f in families if distils(f[0].family) for r in f]) if p]
 
 
 def child_preexec() -> Callable | None:

@@ -20,7 +20,7 @@ import yaml
 
 from datamodules.splits import resolve_train_size
 from datamodules.sources import short_name
-from modules.budgets import BUDGET_TARGETS, FAMILIES, TEACHER, fit_order
+from modules.budgets import BUDGET_TARGETS, FAMILIES, TEACHER, distils, fit_order
 
 from experiments.runs.names import checked_name, runs_dir_option
 from experiments.runs.cluster import add_options, check_cluster
@@ -370,7 +370,7 @@ def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
     folder) and every run's folder (with_folders)."""
     out = []
     for r in runs:
-        t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if r.family == "deit" else None
+        t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if distils(r.family) else None
         if t is not None:
             r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
                         teacher=entry(t, r.planned_by))
@@ -404,8 +404,8 @@ def main_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, lr_of) -> 
                  "main")
             for recipe in axes["recipes"] for seed in axes["seeds"] for fraction in axes["fractions"]
             for family in families]
-    runs.sort(key=lambda r: r.family == "deit")  # stable: students after every teacher
-    teachers = _with_folders([r for r in runs if r.family != "deit"], {})
+    runs.sort(key=lambda r: distils(r.family))  # stable: students after every teacher
+    teachers = _with_folders([r for r in runs if not distils(r.family)], {})
     teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in teachers if r.family == TEACHER}
-    students = _with_folders([r for r in runs if r.family == "deit"], teacher_dir)
+    students = _with_folders([r for r in runs if distils(r.family)], teacher_dir)
     return [replace(r, index=i) for i, r in enumerate(teachers + students)]
