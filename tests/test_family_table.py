@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from modules import ImageClassifier, budgets, complexity, registry
+from modules import ImageClassifier, complexity, registry
 from modules.budgets import ARCHS, BUDGET_TARGETS, FAMILIES, Family, fit_order, names, reading_order
 
 from tests.conftest import ROOT
