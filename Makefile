@@ -48,7 +48,8 @@ SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $
 	$(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS)
 # fit-families
 EPOCHS ?= 5
-FAMILY_ORDER := resnet vit swin convnext hybrid deit
+# from the family table (modules/budgets.py), teachers first; read when fit-families runs, after install
+FAMILY_ORDER = $(shell $(PY) -m experiments families --names)
 
 .DEFAULT_GOAL := help
 .PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \

@@ -36,12 +36,19 @@ from family_throughput import matmul_peak, single_step  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 
 warnings.filterwarnings("ignore")
-CONV = ("resnet", "convnext", "hybrid")
 LEVERS = ("batch", "precision", "layout", "compile", "validation")
 
 
 def native_bf16() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16") and torch.cpu._is_avx512_bf16_supported()
+
+
+def convolves(family: str, budget: str) -> bool:
+    """Whether the network has overlapping convolutions (kernel > stride), where the memory layout
+    (channels_last) can matter; a patchify stem alone (kernel = stride) does not count."""
+    from modules import build_model
+    return any(isinstance(m, torch.nn.Conv2d) and m.kernel_size[0] > m.stride[0]
+               for m in build_model(family, budget).modules())
 
 
 def make(family: str, budget: str, batch: int, precision: str, layout: bool = False, compiled: bool = False):
@@ -130,7 +137,7 @@ def main() -> None:
             levers += [(f"batch {b}", dict(batch=b)) for b in a.batch[1:]]
         if "precision" in a.levers and bf16:
             levers.append(("bf16-mixed", dict(precision="bf16-mixed")))
-        if "layout" in a.levers and family in CONV:
+        if "layout" in a.levers and convolves(family, a.budget):
             levers.append(("channels_last", dict(layout=True)))
         if "compile" in a.levers:
             levers.append(("torch.compile(model)", dict(compiled=True)))

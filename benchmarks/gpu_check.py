@@ -163,8 +163,7 @@ def part_sweep(a, device, work: Path) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
-    p.add_argument("--families", nargs="+", default=["vit", "resnet", "deit", "swin", "convnext", "hybrid"],
-                   choices=FAMILIES)
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
     p.add_argument("--members", nargs="+", type=int, default=[8, 16, 32], help="group sizes K (default 8 16 32)")
     p.add_argument("--batch", type=int, default=128, help="images per member per step (default 128)")
     p.add_argument("--steps", type=int, default=20, help="timed steps per measurement (default 20)")

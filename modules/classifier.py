@@ -15,8 +15,9 @@ from torch import nn
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassCalibrationError
 
+from .budgets import distils, names
 from .checkpoint_io import read_checkpoint
-from .complexity import count_flops, count_params
+from .complexity import complexity
 from .distillation import DISTILLATION_TYPES, deit_heads, distillation_loss, freeze
 from .optim import LR_LIMIT, adamw_warmup_cosine, lr_in_range
 from .registry import build_model, use_fused_attention
@@ -85,22 +86,21 @@ class ImageClassifier(L.LightningModule):
             raise ValueError(f"distill_alpha={distill_alpha}: allowed the distillation loss's weight in [0, 1]")
         if not distill_tau > 0:
             raise ValueError(f"distill_tau={distill_tau}: allowed a softmax temperature > 0")
-        if teacher_checkpoint is not None and family != "deit":
-            raise ValueError(f"teacher_checkpoint applies to family 'deit' only, not {family!r}")
+        if teacher_checkpoint is not None and not distils(family):
+            raise ValueError(f"teacher_checkpoint applies to family {students()} only, not {family!r}")
         self.save_hyperparameters()
         self.model = build_model(family, budget, image_size=image_size, in_chans=in_chans,
                                  num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,
                                  pool=pool, window_size=window_size, drop_path_rate=drop_path_rate,
                                  allow_unshifted=allow_unshifted)
-        self.is_deit = family == "deit"
+        self.is_deit = distils(family)  # its network returns (cls, dist) logits
         # DeiT reports (cls + dist) / 2 when its dist head learns (from the teacher or the labels);
         # with distillation none that head gets no gradient, so cls alone is reported (and selected on).
         self.deit_reports_cls = self.is_deit and distillation == "none"
         # The teacher lives outside the module tree (set through __dict__): it is then in no
         # parameters(), state_dict() or checkpoint, and Lightning's train() never touches it.
         self.__dict__["teacher"] = None
-        self.complexity = {"params": count_params(self.model),
-                           "flops": count_flops(self.model, image_size, in_chans)}
+        self._complexity: dict | None = None  # counted on first use (the `complexity` property)
 
         # "avg" holds the reported head (val/acc, test/acc): the model's output, or for DeiT
         # reported_logits(cls, dist); DeiT also logs each head (_cls, _dist).
@@ -116,6 +116,15 @@ class ImageClassifier(L.LightningModule):
         self._nan_step = self._nan_loss = None     # (,) first step with a non-finite loss (-1: none), its loss
         # DeiT with a teacher: on how many training images its hard label differed from the true one
         self._teacher_differs, self._teacher_images = None, 0   # (,) count on the device, images
+
+    @property
+    def complexity(self) -> dict:
+        """{"params", "flops"} of the network for one image, counted when first asked for (the
+        logger's hparams, a checkpoint, the run's summary), not at construction; flops is None where
+        the counter failed (modules/complexity.py), so counting can never stop a fit."""
+        if self._complexity is None:
+            self._complexity = complexity(self.model, self.hparams.image_size, self.hparams.in_chans)
+        return self._complexity
 
     def _metrics(self, prefix: str, postfix: str, calibration: bool = False,
                  validate_args: bool = True) -> MetricCollection:
@@ -366,6 +375,11 @@ class ImageClassifier(L.LightningModule):
             torch.set_rng_state(rng["torch"])
             if rng["cuda"] and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def students() -> str:
+    """'deit': the families with a distillation token, for messages."""
+    return " or ".join(map(repr, names(distillation_token=True)))
 
 
 def _drain(*collections: MetricCollection) -> dict[str, torch.Tensor]:

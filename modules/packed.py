@@ -35,7 +35,7 @@ from timm.layers import DropPath
 from torch.func import functional_call, stack_module_state
 
 from .checkpoint_io import atomic_save, read_checkpoint
-from .classifier import ImageClassifier, load_teacher
+from .classifier import ImageClassifier, load_teacher, students
 from .optim import LR_LIMIT, lr_in_range, param_groups, warmup_cosine
 from .registry import use_fused_attention
 
@@ -151,7 +151,7 @@ class PackedClassifier(L.LightningModule):
         if teacher_checkpoints is not None and len(teacher_checkpoints) != K:
             raise ValueError(f"teacher_checkpoints: {len(teacher_checkpoints)} given for {K} members")
         if teacher_checkpoints is not None and not self.is_deit:
-            raise ValueError("teacher_checkpoints apply to family 'deit' only")
+            raise ValueError(f"teacher_checkpoints apply to family {students()} only")
         self.teacher_checkpoints = list(teacher_checkpoints) if teacher_checkpoints is not None else None
         self.teachers = None   # (skeleton, params, buffers) of the stacked frozen teachers, loaded on first use
         self.nan_step = self.nan_loss = None  # (K,) first step with a non-finite loss (-1: none), its loss

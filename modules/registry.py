@@ -1,8 +1,9 @@
 """The family registry: `build_model(family, budget, ...)` configures a timm model per family.
 
 Families differ only in what their builder returns. Each builder takes the budget's row
-(modules/budgets.py), the data's shape and the architecture knobs, and rejects combinations that
-would silently drop pixels or pad windows.
+(modules/budgets.py, beside the family's record), the data's shape and the architecture knobs, and
+rejects combinations that would silently drop pixels or pad windows. A built model carries its
+family's name (`family_of(model)`), which the probes read instead of guessing from its classes.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .budgets import ARCHS, BUDGET_TARGETS, FAMILIES
+from .budgets import ARCHS, BUDGET_TARGETS, FAMILIES, KNOBS, Family
 
 POS_EMBEDS = ("learn", "none", "sincos", "learn2d")
 POOLS = ("token", "avg")
@@ -36,13 +37,16 @@ class Knobs:
     allow_unshifted: bool = False     # swin: accept a window at which no stage shifts (see _swin)
 
 
-_BUILDERS: dict[str, Callable] = {}
-_KNOBS: dict[str, set[str]] = {}
+BUILDERS: dict[str, Callable] = {}  # family name -> its builder; the family's record is FAMILIES[name]
 
 
-def register_family(name: str, knobs: set[str]):
+def register_family(name: str):
+    """The decorated function builds family `name`, which must have a record in the family table."""
+    if name not in FAMILIES:
+        raise ConfigError(f"family {name!r} has no record in modules/budgets.py FAMILIES")
+
     def wrap(fn):
-        _BUILDERS[name], _KNOBS[name] = fn, knobs
+        BUILDERS[name] = fn
         return fn
     return wrap
 
@@ -53,7 +57,18 @@ def build_model(family: str, budget: str = "tiny", *, image_size: int = 28, in_c
                 drop_path_rate: float = 0.0, allow_unshifted: bool = False) -> nn.Module:
     """A freshly initialised model of `family` at `budget` for (in_chans, image_size, image_size) inputs."""
     knobs = check_options(family, budget, patch_size, pos_embed, pool, window_size, drop_path_rate, allow_unshifted)
-    return _BUILDERS[family](ARCHS[family, budget], image_size, in_chans, num_classes, knobs)
+    model = BUILDERS[family](ARCHS[family, budget], image_size, in_chans, num_classes, knobs)
+    model.family = family
+    return model
+
+
+def family_of(model: nn.Module) -> Family:
+    """The record of the family `build_model` built `model` as (ValueError for any other model)."""
+    name = getattr(model, "family", None)
+    if name not in FAMILIES:
+        raise ValueError(f"a {type(model).__name__} not built by build_model: allowed models of the families "
+                         f"{', '.join(FAMILIES)}")
+    return FAMILIES[name]
 
 
 def check_options(family: str, budget: str = "tiny", patch_size: int | None = None, pos_embed: str | None = None,
@@ -64,10 +79,13 @@ def check_options(family: str, budget: str = "tiny", patch_size: int | None = No
         raise ConfigError(f"unknown family {family!r}: allowed {', '.join(FAMILIES)}")
     if budget not in BUDGET_TARGETS:
         raise ConfigError(f"unknown budget {budget!r}: allowed {', '.join(BUDGET_TARGETS)}")
+    if (family, budget) not in ARCHS:
+        rows = ", ".join(b for b in BUDGET_TARGETS if (family, b) in ARCHS)
+        raise ConfigError(f"family {family!r} has no {budget!r} row in modules/budgets.py ARCHS: allowed {rows}")
     knobs = Knobs(patch_size, pos_embed, pool, window_size, drop_path_rate, allow_unshifted)
-    for k in ("patch_size", "pos_embed", "pool", "window_size"):
-        if getattr(knobs, k) is not None and k not in _KNOBS[family]:
-            allowed = ", ".join(f for f in FAMILIES if k in _KNOBS[f])
+    for k in KNOBS:
+        if getattr(knobs, k) is not None and k not in FAMILIES[family].knobs:
+            allowed = ", ".join(f for f in FAMILIES if k in FAMILIES[f].knobs)
             raise ConfigError(f"{k}={getattr(knobs, k)!r} does not apply to family {family!r} (only to {allowed})")
     if pos_embed is not None and pos_embed not in POS_EMBEDS:
         raise ConfigError(f"pos_embed={pos_embed!r}: allowed {', '.join(POS_EMBEDS)}")
@@ -132,7 +150,7 @@ def _apply_sincos(model: nn.Module, knobs: Knobs) -> nn.Module:
     return model
 
 
-@register_family("vit", {"patch_size", "pos_embed", "pool"})
+@register_family("vit")
 def _vit(arch, image_size, in_chans, num_classes, k: Knobs):
     from timm.models.vision_transformer import VisionTransformer
     patch = k.patch_size or 4
@@ -166,7 +184,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@register_family("deit", {"patch_size", "pos_embed"})
+@register_family("deit")
 def _deit(arch, image_size, in_chans, num_classes, k: Knobs):
     """DeiT: ViT + distillation token and head. timm's VisionTransformerDistilled rebuilds a learned
     (N + 2)-entry table in its __init__ whatever pos_embed says, so the knob is applied afterwards:
@@ -205,7 +223,7 @@ def _cifar_resnet(channels, depths, in_chans: int, num_classes: int, drop_path_r
     return model
 
 
-@register_family("hybrid", {"patch_size", "pos_embed", "pool"})
+@register_family("hybrid")
 def _hybrid(arch, image_size, in_chans, num_classes, k: Knobs):
     """ViT paper's hybrid: a ResNet feature map (stride 4) tokenised with 1x1 patches."""
     from timm.layers import HybridEmbed
@@ -221,7 +239,7 @@ def _hybrid(arch, image_size, in_chans, num_classes, k: Knobs):
 
 
 # ---------------- hierarchical families ----------------
-@register_family("swin", {"patch_size", "window_size"})
+@register_family("swin")
 def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
     """Swin for small images: patch 1 and three stages, widths doubling at each patch merging.
 
@@ -262,7 +280,7 @@ def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
                            window_size=window, drop_path_rate=k.drop_path_rate)
 
 
-@register_family("convnext", {"patch_size"})
+@register_family("convnext")
 def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
     """timm's ConvNeXt always builds 4 stages; a 4th would halve 7x7 to 3x3 (dropping a row and a
     column at 28x28), so rows list fewer stages and the missing ones become Identity."""
@@ -284,7 +302,7 @@ def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
     return model
 
 
-@register_family("resnet", set())
+@register_family("resnet")
 def _resnet(arch, image_size, in_chans, num_classes, k: Knobs):
     return _cifar_resnet(arch["channels"], arch["depths"], in_chans, num_classes, k.drop_path_rate)
 

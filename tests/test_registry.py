@@ -24,7 +24,7 @@ def test_family_budget(family, budget, size, chans):
     model.train()
     out = model(torch.randn(2, chans, size, size))
     outs = out if isinstance(out, tuple) else (out,)  # DeiT trains with (cls, dist) logits
-    assert len(outs) == (2 if family == "deit" else 1)
+    assert len(outs) == (2 if FAMILIES[family].distillation_token else 1)
     for o in outs:
         assert o.shape == (2, 10) and torch.isfinite(o).all()
     sum(o.sum() for o in outs).backward()

@@ -6,7 +6,8 @@ import json
 
 import yaml
 
-from experiments.report.runtimes import NAMES, SPECS, default_profile, render, runtime_rows
+from modules.budgets import FAMILIES
+from experiments.report.runtimes import SPECS, default_profile, render, runtime_rows
 
 from .test_tables import _run
 
@@ -39,5 +40,5 @@ def test_the_default_profile_sentence_names_the_spec_s_families_and_what_was_mea
     assert "(with " not in text  # measured with the spec's own families
     _sweep(exp, families[:1])
     text = default_profile(runtime_rows(exp), json.loads((exp / "sweep.json").read_text()))
-    assert f"Its last measured run (with {NAMES[families[0]]}) took" in text
+    assert f"Its last measured run (with {FAMILIES[families[0]].title}) took" in text
     assert default_profile([], {}).endswith("Its time has not been measured yet.")

@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from modules import FAMILIES
+from modules.budgets import FAMILIES, kind_of, reading_order
 
 from experiments.runs.reference import NothingFinished, whose, whose_runs
 from experiments.report.records import LeftOut, Run, left_out_line, read_record, read_runs
 from experiments.runs.convergence import judged, plateau_unknown, still_improving
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.findings import Finding, estimate_text, read, source
-from experiments.report.figures import FAMILY_COLOURS, log_figures, pyplot, save_png
+from experiments.report.figures import family_colour, log_figures, pyplot, save_png
 from experiments.report.verdicts import (STILL_IMPROVING, cannot_tell, category, direction, equivalent, no_difference, not_read,
                                          side, verdict, were_improving)
 from experiments.report.table_format import count, fmt, plural, plus_minus, write_csv
@@ -55,8 +55,6 @@ SHOWN_COMMON = ("data.dataset", "model.budget", "data.batch_size", "trainer.max_
                 "trainer.val_check_interval", "trainer.check_val_every_n_epoch", "model.lr", "model.weight_decay",
                 "trainer.precision")
 REFERENCE = "resnet"                               # the paired differences are to this family
-TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
-CNNS = ("resnet", "convnext")
 COLUMNS = ("family", "settings", "fraction", "train_size", "val_size", "lr", "weight_decay", "max_steps",
            "test_acc_mean", "test_acc_ci95", "test_acc_std", "seeds", "delta_vs_resnet", "delta_vs_resnet_ci95",
            "delta_pairs", "still_improving", "params", "flops_per_image", "images_per_sec", "wall_time_s",
@@ -317,14 +315,10 @@ def _family_settings(summaries: list[dict]) -> list[str]:
     return out
 
 
-def _kind(family: str) -> str | None:
-    return "transformer" if family in TRANSFORMERS else "CNN" if family in CNNS else None
-
-
 def _best(rows: list[dict], on: str = "test_acc_mean") -> dict:
     """The row with the highest mean `on`: test accuracy to report who is highest, validation
     accuracy ('_val_acc_mean') to choose which rows a comparison reads."""
-    return max(rows, key=lambda r: (r[on], -FAMILIES.index(r["family"]) if r["family"] in FAMILIES else 0))
+    return max(rows, key=lambda r: (r[on], -list(FAMILIES).index(r["family"]) if r["family"] in FAMILIES else 0))
 
 
 def scaling_reading(rows: list[dict]) -> list[str]:
@@ -376,27 +370,28 @@ def _reading(rows: list[dict]) -> str:
         text += (" Not read at " + ", ".join(f"{n:,}" for n in silent) + " images: "
                  + f"{sum(improving[n] for n in silent)} of the runs there {were_improving(unknown)} ({STILL_IMPROVING}).")
         text = text.strip()
-    kinds = {_kind(r["family"]) for r in rows} - {None}
+    kinds = {kind_of(r["family"]) for r in rows} - {None}
     if kinds != {"transformer", "CNN"}:
-        have = ", ".join(sorted({r["family"] for r in rows if _kind(r["family"])}))
-        missing = "no CNN (resnet, convnext)" if "CNN" not in kinds else "no transformer (vit, deit, swin, hybrid)"
+        have = ", ".join(sorted({r["family"] for r in rows if kind_of(r["family"])}))
+        lacking = "CNN" if "CNN" not in kinds else "transformer"
+        missing = f"no {lacking} ({', '.join(f for f in reading_order() if kind_of(f) == lacking)})"
         return text + f" Transformers against CNNs can't be compared here: {missing} ran" + (f" (only {have})." if have
                                                                                               else ".")
-    both = [n for n in sizes if {_kind(r["family"]) for r in rows if r["train_size"] == n} >= {"transformer", "CNN"}]
+    both = [n for n in sizes if {kind_of(r["family"]) for r in rows if r["train_size"] == n} >= {"transformer", "CNN"}]
     if not both:
         return text + " Transformers against CNNs can't be compared: no training-set size has both."
 
     def gap(n):  # the best of each kind by mean validation accuracy: a choice, so never made on test
         at = [r for r in rows if r["train_size"] == n]
-        t = _best([r for r in at if _kind(r["family"]) == "transformer"], on="_val_acc_mean")
-        c = _best([r for r in at if _kind(r["family"]) == "CNN"], on="_val_acc_mean")
+        t = _best([r for r in at if kind_of(r["family"]) == "transformer"], on="_val_acc_mean")
+        c = _best([r for r in at if kind_of(r["family"]) == "CNN"], on="_val_acc_mean")
         return t["test_acc_mean"] - c["test_acc_mean"], t, c
 
     def said(n):
         d, t, c = gap(n)
         return f"{d:+.4f} at {n:,} images ({_name(t)} {t['test_acc_mean']:.4f} vs {_name(c)} {c['test_acc_mean']:.4f})"
     # every row of either kind at the sizes a gap reads: the best of a kind is known only when all have plateaued
-    used = [r for r in rows if r["train_size"] in (both[0], both[-1]) and _kind(r["family"])]
+    used = [r for r in rows if r["train_size"] in (both[0], both[-1]) and kind_of(r["family"])]
     if any(r.get("still_improving") for r in used):  # converged or silent: no gap or trend from these rows
         if set(both) <= set(silent):
             return text  # its "Not read at ..." already names them
@@ -447,13 +442,13 @@ def _trend_words(d1: float, d2: float) -> str:
 def _each_transformer(rows: list[dict], small: int, large: int, name) -> str:
     """With several transformers: each one's difference to the best CNN at the smallest and the
     largest size, so that the best transformer's trend is not read as every transformer's."""
-    cnn = {n: _best([r for r in rows if r["train_size"] == n and _kind(r["family"]) == "CNN"], on="_val_acc_mean")
+    cnn = {n: _best([r for r in rows if r["train_size"] == n and kind_of(r["family"]) == "CNN"], on="_val_acc_mean")
            for n in (small, large)}
     pairs = []
     for key in dict.fromkeys((r["family"], r.get("settings")) for r in rows):  # first-seen order
         ends = [next((r for r in rows if (r["family"], r.get("settings")) == key and r["train_size"] == n), None)
                 for n in (small, large)]
-        if _kind(key[0]) == "transformer" and None not in ends:
+        if kind_of(key[0]) == "transformer" and None not in ends:
             d = [r["test_acc_mean"] - cnn[n]["test_acc_mean"] for r, n in zip(ends, (small, large))]
             pairs.append((name(ends[0]), *d, _trend(ends[0], cnn[small], ends[1], cnn[large])))
     if len(pairs) < 2:
@@ -711,7 +706,8 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
                    + ("" if r["lr"] is None else fmt(r["lr"])) + " | "
                    + (f"{'' if r['weight_decay'] is None else fmt(r['weight_decay'])} | " if with_wd else "")
                    + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
-                   f"{r['flops_per_image'] / 1e6:.1f} | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
+                   + ("" if r["flops_per_image"] is None else f"{r['flops_per_image'] / 1e6:.1f}")  # not counted
+                   + f" | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
     improving = [s["run"] for r in rows for s in r["_runs"] if still_improving(s) and not plateau_unknown(s)]
     unknown = [s["run"] for r in rows for s in r["_runs"] if plateau_unknown(s)]
     if improving or unknown:
@@ -782,7 +778,7 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
     for j, family in enumerate(dict.fromkeys(r["family"] for r in rows)):
-        color = FAMILY_COLOURS.get(family, f"C{j % 10}")
+        color = family_colour(family, f"C{j % 10}")
         for i, st in enumerate(settings):
             pts = [r for r in rows if r["family"] == family and r["settings"] == st]
             if not pts:

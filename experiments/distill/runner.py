@@ -25,7 +25,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
-from modules import FAMILIES
+from modules.budgets import FAMILIES, distils, names
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from experiments.distill import MATCHED, matched_name
@@ -90,8 +90,9 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
     for f in [*axes["teachers"], axes["student"]]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
-    if axes["student"] != "deit":
-        raise ValueError(f"student {axes['student']!r}: allowed 'deit' (the family with a distillation token)")
+    if not distils(axes["student"]):
+        allowed = ", ".join(map(repr, names(distillation_token=True)))
+        raise ValueError(f"student {axes['student']!r}: allowed {allowed} (the family with a distillation token)")
     check_axes(axes)
     if axes["student_lr_of"] is not None and axes["student_lr_of"] not in axes["teachers"]:
         raise ValueError(f"student_lr_of {axes['student_lr_of']!r}: allowed a teacher family of profile {profile!r} "

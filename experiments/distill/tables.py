@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from datamodules.sources import FASHION_MNIST_CLASSES
+from modules.budgets import kind_of
 
 from experiments.report.records import left_out_line, read_record, read_runs
 from experiments.runs.shared import located
@@ -45,8 +46,6 @@ NO_TEACHER = "none"                    # the student trained alone
 HEADS = ("cls", "dist", "both")        # DeiT Table 3: class head, distillation head, mean of their logits
 HEAD_LABEL = {"cls": "cls", "dist": "dist", "both": "cls+dist"}
 TEST_KEY = {"cls": "acc_cls", "dist": "acc_dist", "both": "acc"}  # summary["test"]: acc is cls+dist when distilled
-CNNS = ("resnet", "convnext")
-TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
 MISSING = "no run"                     # applicable, but no finished run
 VERSIONS = ("python", "torch", "timm", "lightning")
@@ -361,8 +360,8 @@ def claims(p: Profile) -> list[dict]:
                             "est": paired_difference(student_accs(p, f"hard/{t}", f, "both"),
                                                      student_accs(p, f"soft/{t}", f, "both")),
                             **_behind(p, f, (f"hard/{t}", f"soft/{t}"))})
-        for c in (t for t in p.teacher_families if family_of(t) in CNNS and f"hard/{t}" in names):
-            for v in (t for t in p.teacher_families if t in TRANSFORMERS and f"hard/{t}" in names):
+        for c in (t for t in p.teacher_families if kind_of(family_of(t)) == "CNN" and f"hard/{t}" in names):
+            for v in (t for t in p.teacher_families if kind_of(t) == "transformer" and f"hard/{t}" in names):
                 ca, va = teacher_accs(p, c, f), teacher_accs(p, v, f)
                 out.append({"claim": "c", "fraction": f, "label": f"hard/{c} − hard/{v} (cls+dist)", "cnn": c,
                             "transformer": v, "cnn_acc": _estimate(ca), "transformer_acc": _estimate(va),

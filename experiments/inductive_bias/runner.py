@@ -29,7 +29,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
-from modules import FAMILIES
+from modules.budgets import FAMILIES, distils
 
 from experiments.runs.probe import PARTS, RESULT, probe_run
 from experiments.runs.provenance import git_commit, hardware, versions
@@ -113,8 +113,9 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
-    if "deit" in axes["families"] and REFERENCE not in axes["families"]:
-        raise ValueError(f"families {axes['families']}: deit distils from {REFERENCE}, which must be among them")
+    student = next((f for f in axes["families"] if distils(f)), None)
+    if student and REFERENCE not in axes["families"]:
+        raise ValueError(f"families {axes['families']}: {student} distils from {REFERENCE}, which must be among them")
     if axes["probe_images"] < 4:
         raise ValueError(f"probe_images={axes['probe_images']} in {where}: allowed integers >= 4")
     # check_axes reads "fractions": every fraction of the profile is checked, at every budget
@@ -210,8 +211,8 @@ def family_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict
     """Every family with a chosen lr at each family fraction x seed (ResNets before DeiTs)."""
     fa = _family_axes(axes)
     ready = [f for f in axes["families"] if all(lr_of(choices, axes, f, x) is not None for x in fa["fractions"])]
-    if REFERENCE not in ready and "deit" in ready:
-        ready.remove("deit")  # its teachers cannot be listed yet
+    if REFERENCE not in ready:
+        ready = [f for f in ready if not distils(f)]  # their teachers cannot be listed yet
     if not ready:
         return []
     return main_runs(_view(spec, axes), {**fa, "families": ready}, runs_dir, pool,

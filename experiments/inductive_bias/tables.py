@@ -20,13 +20,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modules.budgets import kind_of, reading_order
+
 from experiments.report.records import left_out_line, read_record, read_runs
 from experiments.runs.shared import located
 from experiments.runs.convergence import still_improving
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.reference import NothingFinished, whose, whose_runs
 from experiments.report.findings import Finding, estimate_text, read, source
-from experiments.report.figures import FAMILY_COLOURS, log_figures, save_png
+from experiments.report.figures import family_colour, log_figures, save_png
 from experiments.report.verdicts import MARGINS, STILL_IMPROVING, category, not_read, size_against
 from experiments.report.verdicts import verdict as interval_verdict  # verdict(): a figure's, below
 from experiments.report.table_format import fmt, markdown_table, plus_minus, write_csv
@@ -37,9 +39,6 @@ PROBES = "probes.json"
 HINT = ": delete it and run make exp-inductive-bias again"
 BASELINE = "learn"
 REFERENCE = "resnet"
-CNNS = ("resnet", "convnext")
-TRANSFORMERS = ("vit", "deit", "swin", "hybrid")
-ORDER = ("resnet", "convnext", "vit", "deit", "swin", "hybrid")
 TABLES = ("learn", "learn2d", "sincos")            # variants with a position table
 VERSIONS = ("python", "torch", "timm", "lightning")
 DROP_AT = 0.5                                      # the PatchDrop fraction the tables quote (Naseer et al.)
@@ -123,7 +122,7 @@ class Profile:
 
     def families(self) -> list[str]:
         present = {e["family"] for e in self.entries("families")}
-        return [f for f in ORDER if f in present]
+        return [f for f in reading_order() if f in present]
 
     def variants(self) -> list[str]:
         return list(dict.fromkeys(e["variant"] for e in self.entries("ablations")))
@@ -850,7 +849,7 @@ def robustness_pairs(p: Profile, fraction: float, key: str, among: set[str] | No
     the interval a robustness verdict is read from."""
     fams = [f for f in p.families() if p.probe_cell(f, fraction) and (among is None or f in among)]
     return [(t, c, paired_difference(kept_by_seed(p, t, fraction, key), kept_by_seed(p, c, fraction, key)))
-            for t in fams if t in TRANSFORMERS for c in fams if c in CNNS]
+            for t in fams if kind_of(t) == "transformer" for c in fams if kind_of(c) == "CNN"]
 
 
 def robustness_text(pairs: list[tuple[str, str, Estimate | None]]) -> str:
@@ -918,7 +917,7 @@ def render_profile(p: Profile, pngs: dict[str, str]) -> list[str]:
 
 # ---------------- figures ----------------
 def _colour(family: str):
-    return FAMILY_COLOURS.get(family, "k")  # a family has the same colour in every experiment's figures
+    return family_colour(family, "k")  # a family has the same colour in every experiment's figures
 
 
 def _mean_curve(probes: list[dict], x_key: str, y_key: str):
@@ -1005,7 +1004,7 @@ def plot_robustness(p: Profile, fig, what: str) -> None:
             continue
         xs, ys, cis = curve
         ax.errorbar(xs, ys, yerr=cis, marker="o", ms=3, capsize=2, color=_colour(fam),
-                    ls="--" if fam in CNNS else "-", label=fam)
+                    ls="--" if kind_of(fam) == "CNN" else "-", label=fam)
     if what == "shift" and patch:
         for s in range(patch, 3 * patch, patch):
             ax.axvline(s, color="grey", alpha=0.3)
@@ -1020,7 +1019,7 @@ def plot_cka(p: Profile, fig) -> bool:
     if not p.cka:
         return False
     from modules.probes import cka_heatmap
-    order = {f: i for i, f in enumerate(ORDER)}
+    order = {f: i for i, f in enumerate(reading_order())}
     cka = sorted(p.cka, key=lambda c: (c.get("fraction", 0), order.get(c.get("family"), 99)))
     axes = fig.subplots(1, len(cka), squeeze=False)[0]
     import torch

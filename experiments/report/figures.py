@@ -10,7 +10,11 @@ from pathlib import Path
 from modules import FAMILIES
 from modules.files import write_atomic
 
-FAMILY_COLOURS = {f: f"C{i}" for i, f in enumerate(FAMILIES)}  # one colour per family in every figure
+
+
+def family_colour(family: str, default: str) -> str:
+    """One colour per family in every figure, by its place in the family table (`default` for others)."""
+    return f"C{list(FAMILIES).index(family)}" if family in FAMILIES else default
 
 
 def pyplot():

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from datamodules.splits import resolve_train_size
+from modules.budgets import FAMILIES
 
 from experiments.report.records import read_record, read_runs
 from experiments.report.table_format import markdown_table, plural
@@ -20,7 +21,6 @@ from experiments.runs.reference import whose
 
 RECORDS = ("sweep.json", "distill.json", "inductive_bias.json")  # a runner's record: profiles.<p>.last_invocation
 MEASUREMENTS = "measurements_*.json"                                # exp-complexity's, one per profile
-NAMES = {"vit": "ViT", "deit": "DeiT", "swin": "Swin", "convnext": "ConvNeXt", "hybrid": "Hybrid", "resnet": "ResNet"}
 SPECS = Path(__file__).resolve().parents[1]                          # experiments/<name>/spec.yaml
 
 
@@ -92,7 +92,7 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu") -> str
 
 
 def _names(families: list[str]) -> str:
-    return _and([NAMES.get(f, f) for f in families])
+    return _and([FAMILIES[f].title if f in FAMILIES else f for f in families])
 
 
 def _and(words: list[str]) -> str:

@@ -21,11 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from modules.budgets import distils, fit_order
 from modules.files import open_in_place, write_atomic
 
 from experiments.runs.interruption import SIGNALS, Interrupted, deferred
 from experiments.runs.record import read_summary, write_summary
-from experiments.runs.spec import Run, family_order
+from experiments.runs.spec import Run
 from experiments.runs.shared import located
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
@@ -159,15 +160,16 @@ def launch(run: Run, workers: Workers | None = None) -> int:
 
 
 @functools.lru_cache
-def _flops_per_image(family: str, budget: str) -> int:
+def _flops_per_image(family: str, budget: str) -> int | None:
     from modules import ImageClassifier  # builds the model once per family and budget
     return ImageClassifier(family, budget).complexity["flops"]
 
 
 def run_cost(run: Run) -> float:
     """What ordering runs needs of a run's cost: its steps x its model's forward FLOPs per image
-    (at the default 28x28x1 input). A proxy, not a time: Swin and ConvNeXt are slower per FLOP."""
-    return run.steps * _flops_per_image(run.family, run.budget)
+    (at the default 28x28x1 input). A proxy, not a time: Swin and ConvNeXt are slower per FLOP.
+    A family whose FLOPs could not be counted costs 0 here (ordered as the cheapest)."""
+    return run.steps * (_flops_per_image(run.family, run.budget) or 0)
 
 
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
@@ -364,11 +366,11 @@ def family_phases(todo: list[Run], jobs: int) -> list[list[Run]]:
     family is a phase of its own (the workers finish one before starting the next); one run at a
     time keeps two phases, the students' and everyone else's, so that one process can train all of
     a phase's packed groups (launch_packed_stage)."""
-    families = [[r for r in todo if r.family == f] for f in family_order(list(dict.fromkeys(r.family for r in todo)))]
+    families = [[r for r in todo if r.family == f] for f in fit_order(list(dict.fromkeys(r.family for r in todo)))]
     if jobs > 1:
         return families
-    return [p for p in ([r for f in families if f[0].family != "deit" for r in f],
-                        [r for f in families if f[0].family == "deit" for r in f]) if p]
+    return [p for p in ([r for f in families if not distils(f[0].family) for r in f],
+                        [r for f in families if distils(f[0].family) for r in f]) if p]
 
 
 def child_preexec() -> Callable | None:

@@ -39,6 +39,7 @@ from torch.func import functional_call, stack_module_state
 from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import read_checkpoint
+from modules.budgets import distils
 from modules.files import refuse_links, write_atomic
 from modules.registry import use_fused_attention
 
@@ -151,7 +152,7 @@ def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timed
     model_cfg = {k: v for k, v in first["model"].items() if k != "teacher_checkpoint"}
     model_cfg.update(image_size=dms[0].image_size, in_chans=dms[0].num_channels, num_classes=dms[0].num_classes)
     teachers = [m.config["model"].get("teacher_checkpoint") for m in members]
-    use_teachers = model_cfg["family"] == "deit" and model_cfg.get("distillation") != "none" and all(teachers)
+    use_teachers = distils(model_cfg["family"]) and model_cfg.get("distillation") != "none" and all(teachers)
     model_cfg.pop("lr")
     packed = PackedClassifier(seeds=[m.config["seed_everything"] for m in members],
                               lrs=[m.config["model"]["lr"] for m in members],

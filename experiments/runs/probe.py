@@ -22,7 +22,7 @@ import torch
 from rich.markup import escape
 from rich.progress import Progress
 
-from modules import probes
+from modules import FAMILIES, probes
 from modules.files import refuse_links
 
 from experiments.runs.provenance import git_commit, hardware, versions
@@ -33,19 +33,18 @@ from experiments.report.figures import log_figures, save_png
 
 RESULT = "probes.json"
 FIGURES = "probes"
-ATTENTION = ("vit", "deit", "hybrid", "swin")
-CLASS_TOKEN = ("vit", "deit", "hybrid")
 PARTS = ("robustness", "cka", "attention", "maps", "pos_embed")
 MAP_IMAGES = 4  # sample test images of the attention maps
 BATCH = 100     # images per forward pass: 1.5-2x the throughput of 500 on 2 CPU cores (measured)
 
 
 def _applicable(h) -> dict[str, str | None]:
-    """probe -> None when it applies to the run's model, else why not."""
-    token = h.family in CLASS_TOKEN and (h.pool or "token") == "token"
-    table = h.family in CLASS_TOKEN and (h.pos_embed or "learn") != "none"
+    """probe -> None when it applies to the run's model, else why not (from its family's record)."""
+    family = FAMILIES[h.family]
+    token = family.class_token and (h.pool or "token") == "token"
+    table = family.attention == "global" and (h.pos_embed or "learn") != "none"  # a table over one patch grid
     return {"robustness": None, "cka": None,
-            "attention": None if h.family in ATTENTION else f"{h.family} has no attention layers",
+            "attention": None if family.attention != "none" else f"{h.family} has no attention layers",
             "maps": None if token else f"{h.family} (pool {h.pool}) has no class token",
             "pos_embed": None if table else f"{h.family} (pos_embed {h.pos_embed}) has no position table"}
 

@@ -20,7 +20,7 @@ import yaml
 
 from datamodules.splits import resolve_train_size
 from datamodules.sources import short_name
-from modules import BUDGET_TARGETS, FAMILIES
+from modules.budgets import BUDGET_TARGETS, FAMILIES, TEACHER, distils, fit_order
 
 from experiments.runs.names import checked_name, runs_dir_option
 from experiments.runs.cluster import add_options, check_cluster
@@ -52,7 +52,6 @@ PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "max_step
                 "precision",
                 "families", "recipes", "pack", "tuned_fractions", "jobs", "cluster"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
-TEACHER_FAMILY = "resnet"
 
 
 @dataclass(frozen=True)
@@ -371,7 +370,7 @@ def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
     folder) and every run's folder (with_folders)."""
     out = []
     for r in runs:
-        t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if r.family == "deit" else None
+        t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if distils(r.family) else None
         if t is not None:
             r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
                         teacher=entry(t, r.planned_by))
@@ -387,16 +386,12 @@ def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
     return [share(replace(r, run_dir=d, index=start + i)) for i, (r, d) in enumerate(zip(runs, dirs))]
 
 
-def family_order(families: list[str]) -> list[str]:
-    return sorted(families, key=lambda f: (f != TEACHER_FAMILY, f == "deit"))  # teachers first, students last
-
-
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families: list[str],
                 teacher_dir: dict | None = None) -> list[Run]:
     """The tuning stage for `families`: every lr of the grid at each tuned fraction, first seed."""
     seed = axes["seeds"][0]
     runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr, "tune")
-            for recipe in axes["recipes"] for family in family_order(families)
+            for recipe in axes["recipes"] for family in fit_order(families)
             for fraction in tuned_fractions(axes) for lr in axes["lrs"]]
     return _with_folders(runs, teacher_dir or {})
 
@@ -404,13 +399,13 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families
 def main_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, lr_of) -> list[Run]:
     """Every family x fraction x seed x recipe at lr_of(family, recipe, fraction), ResNet teachers
     before their DeiT students."""
-    families = family_order(axes["families"])
+    families = fit_order(axes["families"])
     runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr_of(family, recipe, fraction),
                  "main")
             for recipe in axes["recipes"] for seed in axes["seeds"] for fraction in axes["fractions"]
             for family in families]
-    runs.sort(key=lambda r: r.family == "deit")  # stable: students after every teacher
-    teachers = _with_folders([r for r in runs if r.family != "deit"], {})
-    teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in teachers if r.family == TEACHER_FAMILY}
-    students = _with_folders([r for r in runs if r.family == "deit"], teacher_dir)
+    runs.sort(key=lambda r: distils(r.family))  # stable: students after every teacher
+    teachers = _with_folders([r for r in runs if not distils(r.family)], {})
+    teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in teachers if r.family == TEACHER}
+    students = _with_folders([r for r in runs if distils(r.family)], teacher_dir)
     return [replace(r, index=i) for i, r in enumerate(teachers + students)]

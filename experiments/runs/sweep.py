@@ -33,13 +33,14 @@ from rich.markup import escape
 
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
+from modules.budgets import TEACHER, distils
 from modules.files import write_atomic
 
 from experiments.runs.convergence import judged
 from experiments.runs.lock import hold_experiment
 from experiments.runs.names import runs_dir_option
 from experiments.runs.record import read_summary, write_json
-from experiments.runs.spec import (TEACHER_FAMILY, Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
+from experiments.runs.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
 from experiments.runs.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
@@ -203,16 +204,17 @@ def lr_lookup(choices: dict, axes: dict):
 def tuning_stage(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) -> tuple[dict, list[Run]]:
     """Runs (or, with run=None, only lists) the tuning trials: the teachers' and other families'
     first, then DeiT's, which distil from the ResNet trained at the ResNet's chosen lr."""
-    first = tuning_runs(spec, axes, runs_dir, pool, [f for f in axes["families"] if f != "deit"])
+    first = tuning_runs(spec, axes, runs_dir, pool, [f for f in axes["families"] if not distils(f)])
     if run:
         run(first)
     choices, _ = choose_lrs(first)
     trials = list(first)
-    if "deit" in axes["families"]:
+    students = [f for f in axes["families"] if distils(f)]
+    if students:
         # each DeiT trial distils from the ResNet trial at the ResNet's chosen lr (same fraction, seed, recipe)
         teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in first
-                       if r.family == TEACHER_FAMILY and choices.get((r.family, r.recipe, r.fraction)) == r.lr}
-        deit = tuning_runs(spec, axes, runs_dir, pool, ["deit"], teacher_dir)
+                       if r.family == TEACHER and choices.get((r.family, r.recipe, r.fraction)) == r.lr}
+        deit = tuning_runs(spec, axes, runs_dir, pool, students, teacher_dir)
         deit = [replace(r, index=len(first) + i) for i, r in enumerate(deit)]
         if run:
             run(deit)

@@ -34,7 +34,9 @@ def readable_hparams(identity: dict, complexity: dict | None = None) -> dict:
     taken = list(short.values())
     out = {(s if taken.count(s) == 1 else k): _value(identity[k]) for k, s in short.items()}
     if complexity:
-        out.update(params=int(complexity["params"]), flops_per_image=int(complexity["flops"]))
+        out["params"] = int(complexity["params"])
+        if complexity["flops"] is not None:  # None: the counter failed (modules/complexity.py)
+            out["flops_per_image"] = int(complexity["flops"])
     return out
 
 

@@ -17,47 +17,31 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-ATTENTION_FAMILIES = ("vit", "deit", "hybrid", "swin")
-CLS_FAMILIES = ("vit", "deit", "hybrid")
+from ..budgets import Family, names
+from ..registry import family_of
 
 
-# ---------------- which family a built model is (by class, not by name) ----------------
-def _family(model: nn.Module) -> str:
-    """vit, deit, hybrid, swin, convnext, resnet, or the class name of anything else."""
-    from timm.layers import HybridEmbed
-    from timm.models.convnext import ConvNeXt
-    from timm.models.deit import VisionTransformerDistilled
-    from timm.models.resnet import ResNet
-    from timm.models.swin_transformer import SwinTransformer
-    from timm.models.vision_transformer import VisionTransformer
-    if isinstance(model, VisionTransformerDistilled):  # before VisionTransformer: it is a subclass
-        return "deit"
-    if isinstance(model, VisionTransformer):
-        return "hybrid" if isinstance(model.patch_embed, HybridEmbed) else "vit"
-    if isinstance(model, SwinTransformer):
-        return "swin"
-    if isinstance(model, ConvNeXt):
-        return "convnext"
-    if isinstance(model, ResNet):
-        return "resnet"
-    return type(model).__name__
+# ---------------- which probes apply to a model: its family's record says ----------------
+def _with_attention() -> list[str]:
+    """The families with attention layers, global attention first (vit, deit, hybrid, swin)."""
+    return names(attention="global") + names(attention="windowed")
 
 
-def _check_attention(model: nn.Module, allowed: tuple[str, ...] = ATTENTION_FAMILIES,
-                     lacks: str = "attention layers") -> str:
+def _check_attention(model: nn.Module, allowed: list[str] | None = None, lacks: str = "attention layers") -> Family:
     """The model's family; a one-line ValueError if it has no attention or is not in `allowed`."""
-    family = _family(model)
-    if family not in ATTENTION_FAMILIES:
-        raise ValueError(f"family {family!r} has no attention layers: allowed {', '.join(allowed)}")
-    if family not in allowed:
-        raise ValueError(f"family {family!r} has no {lacks}: allowed {', '.join(allowed)}")
+    family = family_of(model)
+    allowed = _with_attention() if allowed is None else allowed
+    if family.attention == "none":
+        raise ValueError(f"family {family.name!r} has no attention layers: allowed {', '.join(allowed)}")
+    if family.name not in allowed:
+        raise ValueError(f"family {family.name!r} has no {lacks}: allowed {', '.join(allowed)}")
     return family
 
 
-def _check_class_token(model: nn.Module) -> str:
-    family = _check_attention(model, CLS_FAMILIES, "[CLS] token over one global patch grid")
+def _check_class_token(model: nn.Module) -> Family:
+    family = _check_attention(model, names(class_token=True), "[CLS] token over one global patch grid")
     if not model.has_class_token:  # pool='avg' builds no [CLS] token
-        raise ValueError(f"{family} model with global_pool={model.global_pool!r} has no class token: "
+        raise ValueError(f"{family.name} model with global_pool={model.global_pool!r} has no class token: "
                          f"allowed models built with pool='token'")
     return family
 
@@ -127,7 +111,7 @@ def patch_centres(model: nn.Module, image_size: int | tuple[int, int]) -> Tensor
     """(N, 2) pixel (row, col) centres of the patch tokens of a vit/deit/hybrid model, in token
     order (prefix tokens excluded). The token grid is patch_embed.grid_size (for the hybrid, the
     stem's feature map over its patches): one token spans image_size / grid pixels."""
-    _check_attention(model, CLS_FAMILIES, "single global patch grid (it attends within windows)")
+    _check_attention(model, names(attention="global"), "single global patch grid (it attends within windows)")
     grid = tuple(model.patch_embed.grid_size)
     h, w = _pair(image_size)
     return _grid_centres(grid, (h / grid[0], w / grid[1]))
@@ -195,7 +179,7 @@ def mean_attention_distance(model: nn.Module, images: Tensor, uniform: bool = Fa
     captured = _capture(model, images)
     if uniform:
         captured = [(m, _uniform_over_keys(p)) for m, p in captured]
-    if family == "swin":
+    if family.attention == "windowed":
         block = _swin_block_of(model)
         rows = [attention_distance_from(p, _swin_window_centres(block[m], size)) for m, p in captured]
     else:
@@ -232,7 +216,7 @@ def attention_entropy(model: nn.Module, images: Tensor) -> Tensor:
     concentration of attention apart from its distance: a head can attend as far as uniform
     attention on average and still put most of its weight on a few patches. vit/deit/hybrid: prefix
     tokens dropped; swin: within each window, masked keys left out; rows NaN-padded as for distance."""
-    swin = _check_attention(model) == "swin"
+    swin = _check_attention(model).attention == "windowed"
     prefix = 0 if swin else model.num_prefix_tokens
     return _padded([attention_entropy_from(p, prefix, masked=swin) for _, p in _capture(model, images)])
 
