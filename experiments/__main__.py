@@ -53,11 +53,11 @@ def main(argv: list[str]) -> int:
 
 
 def _command(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__ + runners_help())
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
+    command, rest = (argv or ["--help"])[0], argv[1:]
     try:
+        if command in ("-h", "--help"):
+            print(__doc__ + runners_help())  # the runners from the specs: a bad spec is an error line
+            return 0 if argv else 2
         if command == "families":
             from .families import main as families
             families(rest)

@@ -56,12 +56,13 @@ def findings_order() -> list[str]:
     return [d.name for d in declared() if hasattr(own_tables(d.name), "findings")]
 
 
-def findings_block(roots: list[Path], only: list[str] | None = None, kept: str = "") -> str:
-    """Every experiment's findings as one markdown table, and the runs they could not read; with
-    `only`, those experiments' rows, and every other row (and run left out) as the block `kept` has it."""
+def findings_block(roots: list[Path], order: list[str], only: list[str] | None = None, kept: str = "") -> str:
+    """The findings of the experiments in `order` as one markdown table, and the runs they could not
+    read; with `only`, those experiments' rows, and every other row (and run left out) as the block
+    `kept` has it."""
     before = kept_findings(kept)
     rows, left = [], []
-    for name in findings_order():
+    for name in order:
         found, unread = experiment_findings(name, roots) if only is None or name in only else before.get(name, ([], []))
         rows += found
         left += unread
@@ -168,6 +169,7 @@ def main(argv: list[str]) -> int:
     if not names:
         raise ValueError(f"no runs in {' or '.join(r.as_posix() for r in roots)}: run an experiment first "
                          "(make exp-datascale)")
+    order = findings_order()  # before anything is written: a spec that cannot be read is one error line
     built = []
     for name in names:
         try:
@@ -179,7 +181,7 @@ def main(argv: list[str]) -> int:
         raise NothingFinished(f"no finished runs in {' or '.join(r.as_posix() for r in roots)} yet")
     only = names if a.experiment else None
     readme = Path(a.readme) if a.readme else None
-    if readme and update_block(readme, "findings", findings_block(roots, only, read_block(readme, "findings"))):
+    if readme and update_block(readme, "findings", findings_block(roots, order, only, read_block(readme, "findings"))):
         print(f"wrote {a.readme}")
     write_runtimes(roots, Path(a.out), readme, only)
     if only is None:  # step times are a measure over whole runs folders

@@ -139,8 +139,9 @@ def test_make_runs_a_declared_experiment_with_its_spec_s_runner_options_and_help
     ("make_help: 'say: hi'", "make_help='say: hi' in throwaway/spec.yaml: allowed one line of text in double quotes"),
     ("make_options:\n- PROFILE", "make_options=['PROFILE'] in throwaway/spec.yaml: allowed a list of the Makefile's"),
 ])
-def test_a_bad_declaration_is_one_line(throwaway, line, message):
-    """A declaration the Makefile would read otherwise than the YAML says is refused too."""
+def test_a_bad_declaration_is_one_line(throwaway, capsys, line, message):
+    """A declaration the Makefile would read otherwise than the YAML says is refused too; the
+    commands that list the runners say so in one line."""
     from experiments.runs.spec import declared
     spec = throwaway / "more_experiments" / "throwaway" / "spec.yaml"
     key = line.split(":")[0]
@@ -148,6 +149,14 @@ def test_a_bad_declaration_is_one_line(throwaway, line, message):
     with pytest.raises(ValueError) as e:
         declared()
     assert message in str(e.value) and "\n" not in str(e.value)
+    readme = throwaway / "README.md"
+    readme.write_text("<!-- tables:findings -->\n<!-- /tables:findings -->\n")
+    (throwaway / "out").mkdir()
+    tables = ["tables", "--runs_dir", str(throwaway / "runs"), "--out", str(throwaway / "out"), "--readme", str(readme)]
+    for command in (["--help"], tables):
+        assert main(command) == 2
+        assert capsys.readouterr().err == f"error: {e.value}\n"
+    assert not any((throwaway / "out").iterdir())  # refused before any report was written
 
 
 def test_every_runner_s_spec_is_read_by_the_one_loader_with_its_schema():
