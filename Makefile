@@ -38,22 +38,13 @@ LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARTITION),--parti
 	$(if $(MEM_GB),--mem_gb $(MEM_GB)) $(if $(TIME_MIN),--time_min $(TIME_MIN)) \
 	$(if $(ARRAY_PARALLELISM),--array_parallelism $(ARRAY_PARALLELISM)) $(if $(RETRIES),--retries $(RETRIES)) \
 	$(if $(NO_WAIT),--no_wait)
-# each variable's option on an experiment's command line (a spec's make_options: those its runner takes)
-option = $(if $($(1)),--$(2) $($(1)))
-OPTION_PROFILE = $(call option,PROFILE,profile)
-OPTION_FAMILIES = $(call option,FAMILIES,families)
-OPTION_FRACTIONS = $(call option,FRACTIONS,fractions)
-OPTION_SEEDS = $(call option,SEEDS,seeds)
-OPTION_BUDGET = $(call option,BUDGET,budget)
-OPTION_DATASET = $(call option,DATASET,dataset)
-OPTION_RECIPES = $(call option,RECIPES,recipes)
-OPTION_STAGE = $(call option,STAGE,stage)
-OPTION_PACK = $(call option,PACK,pack)
-OPTION_JOBS = $(call option,JOBS,jobs)
-OPTION_ABLATIONS = $(call option,ABLATIONS,ablations)
-OPTION_PARTS = $(call option,PARTS,parts)
-OPTION_LAUNCHER = $(LAUNCH_ARGS)
-SWEEP_ARGS = $(foreach v,PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET RECIPES STAGE PACK JOBS LAUNCHER,$(OPTION_$(v)))
+# each variable's option on an experiment's command line (VARIABLE:option; LAUNCHER: LAUNCH_ARGS);
+# a spec's make_options names those its runner takes, in their order
+OPTIONS := PROFILE:profile FAMILIES:families FRACTIONS:fractions SEEDS:seeds BUDGET:budget DATASET:dataset \
+	RECIPES:recipes STAGE:stage PACK:pack JOBS:jobs ABLATIONS:ablations PARTS:parts
+option = $(foreach o,$(filter $(1):%,$(OPTIONS)),$(if $($(1)),--$(patsubst $(1):%,%,$(o)) $($(1))))
+options = $(foreach v,$(1),$(if $(filter LAUNCHER,$(v)),$(LAUNCH_ARGS),$(call option,$(v))))
+SWEEP_ARGS = $(call options,PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET RECIPES STAGE PACK JOBS LAUNCHER)
 
 # The experiments: each folder experiments/<name>/ with a spec.yaml, run by `make exp-<name>` (its
 # underscores as dashes). A spec declares, each on a line of its own (read here with sed, never run):
@@ -114,7 +105,7 @@ training-digests: install ## record what each family's training computes on this
 	  -k "every_family_fits or cli_with_a_teacher"
 
 exp-%: install ## every experiment of experiments/*/spec.yaml (`make help` lists each from its spec), then its tables
-	$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(foreach v,$(call options_of,$(EXP)),$(OPTION_$(v))) || failed=1; \
+	$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(call options,$(call options_of,$(EXP))) || failed=1; \
 	$(PY) -m experiments tables --experiment $(EXP); exit $${failed:-0}
 
 exp-all: install ## the experiments' cpu profiles in their specs' order, a dependency order (exp-datascale's ResNet and ViT runs are exp-distill's teachers and exp-inductive-bias's family runs, trained once), then every table; prints each one's minutes

@@ -188,3 +188,14 @@ def test_a_narrow_tables_call_changes_only_its_experiment(tmp_path):
     assert (out / "runtimes.md").read_text() == runtimes.replace(
         "4 parts: interpolation, ours, paper, scaling | reference runs |", "4 parts: interpolation, ours, paper, scaling | your runs |")
     assert not (runs / "step_times.csv").exists() and not (out / "step_times.csv").exists()
+
+
+def test_every_committed_spec_s_make_options_are_variables_the_makefile_maps():
+    from experiments.runs.spec import declared, read_spec
+    makefile = (ROOT / "Makefile").read_text()
+    block = re.search(r"^OPTIONS := ((?:.*\\\n)*.*)$", makefile, re.M).group(1)
+    mapped = {"LAUNCHER", *re.findall(r"([A-Z_]+):[a-z_]+", block)}
+    for d in declared():
+        options = read_spec(d.path).get("make_options", [])
+        assert options and set(options) <= mapped, (d.name, set(options) - mapped)
+        assert all(f"\n{v} ?=" in makefile for v in options), d.name  # each a variable of the Makefile
