@@ -136,6 +136,7 @@ def test_make_runs_a_declared_experiment_with_its_spec_s_runner_options_and_help
     ("order: first", "order='first' in throwaway/spec.yaml: allowed an integer >= 0"),
     ("runner: ../x", "runner in throwaway/spec.yaml='../x' is not valid"),
     ("runner: Mine", "runner='Mine' in throwaway/spec.yaml: allowed letters a-z, digits and _"),
+    ("runner: nothing", "runner='nothing' in throwaway/spec.yaml: allowed sweep (or no runner key), or an experiment"),
     ("make_help: 'say: hi'", "make_help='say: hi' in throwaway/spec.yaml: allowed one line of text in double quotes"),
     ("make_options:\n- PROFILE", "make_options=['PROFILE'] in throwaway/spec.yaml: allowed a list of the Makefile's"),
 ])
@@ -185,6 +186,8 @@ def test_a_narrow_tables_call_changes_only_its_experiment(tmp_path):
     after = _rows(readme)
     assert [r for r in after if "[complexity](" not in r] == [r for r in before if "[complexity](" not in r]
     assert len(before) == 7 and len(after) == 7 and after[-1].endswith("; your runs |")  # complexity's, from runs/
+    # the rest of the README too (its default-profile sentence is datascale's)
+    assert readme.read_text() == (ROOT / "README.md").read_text().replace(before[-1], after[-1])
     assert (out / "runtimes.md").read_text() == runtimes.replace(
         "4 parts: interpolation, ours, paper, scaling | reference runs |", "4 parts: interpolation, ours, paper, scaling | your runs |")
     assert not (runs / "step_times.csv").exists() and not (out / "step_times.csv").exists()

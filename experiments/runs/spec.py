@@ -85,11 +85,14 @@ def _declaration(name: str) -> Declared:
     if not isinstance(spec, dict):
         raise ValueError(f"spec {label} is {'empty' if spec is None else 'a ' + type(spec).__name__}, not a mapping")
     runner = checked_name(f"runner in {label}", spec.get("runner", SWEEP))
+    _check_make_keys(spec, path)
+    if runner != SWEEP and not (spec_path(runner).parent / "runner.py").is_file():
+        raise ValueError(f"runner={runner!r} in {label}: allowed {SWEEP} (or no runner key), or an experiment "
+                         f"with a runner.py ({runner}/runner.py does not exist)")
     order = spec.get("order")
     if order is not None and (isinstance(order, bool) or not isinstance(order, int) or order < 0):
         raise ValueError(f"order={order!r} in {label}: allowed an integer >= 0 (its place in the README's Findings "
                          "and in make exp-all)")
-    _check_make_keys(spec, path)
     return Declared(name, runner, order, path)
 
 
