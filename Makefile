@@ -41,23 +41,43 @@ LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARTITION),--parti
 	$(if $(MEM_GB),--mem_gb $(MEM_GB)) $(if $(TIME_MIN),--time_min $(TIME_MIN)) \
 	$(if $(ARRAY_PARALLELISM),--array_parallelism $(ARRAY_PARALLELISM)) $(if $(RETRIES),--retries $(RETRIES)) \
 	$(if $(NO_WAIT),--no_wait)
-SWEEP_ARGS = $(if $(PROFILE),--profile $(PROFILE)) $(if $(FAMILIES),--families $(FAMILIES)) \
-	$(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(SEEDS),--seeds $(SEEDS)) \
-	$(if $(BUDGET),--budget $(BUDGET)) $(if $(DATASET),--dataset $(DATASET)) \
-	$(if $(RECIPES),--recipes $(RECIPES)) $(if $(STAGE),--stage $(STAGE)) $(if $(PACK),--pack $(PACK)) \
-	$(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS)
+# each variable's option on an experiment's command line (VARIABLE:option; LAUNCHER: LAUNCH_ARGS);
+# a spec's make_options names those its runner takes, in their order
+OPTIONS := PROFILE:profile FAMILIES:families FRACTIONS:fractions SEEDS:seeds BUDGET:budget DATASET:dataset \
+	RECIPES:recipes STAGE:stage PACK:pack JOBS:jobs ABLATIONS:ablations PARTS:parts
+option = $(foreach o,$(filter $(1):%,$(OPTIONS)),$(if $($(1)),--$(patsubst $(1):%,%,$(o)) $($(1))))
+options = $(foreach v,$(1),$(if $(filter LAUNCHER,$(v)),$(LAUNCH_ARGS),$(call option,$(v))))
+SWEEP_ARGS = $(call options,PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET RECIPES STAGE PACK JOBS LAUNCHER)
+
+# The experiments: each folder experiments/<name>/ with a spec.yaml, run by `make exp-<name>` (its
+# underscores as dashes). A spec declares, each on a line of its own (read here with sed, never run):
+# `runner:` its runner, `python -m experiments <runner>` (none: the sweep); `make_options:` the
+# variables its command takes, in order; `order:` its place in exp-all; `make_help:` its `make help` line.
+comma := ,
+spec_line = $(shell sed -n 's/^$(2): *$(3).*/\1/p' experiments/$(1)/spec.yaml 2>/dev/null)
+runner_of = $(or $(call spec_line,$(1),runner,\([a-z0-9_]*\)),sweep)
+options_of = $(subst $(comma), ,$(call spec_line,$(1),make_options,\[\([A-Z_$(comma) ]*\)\]))
+EXP = $(subst -,_,$*)
+# the sweep's `sweep --spec NAME`; a runner's own name, with --spec where it runs another's spec
+command_of = $(if $(filter sweep,$(2)),sweep --spec $(1),$(2)$(if $(filter-out $(1),$(2)), --spec $(1)))
+SPECS := $(shell for n in $(patsubst experiments/%/spec.yaml,%,$(wildcard experiments/*/spec.yaml)); do \
+	o=$$(sed -n 's/^order: *\([0-9]*\).*/\1/p' experiments/$$n/spec.yaml); echo "$${o:-999999} $$n"; \
+	done | sort -k1,1n -k2,2 | cut -d' ' -f2)
 # fit-families
 EPOCHS ?= 5
 # from the family table (modules/budgets.py), teachers first; read when fit-families runs, after install
 FAMILY_ORDER = $(shell $(PY) -m experiments families --names)
 
 .DEFAULT_GOAL := help
-.PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale exp-distill exp-inductive-bias exp-complexity exp-datascale-commands tables tensorboard families \
+.PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale-commands tables tensorboard families \
 	fit-families bench bench-levers gpu-check safety reference clean-venv
 
 # each description wrapped under its target's column, so that the list fits in 100 columns
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ \
+	@grep -E '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | while IFS= read -r line; do \
+	  if [ "$${line%%:*}" != 'exp-%' ]; then printf '%s\n' "$$line"; else for n in $(SPECS); do \
+	    printf 'exp-%s:## %s\n' "$$(echo $$n | tr _ -)" "$$(sed -n 's/^make_help: *"\(.*\)".*/\1/p' experiments/$$n/spec.yaml)"; \
+	  done; fi; done | awk -F':.*## ' '{ \
 	  line = sprintf("  %-24s", $$1); n = split($$2, words, " "); \
 	  for (i = 1; i <= n; i++) { \
 	    if (length(line) + 1 + length(words[i]) > 100 && length(line) > 27) { print line; line = sprintf("%27s", "") } \
@@ -113,33 +133,18 @@ training-digests: install ## record what each family's training computes on this
 	TRAINING_DIGESTS=write PYTHONDONTWRITEBYTECODE= $(PY) -m pytest tests/test_training.py \
 	  -k "every_family_fits or cli_with_a_teacher"
 
-exp-datascale: install ## data scale vs accuracy (cpu profile: ResNet and ViT; gpu: every family), then tables (PROFILE= FAMILIES= FRACTIONS= SEEDS= BUDGET= DATASET= RECIPES= STAGE=tune|main JOBS= PACK= LAUNCHER=local|slurm|submitit-local)
-	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) || failed=1; \
-	$(PY) -m experiments tables --experiment datascale; exit $${failed:-0}
+exp-%: install ## every experiment of experiments/*/spec.yaml (`make help` lists each from its spec), then its tables
+	$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(call options,$(call options_of,$(EXP))) || failed=1; \
+	$(PY) -m experiments tables --experiment $(EXP); exit $${failed:-0}
 
-exp-distill: install ## DeiT students vs CNN and transformer teachers: none/soft/hard, cls/dist/both heads, agreement, token cosine; then tables (PROFILE= SEEDS= FRACTIONS= JOBS= LAUNCHER=)
-	$(PY) -m experiments distill $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
-	  $(if $(FRACTIONS),--fractions $(FRACTIONS)) $(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS) || failed=1; \
-	$(PY) -m experiments tables --experiment distill; exit $${failed:-0}
-
-exp-inductive-bias: install ## ViT position embedding / pooling / patch ablations and every family's probes (attention distance, CKA, shift, shuffle, PatchDrop); then tables (PROFILE= SEEDS= FAMILIES= ABLATIONS= JOBS= LAUNCHER=)
-	$(PY) -m experiments inductive_bias $(if $(PROFILE),--profile $(PROFILE)) $(if $(SEEDS),--seeds $(SEEDS)) \
-	  $(if $(FAMILIES),--families $(FAMILIES)) $(if $(ABLATIONS),--ablations $(ABLATIONS)) \
-	  $(if $(JOBS),--jobs $(JOBS)) $(LAUNCH_ARGS) || failed=1; \
-	$(PY) -m experiments tables --experiment inductive_bias; exit $${failed:-0}
-
-exp-all: install ## the four cpu profiles in dependency order (exp-datascale's ResNet and ViT runs are exp-distill's teachers and exp-inductive-bias's family runs, trained once), then every table; prints each one's minutes
+exp-all: install ## the experiments' cpu profiles in their specs' order, a dependency order (exp-datascale's ResNet and ViT runs are exp-distill's teachers and exp-inductive-bias's family runs, trained once), then every table; prints each one's minutes
 	@failed=0; all=$$(date +%s); \
-	for t in exp-datascale exp-distill exp-inductive-bias exp-complexity; do \
+	for t in $(subst _,-,$(addprefix exp-,$(SPECS))); do \
 	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || failed=1; \
 	  echo "== $$t: $$(( ($$(date +%s) - s + 30) / 60 )) min"; \
 	done; \
 	echo "== exp-all: $$(( ($$(date +%s) - all + 30) / 60 )) min$$( [ $$failed = 0 ] || echo ', some runs failed (see above)')"; \
 	exit $$failed
-
-exp-complexity: install ## cost against resolution: paper-scale table vs timm, FLOPs/throughput/memory slopes, pos-embed interpolation (PROFILE= PARTS=)
-	$(PY) -m experiments complexity $(if $(PROFILE),--profile $(PROFILE)) $(if $(PARTS),--parts $(PARTS)) || failed=1; \
-	$(PY) -m experiments tables --experiment complexity; exit $${failed:-0}
 
 exp-datascale-commands: install ## print each run's exact command and each stage's estimated wall time on this device (from results/step_times.csv); runs nothing
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run

@@ -7,21 +7,35 @@
   test       evaluate a checkpoint on the test split (--ckpt_path)
   fit_packed train K runs that differ only in their seed at once, each into its own run folder
   sweep      run an experiment spec (experiments/<name>/spec.yaml), resumably
-  distill    DeiT students against CNN and transformer teachers (experiments/distill/spec.yaml), resumably
-  inductive_bias  ViT's position-embedding, pooling and patch ablations and every family's probes
-             (experiments/inductive_bias/spec.yaml), resumably
   probe      the inductive-bias probes (modules.probes) on trained run folders: figures and probes.json
-  complexity measure cost against resolution and position-embedding interpolation (experiments/complexity/spec.yaml)
   tables     regenerate results/<experiment>.{csv,md,png} from the run folders (yours in results/runs,
              else the committed results/reference)
   reference  copy the records of your runs in results/runs over the committed results/reference
+
+An experiment whose spec names a runner of its own (runner: NAME in experiments/NAME/spec.yaml) is
+run by `python -m experiments NAME` (experiments/NAME/runner.py):
 """
 import errno
+import importlib
 import logging
 import os
 import sys
 
 DIVERGED = 3  # exit status of a run whose loss became NaN or inf
+COMMANDS = ("families", "fit", "fit_packed", "run_dir", "validate", "test", "sweep", "probe", "tables", "reference")
+
+
+def runners() -> list[str]:
+    """The commands of the experiments that have a runner of their own, from their specs."""
+    from experiments.runs.spec import declared_runners
+    return [r for r in declared_runners() if r not in COMMANDS]
+
+
+def runners_help() -> str:
+    """One line per runner: its command and its spec."""
+    from experiments.runs.spec import declared_runners
+    return "".join(f"  {r:<10} runs experiments/{d.name}/spec.yaml (make {d.make_target}), resumably\n"
+                   for r, d in declared_runners().items() if r in runners())
 
 
 def main(argv: list[str]) -> int:
@@ -39,11 +53,11 @@ def main(argv: list[str]) -> int:
 
 
 def _command(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
+    command, rest = (argv or ["--help"])[0], argv[1:]
     try:
+        if command in ("-h", "--help"):
+            print(__doc__ + runners_help())  # the runners from the specs: a bad spec is an error line
+            return 0 if argv else 2
         if command == "families":
             from .families import main as families
             families(rest)
@@ -56,18 +70,9 @@ def _command(argv: list[str]) -> int:
         elif command == "sweep":
             from experiments.runs.sweep import main as sweep
             return sweep(rest)
-        elif command == "distill":
-            from experiments.distill.runner import main as distill
-            return distill(rest)
-        elif command == "inductive_bias":
-            from experiments.inductive_bias.runner import main as inductive_bias
-            return inductive_bias(rest)
         elif command == "probe":
             from experiments.runs.probe import main as probe
             return probe(rest)
-        elif command == "complexity":
-            from experiments.complexity.runner import main as complexity
-            return complexity(rest)
         elif command == "reference":
             from experiments.runs.reference import main as reference
             return reference(rest)
@@ -79,9 +84,11 @@ def _command(argv: list[str]) -> int:
             # "Seed set to N" would precede a bad-input error line; the seed is in the run's config.yaml
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
+        elif command in runners():
+            return importlib.import_module(f"experiments.{command}.runner").main(rest)
         else:
-            print(f"error: unknown command {command!r}: allowed families, fit, fit_packed, run_dir, validate, test, sweep, distill, inductive_bias, probe, complexity, tables, reference",
-                  file=sys.stderr)
+            allowed = ", ".join([*COMMANDS[:7], *runners(), *COMMANDS[7:]])
+            print(f"error: unknown command {command!r}: allowed {allowed}", file=sys.stderr)
             return 2
     except ValueError as e:  # bad input, modules' ConfigError and datamodules' DatasetError included
         print(f"error: {e}", file=sys.stderr)

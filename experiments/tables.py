@@ -7,7 +7,10 @@ in results/runs where you have finished runs of the experiment, else the committ
 each table's first lines say which. results/step_times.csv (runs/estimate.py: what the dry runs
 estimate from) is rebuilt from the reference's runs, results/runs/step_times.csv from yours. With
 --readme, the README's Findings block is rebuilt from every experiment's `findings`
-(report/findings.py), whichever experiments this call regenerated.
+(report/findings.py), in the order their specs declare (`order` in experiments/<name>/spec.yaml).
+With --experiment, only those experiments' reports, Findings rows and rows of runtimes.md change:
+every other row is kept as it was, and the step times (a measure over whole runs folders) are left
+to a call without --experiment.
 Records are read as data (report/records.py): a run whose summary.json or identity.json is not what
 the suite writes is left out, with one line on stderr and "runs left out: <run> (<why>)" in every
 report built from it; the others are tabled as usual.
@@ -21,51 +24,72 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.report.findings import render
+from experiments.report.findings import Finding, kept_findings, render
 from experiments.report.table_format import write_csv
 from experiments.report import runtimes
-from experiments.report.readme import update_block
-from experiments.report.records import read_record, read_runs
+from experiments.report.readme import read_block, update_block
+from experiments.report.records import LeftOut, read_record, read_runs
 from experiments.runs import reference
 from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
 from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
 from experiments.runs.reference import NothingFinished, experiments_in, has_records
+from experiments.runs.spec import declared, spec_path
 
 README = Path("README.md")  # its block between <!-- tables:findings --> and <!-- /tables:findings --> is regenerated
 SWEEP_TABLES = "datascale"  # whose make_tables serves every experiment the sweep runs
-FINDINGS_ORDER = ("datascale", "distill", "inductive_bias", "complexity")  # the Findings table's rows, in this order
+
+
+def own_tables(name: str):
+    """experiments/<name>/tables.py, or None for an experiment without one."""
+    return importlib.import_module(f"experiments.{name}.tables") if (spec_path(name).parent / "tables.py").is_file() \
+        else None
 
 
 def tables_of(name: str):
     """make_tables of experiments/<name>/tables.py, else the sweep's."""
-    own = Path(__file__).parent / name / "tables.py"
-    return importlib.import_module(f"experiments.{name if own.is_file() else SWEEP_TABLES}.tables").make_tables
+    return (own_tables(name) or importlib.import_module(f"experiments.{SWEEP_TABLES}.tables")).make_tables
 
 
-def findings_block(roots: list[Path]) -> str:
-    """Every experiment's findings as one markdown table, and the runs they could not read. A
-    question takes its row from the first runs in line that answer it (yours, then the reference);
-    a row of the reference's that your runs cannot give yet stays, saying so, rather than vanishing."""
+def findings_order() -> list[str]:
+    """The experiments whose tables give Findings rows, in the order their specs declare."""
+    return [d.name for d in declared() if hasattr(own_tables(d.name), "findings")]
+
+
+def findings_block(roots: list[Path], order: list[str], only: list[str] | None = None, kept: str = "") -> str:
+    """The findings of the experiments in `order` as one markdown table, and the runs they could not
+    read; with `only`, those experiments' rows, and every other row (and run left out) as the block
+    `kept` has it."""
+    before = kept_findings(kept)
     rows, left = [], []
-    for name in FINDINGS_ORDER:
-        answers = {}  # runs folder -> its rows
-        for exp_dir in (r / name for r in roots if has_records(r / name)):
-            try:
-                answers[exp_dir] = importlib.import_module(f"experiments.{name}.tables").findings(exp_dir)
-            except NothingFinished:
-                answers[exp_dir] = []
-        first = next(iter(answers), None)
-        questions = dict.fromkeys(f.question for found in reversed(answers.values()) for f in found)
-        for question in questions:
-            exp_dir, row = next((d, f) for d, found in answers.items() for f in found if f.question == question)
-            if exp_dir != first:
-                row = replace(row, source=f"{row.source} ({first.as_posix()} has no finished runs for it yet)")
-            rows.append(row)
-        for exp_dir in (d for d, found in answers.items() if found):
-            # named in the runs folder (a shared run is already <experiment>/<folder>), each once
-            left += [replace(o, name=o.name if "/" in o.name else f"{name}/{o.name}") for o in read_runs(exp_dir)[1]]
-    return render(rows, list({o.name: o for o in left}.values()))
+    for name in order:
+        found, unread = experiment_findings(name, roots) if only is None or name in only else before.get(name, ([], []))
+        rows += found
+        left += unread
+    return render(rows, list({str(o): o for o in left}.values()))
+
+
+def experiment_findings(name: str, roots: list[Path]) -> tuple[list[Finding], list[LeftOut]]:
+    """One experiment's rows and the runs behind them it could not read. A question takes its row
+    from the first runs in line that answer it (yours, then the reference); a row of the reference's
+    that your runs cannot give yet stays, saying so, rather than vanishing."""
+    answers = {}  # runs folder -> its rows
+    for exp_dir in (r / name for r in roots if has_records(r / name)):
+        try:
+            answers[exp_dir] = own_tables(name).findings(exp_dir)
+        except NothingFinished:
+            answers[exp_dir] = []
+    first = next(iter(answers), None)
+    rows, left = [], []
+    for question in dict.fromkeys(f.question for found in reversed(answers.values()) for f in found):
+        exp_dir, row = next((d, f) for d, found in answers.items() for f in found if f.question == question)
+        if exp_dir != first:
+            row = replace(row, source=f"{row.source} ({first.as_posix()} has no finished runs for it yet)")
+        rows.append(row)
+    for exp_dir in (d for d, found in answers.items() if found):
+        # named in the runs folder (a shared run is already <experiment>/<folder>)
+        left += [replace(o, name=o.name if "/" in o.name else f"{name}/{o.name}") for o in read_runs(exp_dir)[1]]
+    return rows, left
 
 
 def build(name: str, roots: list[Path], out: Path) -> Path:
@@ -99,12 +123,18 @@ def linked_figures(report: Path) -> set[str]:
     return set(re.findall(r"\]\(([^)/]+\.png)\)", report.read_text())) if report.is_file() else set()
 
 
-def write_runtimes(roots: list[Path], out: Path, readme: Path | None) -> None:
+def write_runtimes(roots: list[Path], out: Path, readme: Path | None, only: list[str] | None = None) -> None:
     """<out>/runtimes.md: every measured runtime in the records of each runs folder (yours, then the
-    reference), and the README's sentence on the default profile from the first that measured it."""
-    rows = {r: [row for n in sorted(experiments_in(r)) for row in runtimes.runtime_rows(r / n)] for r in roots}
-    (out / "runtimes.md").write_text(runtimes.render([row for r in roots for row in rows[r]]))
-    print(f"wrote {out / 'runtimes.md'}")
+    reference), or with `only` those experiments' (the other rows kept), and the README's sentence on
+    the default profile from the first that measured it (when datascale is among those rebuilt)."""
+    report = out / "runtimes.md"
+    rows = {r: [row for n in sorted(experiments_in(r)) if only is None or n in only
+                for row in runtimes.runtime_rows(r / n)] for r in roots}
+    before = report.read_text() if only is not None and report.is_file() else ""
+    report.write_text(runtimes.render([row for r in roots for row in rows[r]], only, before))
+    print(f"wrote {report}")
+    if only is not None and "datascale" not in only:
+        return
     measured = next((r for r in roots if any(row["experiment"] == "datascale" for row in rows[r])), None)
     record = read_record(measured / "datascale" / "sweep.json") if measured else {}
     if readme and update_block(readme, "default-profile", runtimes.default_profile(rows.get(measured, []), record)):
@@ -139,6 +169,7 @@ def main(argv: list[str]) -> int:
     if not names:
         raise ValueError(f"no runs in {' or '.join(r.as_posix() for r in roots)}: run an experiment first "
                          "(make exp-datascale)")
+    order = findings_order()  # before anything is written: a spec that cannot be read is one error line
     built = []
     for name in names:
         try:
@@ -148,8 +179,11 @@ def main(argv: list[str]) -> int:
                 raise
     if not built:  # every experiment found has started, none has anything to show yet
         raise NothingFinished(f"no finished runs in {' or '.join(r.as_posix() for r in roots)} yet")
-    if a.readme and update_block(Path(a.readme), "findings", findings_block(roots)):
+    only = names if a.experiment else None
+    readme = Path(a.readme) if a.readme else None
+    if readme and update_block(readme, "findings", findings_block(roots, order, only, read_block(readme, "findings"))):
         print(f"wrote {a.readme}")
-    write_runtimes(roots, Path(a.out), Path(a.readme) if a.readme else None)
-    write_step_times(roots, Path(a.out))
+    write_runtimes(roots, Path(a.out), readme, only)
+    if only is None:  # step times are a measure over whole runs folders
+        write_step_times(roots, Path(a.out))
     return 0

@@ -14,6 +14,7 @@ import torch
 
 from experiments.runs import execute
 from experiments.runs.estimate import estimate
+from experiments.runs.execute import flops_per_image
 from experiments.runs.spec import Run
 from experiments.runs.sweep import run_sweep
 
@@ -107,7 +108,8 @@ def test_one_job_at_a_time_keeps_the_environment_as_it_is(tmp_path, processes):
 def test_the_dry_run_prices_parallel_runs_on_one_gpu_each(tmp_path, hardware_asked):
     """Each run process sees one GPU, so its step time is the one a 1-GPU process records; N GPUs
     train N runs at a time."""
-    one_gpu = {("NVIDIA H200 x1, 16 CPU cores (X)", "vit", "tiny", 32, 1): 60.0}   # 100 steps: 0.1 min
+    vit = flops_per_image(_runs(tmp_path, 1)[0])
+    one_gpu = {("NVIDIA H200 x1, 16 CPU cores (X)", "vit", "tiny", vit, 32, 1): 60.0}   # 100 steps: 0.1 min
     runs = _runs(tmp_path, 40)
     # the whole line: more cores of a GPU machine's CPU would not train more runs at a time
     assert estimate(runs, 2, table=one_gpu) == "; about 2 min on this device (2 at a time, one GPU each)"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
+from experiments.runs.spec import declared, read_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,13 @@ def test_fit_help_leads_with_the_suites_options(capsys):
 def test_make_help_fits_in_100_columns():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert [x for x in out.splitlines() if len(x) > 100] == []
-    targets = re.findall(r"^([a-zA-Z_-]+):.*## ", (ROOT / "Makefile").read_text(), re.M)
+    targets = re.findall(r"^([a-zA-Z_%-]+):.*## ", (ROOT / "Makefile").read_text(), re.M)
+    # the pattern rule exp-% stands for each experiment, in its spec's order, with its spec's make_help
+    experiments = [d.make_target for d in declared()]
+    at = targets.index("exp-%")
+    targets[at:at + 1] = experiments
     # every target on a line of its own, its description wrapped under it
     assert [x.split()[0] for x in out.splitlines() if not x.startswith("   ")] == targets
+    described = " ".join(out.split())
+    for d in declared():
+        assert " ".join(f"{d.make_target} {read_spec(d.path)['make_help']}".split()) in described

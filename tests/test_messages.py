@@ -61,7 +61,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
 
 @pytest.mark.parametrize("text, expected", [
     ("name: [unclosed\n", ["is not valid YAML (line 2)", "bad.yaml"]),
-    ("- a\n- b\n", ["spec bad.yaml is a list, not a mapping", "allowed keys dataset, families, name"]),
+    ("- a\n- b\n", ["spec bad.yaml is a list, not a mapping", "allowed keys dataset, families, make_help, make_options, name"]),
     (yaml.safe_dump({**SPEC, "profiles": {}}), ["spec bad.yaml has no profiles", "batch_size, budget, cluster, epochs, families, fractions"]),
     (yaml.safe_dump({**SPEC, "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0]}}}),
      ["profile 'cpu' of bad.yaml lacks the key 'epochs'", "required budget, fractions, seeds, epochs"]),

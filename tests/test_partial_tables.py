@@ -103,12 +103,14 @@ def test_the_user_s_step_times_go_to_their_own_file(checkout):
 def test_the_dry_run_reads_the_reference_s_step_time_where_both_have_one(tmp_path, monkeypatch):
     from experiments.runs import estimate
     head = ",".join(estimate.COLUMNS)
-    for name, rows in (("reference.csv", ["cpu,vit,tiny,32,1,100.0,3,datascale"]),
-                       ("yours.csv", ["cpu,vit,tiny,32,1,420.0,1,datascale", "cpu,resnet,tiny,32,1,50.0,1,datascale"])):
+    for name, rows in (("reference.csv", ["cpu,vit,tiny,52158800,32,1,100.0,3,datascale"]),
+                       ("yours.csv", ["cpu,vit,tiny,52158800,32,1,420.0,1,datascale",
+                                      "cpu,resnet,tiny,90742560,32,1,50.0,1,datascale"])):
         (tmp_path / name).write_text("\n".join([head, *rows]) + "\n")
     monkeypatch.setattr(estimate, "STEP_TIMES", tmp_path / "reference.csv")
     monkeypatch.setattr(estimate, "YOUR_STEP_TIMES", tmp_path / "yours.csv")
-    assert estimate.read_step_times() == {("cpu", "vit", "tiny", 32, 1): 100.0, ("cpu", "resnet", "tiny", 32, 1): 50.0}
+    assert estimate.read_step_times() == {("cpu", "vit", "tiny", 52158800, 32, 1): 100.0,
+                                          ("cpu", "resnet", "tiny", 90742560, 32, 1): 50.0}
 
 
 def test_an_experiment_with_nothing_finished_anywhere_leaves_the_others_built(checkout, capsys):

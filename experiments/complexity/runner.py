@@ -18,16 +18,14 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from experiments.runs.names import runs_dir_option
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json
-from experiments.runs.spec import spec_label, spec_path, Run, _reject_unknown
+from experiments.runs.spec import Run, Schema, _reject_unknown, load_spec
 
 PARTS = ("paper", "scaling", "ours", "interpolation")
 EXPERIMENT = "complexity"
-TOP_KEYS = {"name", "runner", "paper_image_size", "profiles"}
 PROFILE_KEYS = {"scaling", "ours", "timing", "interpolation"}
 SCALING_KEYS = {"models", "resolutions", "flop_resolutions", "batch_size", "crossover"}
 OURS_KEYS = {"families", "budget", "in_chans", "resolutions", "batch_size", "crossover"}
@@ -36,24 +34,26 @@ INTERPOLATION_KEYS = {"source", "target_size", "methods", "finetune_steps", "lr"
 SOURCE_KEYS = {"family", "budget", "max_epochs", "args"}  # args: further `fit` options (optional)
 
 
-def load_complexity_spec(path: Path = spec_path("complexity")) -> dict:
+def load_complexity_spec(path: Path | str = EXPERIMENT) -> dict:
     """The spec with every key checked: an unknown or missing key is one error line naming it."""
-    spec = yaml.safe_load(Path(path).read_text())
-    _reject_unknown(spec, TOP_KEYS, f"spec {spec_label(Path(path))}", required=tuple(sorted(TOP_KEYS)))
-    for name, profile in spec["profiles"].items():
-        where = f"profile {name!r} of {spec_label(Path(path))}"
-        _reject_unknown(profile, PROFILE_KEYS, where, required=tuple(sorted(PROFILE_KEYS)))
-        for key, allowed in (("scaling", SCALING_KEYS), ("ours", OURS_KEYS), ("timing", TIMING_KEYS),
-                             ("interpolation", INTERPOLATION_KEYS)):
-            _reject_unknown(profile[key], allowed, f"{key} of {where}", required=tuple(sorted(allowed)))
-        _reject_unknown(profile["interpolation"]["source"], SOURCE_KEYS, f"interpolation.source of {where}",
-                        required=("budget", "family", "max_epochs"))
-        for key in ("scaling", "ours"):
-            sizes = profile[key]["resolutions"]
-            if not sizes or sorted(sizes) != sizes or min(sizes) < 1:
-                raise ValueError(f"{key}.resolutions={sizes!r} in {where}: allowed a non-empty ascending list "
-                                 "of positive sizes")
-    return spec
+    return load_spec(str(path), SCHEMA)
+
+
+def _check_parts(profile: dict, where: str) -> None:
+    for key, allowed in (("scaling", SCALING_KEYS), ("ours", OURS_KEYS), ("timing", TIMING_KEYS),
+                         ("interpolation", INTERPOLATION_KEYS)):
+        _reject_unknown(profile[key], allowed, f"{key} of {where}", required=tuple(sorted(allowed)))
+    _reject_unknown(profile["interpolation"]["source"], SOURCE_KEYS, f"interpolation.source of {where}",
+                    required=("budget", "family", "max_epochs"))
+    for key in ("scaling", "ours"):
+        sizes = profile[key]["resolutions"]
+        if not sizes or sorted(sizes) != sizes or min(sizes) < 1:
+            raise ValueError(f"{key}.resolutions={sizes!r} in {where}: allowed a non-empty ascending list "
+                             "of positive sizes")
+
+
+SCHEMA = Schema(EXPERIMENT, frozenset({"paper_image_size"}), ("name", "paper_image_size", "profiles", "runner"),
+                frozenset(PROFILE_KEYS), tuple(sorted(PROFILE_KEYS)), check_profile=_check_parts)
 
 
 def record_path(runs_dir: Path, profile: str) -> Path:
@@ -185,9 +185,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--parts", nargs="+", default=list(PARTS), metavar="PART",
                    help=f"which parts to (re)measure, others kept from the record: {', '.join(PARTS)} (default all)")
     p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option, help="default results/runs")
-    p.add_argument("--spec", default=str(spec_path("complexity")), help="default experiments/complexity/spec.yaml")
+    p.add_argument("--spec", default=EXPERIMENT, help="an experiment with a spec.yaml under experiments/, or a .yaml path (default complexity)")
     a = p.parse_args(argv)
-    spec = load_complexity_spec(Path(a.spec))
+    spec = load_complexity_spec(a.spec)
     profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")
     if profile not in spec["profiles"]:
         raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")

@@ -34,7 +34,7 @@ from experiments.runs.record import read_json, read_summary, write_json, write_p
 from experiments.runs.cluster import options_from
 from experiments.runs.shared import entry
 from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, _run, batch_sizes, check_axes, default_jobs, load_runner_spec, precision_of,
+from experiments.runs.spec import (Run, Schema, _run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
                                    nearest_tuned, runner_parser, tuned_fractions, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
@@ -44,7 +44,7 @@ from experiments.runs.trained import load_classifier, test_images
 NAME = "distill"
 RECORD = "distill.json"
 PROBES = "distill_probes.json"
-TOP_KEYS = {"name", "runner", "dataset", "student", "student_lr_of", "variants", "profiles"}
+TOP_KEYS = {"dataset", "student", "student_lr_of", "variants", "profiles"}
 PROFILE_KEYS = {"teachers", "matched", "matched_val_interval", "students", "budget", "fractions", "seeds", "epochs",
                 "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "precision", "lrs", "tuned_fractions",
                 "probe_images", "jobs", "cluster"}
@@ -56,17 +56,22 @@ NO_TEACHER = "none"   # the student variant trained alone
 
 # ---------------- the spec ----------------
 def load_distill_spec(name_or_path: str = NAME) -> dict:
-    spec, path = load_runner_spec(name_or_path, NAME, TOP_KEYS, ("name", "dataset", "student", "variants", "profiles"),
-                                  PROFILE_KEYS, PROFILE_REQUIRED)
+    return load_spec(name_or_path, SCHEMA)
+
+
+def _check_variants(spec: dict, label: str) -> None:
     variants = spec["variants"]
     if not isinstance(variants, dict) or NO_TEACHER not in variants:
-        raise ValueError(f"variants in {path.name}: allowed a mapping of {', '.join(DISTILLATION_TYPES)} to fit options, "
+        raise ValueError(f"variants in {label}: allowed a mapping of {', '.join(DISTILLATION_TYPES)} to fit options, "
                          f"with {NO_TEACHER!r} among them")
     for v, args in variants.items():
         if v not in DISTILLATION_TYPES or not isinstance(args, dict) or args.get("model.distillation") != v:
-            raise ValueError(f"variant {v!r} in {path.name}: allowed {', '.join(DISTILLATION_TYPES)}, each a mapping "
+            raise ValueError(f"variant {v!r} in {label}: allowed {', '.join(DISTILLATION_TYPES)}, each a mapping "
                              f"of fit options that sets model.distillation to its own name")
-    return spec
+
+
+SCHEMA = Schema(NAME, frozenset(TOP_KEYS), ("name", "dataset", "student", "variants", "profiles"),
+                frozenset(PROFILE_KEYS), PROFILE_REQUIRED, check=_check_variants)
 
 
 def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dict:

@@ -36,7 +36,7 @@ from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
 from experiments.runs.cluster import options_from
 from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, _run, batch_sizes, check_axes, default_jobs, load_runner_spec, precision_of,
+from experiments.runs.spec import (Run, Schema, _run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
                                    main_runs, nearest_tuned, runner_parser, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
@@ -47,7 +47,7 @@ HINT = ": delete it and run make exp-inductive-bias again"
 CKA_DIR = "cka"
 BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the recipe "default"
 REFERENCE = "resnet"   # every family's CKA is computed against this family
-TOP_KEYS = {"name", "runner", "dataset", "ablated", "ablations", "profiles"}
+TOP_KEYS = {"dataset", "ablated", "ablations", "profiles"}
 PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "max_steps",
                 "val_checks", "val_size", "batch_size", "precision", "lrs", "tuned_fractions", "probe_images", "probe_patch",
                 "probes", "jobs", "cluster"}
@@ -57,16 +57,21 @@ PROFILE_REQUIRED = ("families", "family_fractions", "ablations", "budget", "seed
 
 # ---------------- the spec ----------------
 def load_ib_spec(name_or_path: str = NAME) -> dict:
-    spec, path = load_runner_spec(name_or_path, NAME, TOP_KEYS, ("name", "dataset", "ablated", "ablations", "profiles"),
-                                  PROFILE_KEYS, PROFILE_REQUIRED)
+    return load_spec(name_or_path, SCHEMA)
+
+
+def _check_ablations(spec: dict, label: str) -> None:
     if spec["ablated"] not in FAMILIES:
         raise ValueError(f"ablated family {spec['ablated']!r}: allowed {', '.join(FAMILIES)}")
     ablations = spec["ablations"]
     if not isinstance(ablations, dict) or ablations.get(BASELINE, None) != {} \
             or not all(isinstance(v, dict) for v in ablations.values()):
-        raise ValueError(f"ablations in {path.name}: allowed a mapping of variant names to fit options, with "
+        raise ValueError(f"ablations in {label}: allowed a mapping of variant names to fit options, with "
                          f"{BASELINE!r}: {{}} (the family as the registry builds it) among them")
-    return spec
+
+
+SCHEMA = Schema(NAME, frozenset(TOP_KEYS), ("name", "dataset", "ablated", "ablations", "profiles"),
+                frozenset(PROFILE_KEYS), PROFILE_REQUIRED, check=_check_ablations)
 
 
 def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variants=None, budgets=None) -> dict:

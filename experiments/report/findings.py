@@ -7,6 +7,7 @@ it was still improving) and where it came from: the profile, the hardware, the c
 runs (yours in results/runs or the committed reference)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from experiments.report.records import LeftOut, left_out_line
@@ -49,9 +50,30 @@ def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> 
             f"commit {', '.join(commits) or '?'}; {whose}")
 
 
-def render(findings: list[Finding], left_out: list[LeftOut] = ()) -> str:
-    """The Findings table, and the runs behind it that could not be read (records.read_runs)."""
+def render(findings: list[Finding], left_out: list[LeftOut | str] = ()) -> str:
+    """The Findings table, and the runs behind it that could not be read (records.read_runs; or as
+    a block words them: kept_findings)."""
     head = ["question", "published", "ours (paired by seed, 95% interval)", "verdict", "from"]
     rows = [[c.replace("|", "/") for c in (f.question, f.published, f.ours, f.verdict, f.source)] for f in findings]
     left = ["", f"- {left_out_line(left_out)}"] if left_out else []
     return "\n".join(["", "", *markdown_table(head, rows, text_columns=len(head)), *left, "", *legend(), ""])
+
+
+SOURCE = re.compile(r"\[([^\]]+)\]\(results/")  # a row's `from` cell begins with its experiment's report (source)
+LEFT_OUT = re.compile(r"; (?=[A-Za-z0-9][\w.-]*/)")  # between two runs of "runs left out: ..." (left_out_line)
+
+
+def kept_findings(block: str) -> dict[str, tuple[list[Finding], list[str]]]:
+    """A rendered Findings block read back: per experiment, its rows and its runs left out (as the
+    block words them), so that a rebuild of some experiments keeps the others' as they are."""
+    kept: dict[str, tuple[list[Finding], list[str]]] = {}
+    for line in block.splitlines():
+        if line.startswith("| ") and not line.startswith("| question |"):
+            row = Finding(*line[2:-2].split(" | "))
+            name = SOURCE.match(row.source)
+            if name:
+                kept.setdefault(name.group(1), ([], []))[0].append(row)
+        elif line.startswith("- runs left out: "):
+            for run in LEFT_OUT.split(line.removeprefix("- runs left out: ")):
+                kept.setdefault(run.split("/", 1)[0], ([], []))[1].append(run)
+    return kept

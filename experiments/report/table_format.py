@@ -51,6 +51,15 @@ def markdown_table(head: list[str], rows: list[list[str]], text_columns: int = 1
             *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def replaced_rows(old: list[str], new: list[str], rebuilt: Callable[[str], bool]) -> list[str]:
+    """A table's rows after some were rebuilt: the old rows `rebuilt` does not claim, as they were,
+    and the new rows where the first claimed one stood (at the end where none was)."""
+    kept = [r for r in old if not rebuilt(r)]
+    first = next((i for i, r in enumerate(old) if rebuilt(r)), len(old))
+    at = sum(1 for r in old[:first] if not rebuilt(r))
+    return kept[:at] + new + kept[at:]
+
+
 def write_csv(path: Path, rows: Iterable[dict], columns: Iterable[str], cell: Callable | None = None) -> None:
     """One row per dict, in `columns` (other keys left out; None and missing keys written empty),
     each value through `cell` when given; "\\n" line ends whatever the platform, so regenerated

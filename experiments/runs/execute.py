@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
 from modules.budgets import distils, fit_order
 from modules.files import open_in_place, write_atomic
 
@@ -159,17 +161,44 @@ def launch(run: Run, workers: Workers | None = None) -> int:
     return _run_logged(run.command(), run.shell(), run.run_dir, workers)
 
 
+# the model options of a command that change its forward pass (modules.build_model's)
+SHAPING_OPTIONS = ("patch_size", "pos_embed", "pool", "window_size", "allow_unshifted")
+
+
+def flops_per_image(run: Run, shaped: bool = True) -> int | None:
+    """Forward FLOPs for one image of the run's model: its family and budget with the model options
+    of its command (a patch size, a pooling; without them unless `shaped`) at its dataset's image
+    shape, as its summary records them (flops_per_image): what a step's cost grows with."""
+    from datamodules.sources import FASHION_MNIST  # the fit command's default dataset
+    a = run.args
+    given = {a[i][2:]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
+    options = tuple((k, yaml.safe_load(given[f"model.{k}"])) for k in SHAPING_OPTIONS if shaped and f"model.{k}" in given)
+    resize = given.get("data.resize_to")
+    return _flops(run.family, run.budget, given.get("data.dataset", FASHION_MNIST),
+                  None if resize in (None, "null") else int(resize), options)
+
+
 @functools.lru_cache
-def _flops_per_image(family: str, budget: str) -> int | None:
-    from modules import ImageClassifier  # builds the model once per family and budget
-    return ImageClassifier(family, budget).complexity["flops"]
+def _flops(family: str, budget: str, dataset: str, resize_to: int | None, options: tuple) -> int | None:
+    """None where the family's FLOPs cannot be counted (as ImageClassifier.complexity records it)."""
+    import torch
+    from datamodules.image_classification import ImageClassificationDataModule, fixed_shape
+    from modules import build_model, count_flops
+    shape = fixed_shape(dataset, resize_to) or ImageClassificationDataModule(dataset, resize_to=resize_to).shape()
+    with torch.device("meta"):  # shapes only: no weights, no compute
+        model = build_model(family, budget, image_size=shape["image_size"], in_chans=shape["in_chans"],
+                            num_classes=shape["num_classes"], **dict(options))
+    try:
+        return count_flops(model, shape["image_size"], shape["in_chans"])
+    except Exception:  # a counter that fails prices nothing, as a fit records flops null
+        return None
 
 
 def run_cost(run: Run) -> float:
-    """What ordering runs needs of a run's cost: its steps x its model's forward FLOPs per image
-    (at the default 28x28x1 input). A proxy, not a time: Swin and ConvNeXt are slower per FLOP.
-    A family whose FLOPs could not be counted costs 0 here (ordered as the cheapest)."""
-    return run.steps * (_flops_per_image(run.family, run.budget) or 0)
+    """What ordering runs needs of a run's cost: its steps x its model's forward FLOPs per image.
+    A proxy, not a time: Swin and ConvNeXt are slower per FLOP. A family whose FLOPs could not be
+    counted costs 0 here (ordered as the cheapest)."""
+    return run.steps * (flops_per_image(run) or 0)
 
 
 def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:

@@ -1,5 +1,9 @@
 """Experiment specs (experiments/<experiment>/spec.yaml) and their expansion into independent runs.
 
+Every spec declares its runner and its place (declared: what `python -m experiments`, the README's
+Findings and the Makefile know of an experiment), and one loader reads it with its runner's schema
+(load_spec; the sweep's SWEEP_SCHEMA, each runner its own SCHEMA).
+
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
 the tuning stage trains each family at a grid of learning rates on the profile's smallest and
 largest fractions (first seed, never tested), and the main stage trains every family x fraction x
@@ -11,10 +15,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -27,14 +33,90 @@ from experiments.runs.cluster import add_options, check_cluster
 from experiments.runs.shared import entry, share
 
 EXPERIMENTS = Path(__file__).resolve().parents[1]  # one folder per experiment, each holding its spec.yaml
+SWEEP = "sweep"  # the runner of a spec that names none
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What an experiment's spec declares about its place in the suite: the runner that runs it
+    (`python -m experiments <runner>`, make exp-<name>) and where its rows go in the README's
+    Findings and `make exp-all` runs it (order; None: after every ordered one, by name)."""
+    name: str
+    runner: str
+    order: int | None
+    path: Path
+
+    @property
+    def make_target(self) -> str:
+        return f"exp-{self.name.replace('_', '-')}"
+
+
+def experiment_roots() -> list[Path]:
+    """The folders the experiments package is loaded from (its __path__): each subfolder holding a
+    spec.yaml is an experiment, importable as experiments.<name>."""
+    import experiments
+    return [Path(p) for p in experiments.__path__]
 
 
 def spec_path(name: str) -> Path:
-    return EXPERIMENTS / name / "spec.yaml"
+    found = [root / name / "spec.yaml" for root in experiment_roots() if (root / name / "spec.yaml").is_file()]
+    return found[0] if found else EXPERIMENTS / name / "spec.yaml"
 
 
 def known_specs() -> list[str]:
-    return sorted(p.parent.name for p in EXPERIMENTS.glob("*/spec.yaml"))
+    return sorted({p.parent.name for root in experiment_roots() for p in root.glob("*/spec.yaml")})
+
+
+def declared() -> list[Declared]:
+    """Every experiment's declaration, in its order (experiments without one last, by name)."""
+    out = [_declaration(name) for name in known_specs()]
+    return sorted(out, key=lambda d: (d.order is None, d.order or 0, d.name))
+
+
+def declared_runners() -> dict[str, Declared]:
+    """The runners of their own (not the sweep) the specs name: runner -> the spec it runs by default,
+    the one of its own name (each lives in experiments/<runner>/runner.py)."""
+    return {d.runner: d for d in declared() if d.runner != SWEEP and d.runner == d.name}
+
+
+def _declaration(name: str) -> Declared:
+    path = spec_path(name)
+    spec, label = read_spec(path), spec_label(path)
+    if not isinstance(spec, dict):
+        raise ValueError(f"spec {label} is {'empty' if spec is None else 'a ' + type(spec).__name__}, not a mapping")
+    runner = checked_name(f"runner in {label}", spec.get("runner", SWEEP))
+    _check_make_keys(spec, path)
+    if runner != SWEEP and not (spec_path(runner).parent / "runner.py").is_file():
+        raise ValueError(f"runner={runner!r} in {label}: allowed {SWEEP} (or no runner key), or an experiment "
+                         f"with a runner.py ({runner}/runner.py does not exist)")
+    order = spec.get("order")
+    if order is not None and (isinstance(order, bool) or not isinstance(order, int) or order < 0):
+        raise ValueError(f"order={order!r} in {label}: allowed an integer >= 0 (its place in the README's Findings "
+                         "and in make exp-all)")
+    return Declared(name, runner, order, path)
+
+
+# how the Makefile reads a spec's keys, line by line (sed, not a YAML parser): each key's line as it reads it
+MAKE_LINES = {"runner": re.compile(r"^runner: *([a-z0-9_]*)", re.M), "order": re.compile(r"^order: *([0-9]*)", re.M),
+              "make_options": re.compile(r"^make_options: *\[([A-Z_, ]*)\]", re.M),
+              "make_help": re.compile(r'^make_help: *"(.*)"', re.M)}
+MAKE_FORMS = {"runner": "letters a-z, digits and _", "order": "an integer >= 0",
+              "make_options": "a list of the Makefile's variable names on one line, e.g. [PROFILE, SEEDS]",
+              "make_help": 'one line of text in double quotes, e.g. "what it runs"'}
+
+
+def _check_make_keys(spec: dict, path: Path) -> None:
+    """Each key the Makefile reads says on its line what the YAML says: a spec the Makefile would
+    read otherwise (a runner it would not run, options it would not pass) is refused."""
+    text = path.read_text()
+    for key, line in MAKE_LINES.items():
+        if key not in spec:
+            continue
+        found = line.search(text)
+        read = found and (found.group(1).replace(",", " ").split() if key == "make_options" else found.group(1))
+        if read != (str(spec[key]) if key == "order" else spec[key]):
+            raise ValueError(f"{key}={spec[key]!r} in {spec_label(path)}: allowed {MAKE_FORMS[key]} "
+                             "(the Makefile reads it from its line)")
 
 
 def default_jobs() -> int:
@@ -47,7 +129,9 @@ def default_jobs() -> int:
 def spec_label(path: Path) -> str:
     """How messages name a spec: datascale/spec.yaml, or the file name of a user's own spec."""
     return f"{path.parent.name}/{path.name}" if path.name == "spec.yaml" else path.name
-TOP_KEYS = {"name", "runner", "dataset", "families", "recipes", "recipe_args", "profiles", "sample_efficiency_accuracy"}
+
+
+TOP_KEYS = {"dataset", "families", "recipes", "recipe_args", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "lrs",
                 "precision",
                 "families", "recipes", "pack", "tuned_fractions", "jobs", "cluster"}
@@ -85,43 +169,86 @@ class Run:
         return shlex.join(["python", "-m", "experiments", "fit", *self.args])
 
 
-def load_spec(name_or_path: str) -> dict:
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = spec_path(name_or_path)
-    if not path.is_file():
-        known = ", ".join(known_specs())
-        raise ValueError(f"unknown experiment spec {name_or_path!r}: allowed {known} or a path to a .yaml spec")
+def check_training_profile(profile: dict, where: str) -> None:
+    """The values every training runner's profile shares: cluster, schedule, batch size, precision."""
+    check_cluster(profile.get("cluster"), where)  # the slurm and submitit-local launchers' settings
+    check_schedule(profile, where)
+    batch_sizes(profile.get("batch_size", 128), where)
+    precision_of(profile, where)
+
+
+COMMON_KEYS = frozenset({"name", "runner", "order", "make_help", "make_options", "profiles"})  # every spec's (Declared)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a runner's specs hold: the keys of their own at the top (besides COMMON_KEYS) and in
+    each profile, the required ones, a check of each profile's values (a training runner's
+    schedule, batch size, precision and cluster by default) and of the whole spec."""
+    runner: str
+    keys: frozenset[str]
+    required: tuple[str, ...]
+    profile_keys: frozenset[str]
+    profile_required: tuple[str, ...]
+    check_profile: Callable[[dict, str], None] = check_training_profile  # (profile, where)
+    check: Callable[[dict, str], None] = lambda spec, label: None  # (spec, its label)
+
+
+def read_spec(path: Path):
+    """A spec file's YAML, or one line saying where it is not valid."""
     try:
-        spec = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ValueError(f"spec {str(path)!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
                          + f": {getattr(e, 'problem', None) or e}") from None
-    if isinstance(spec, dict) and spec.get("runner", "sweep") != "sweep":
-        raise ValueError(f"spec {spec_label(path)} is run by `python -m experiments {spec['runner']}` "
-                         f"(make exp-{spec['runner']}), not by sweep")
-    _reject_unknown(spec, TOP_KEYS, f"spec {spec_label(path)}", required=("name", "dataset", "families", "profiles",
-                                                                   "recipe_args"))
+
+
+def load_spec(name_or_path: str, schema: Schema | None = None) -> dict:
+    """A spec found by name (experiments/<name>/spec.yaml) or by path, valid YAML, run by the
+    schema's runner (the sweep's by default), with no unknown or missing key at the top or in any
+    profile and every value its schema checks."""
+    schema = schema or SWEEP_SCHEMA
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = spec_path(name_or_path)
+    if not path.is_file():
+        raise ValueError(f"unknown experiment spec {name_or_path!r}: allowed {', '.join(known_specs())} "
+                         "or a path to a .yaml spec")
+    spec, label = read_spec(path), f"spec {spec_label(path)}"
+    runner = spec.get("runner", SWEEP) if isinstance(spec, dict) else schema.runner
+    if runner != schema.runner:
+        raise ValueError(f"{label} is run by `python -m experiments {runner}` (make exp-{runner.replace('_', '-')}), "
+                         f"not by {schema.runner}")
+    _reject_unknown(spec, schema.keys | COMMON_KEYS, label, required=schema.required)
     if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
-        raise ValueError(f"spec {spec_label(path)} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
-                         f"to their {', '.join(sorted(PROFILE_KEYS))}")
+        raise ValueError(f"{label} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
+                         f"to their {', '.join(sorted(schema.profile_keys))}")
     for name, profile in spec["profiles"].items():
         where = f"profile {name!r} of {spec_label(path)}"
-        _reject_unknown(profile, PROFILE_KEYS, where, required=PROFILE_REQUIRED)
-        for key in ("fractions", "seeds", "lrs"):
-            if not isinstance(profile[key], list) or not profile[key]:
-                raise ValueError(f"{key}={profile[key]!r} in {where}: allowed a non-empty list, e.g. [0, 1]")
-        check_cluster(profile.get("cluster"), where)  # the slurm and submitit-local launchers' settings
-        batch_sizes(profile.get("batch_size", 128), where)
-        precision_of(profile, where)
-        check_schedule(profile, where)
+        _reject_unknown(profile, schema.profile_keys, where, required=schema.profile_required)
+        schema.check_profile(profile, where)
     checked_name(f"name in {spec_label(path)}", spec["name"])  # the experiment's folder under runs_dir
+    schema.check(spec, spec_label(path))
+    return spec
+
+
+def _check_sweep_profile(profile: dict, where: str) -> None:
+    for key in ("fractions", "seeds", "lrs"):
+        if not isinstance(profile[key], list) or not profile[key]:
+            raise ValueError(f"{key}={profile[key]!r} in {where}: allowed a non-empty list, e.g. [0, 1]")
+    check_training_profile(profile, where)
+
+
+def _check_recipes(spec: dict, label: str) -> None:
     recipes = spec["recipe_args"]
     if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
-        raise ValueError(f"recipe_args in {spec_label(path)}: allowed a mapping of recipe names to their fit options, "
+        raise ValueError(f"recipe_args in {label}: allowed a mapping of recipe names to their fit options, "
                          "e.g. {default: {}, strong: {data.randaugment: true}}")
-    return spec
+
+
+SWEEP_SCHEMA = Schema(SWEEP, frozenset(TOP_KEYS), ("name", "dataset", "families", "profiles", "recipe_args"),
+                      frozenset(PROFILE_KEYS), PROFILE_REQUIRED, _check_sweep_profile, _check_recipes)
 
 
 def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
@@ -142,34 +269,6 @@ def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
         raise ValueError(f"{message} (python -m experiments {runner} --help lists the options)")
     p.error = one_line
     return p
-
-
-def load_runner_spec(name_or_path: str, runner: str, top_keys: set[str], required: tuple[str, ...],
-                     profile_keys: set[str], profile_required: tuple[str, ...]) -> tuple[dict, Path]:
-    """A spec run by its own runner (`python -m experiments <runner>`): found by name (experiments/<name>/spec.yaml) or
-    by path, valid YAML, no unknown or missing key at the top or in any profile. Returns (spec, path)."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = spec_path(name_or_path)
-    if not path.is_file():
-        raise ValueError(f"{runner} spec {str(path)!r} does not exist: allowed {runner} (experiments/{runner}/spec.yaml) or a path to a .yaml")
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"spec {str(path)!r} is not valid YAML: {getattr(e, 'problem', None) or e}") from None
-    _reject_unknown(spec, top_keys, f"spec {spec_label(path)}", required=required)
-    if spec.get("runner", runner) != runner:
-        raise ValueError(f"spec {spec_label(path)} has runner {spec['runner']!r}: allowed {runner!r} for `experiments {runner}`")
-    if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
-        raise ValueError(f"spec {spec_label(path)} has no profiles")
-    for name, profile in spec["profiles"].items():
-        _reject_unknown(profile, profile_keys, f"profile {name!r} of {spec_label(path)}", required=profile_required)
-        check_cluster(profile.get("cluster"), f"profile {name!r} of {spec_label(path)}")
-        check_schedule(profile, f"profile {name!r} of {spec_label(path)}")
-        batch_sizes(profile.get("batch_size", 128), f"profile {name!r} of {spec_label(path)}")
-        precision_of(profile, f"profile {name!r} of {spec_label(path)}")
-    checked_name(f"name in {spec_label(path)}", spec["name"])  # every runner requires it: the experiment's folder
-    return spec, path
 
 
 def check_schedule(profile: dict, where: str) -> None:
