@@ -126,7 +126,8 @@ wheelhouse: ## WHEELS=<folder>: every wheel the suite needs beyond torch and tor
 
 # Python caches the project's bytecode even where the environment says not to: the suite starts
 # ~50 processes, and each would otherwise compile the project's modules again (~1 s of CPU each)
-test: install ## run the test suite (offline, a few minutes on 2 cores)
+test: install ## ruff (errors, not style: pyproject.toml), then the test suite (offline, a few minutes on 2 cores)
+	$(VENV)/bin/ruff check datamodules modules experiments benchmarks tests tools
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
 training-digests: install ## record what each family's training computes on this machine (tests/training_digests/): after a change to training and the reruns it calls for
