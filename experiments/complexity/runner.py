@@ -22,7 +22,7 @@ import torch
 from experiments.runs.names import runs_dir_option
 from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json
-from experiments.runs.spec import Run, Schema, _reject_unknown, load_spec
+from experiments.runs.spec import Run, Schema, reject_unknown, load_spec
 
 PARTS = ("paper", "scaling", "ours", "interpolation")
 EXPERIMENT = "complexity"
@@ -42,8 +42,8 @@ def load_complexity_spec(path: Path | str = EXPERIMENT) -> dict:
 def _check_parts(profile: dict, where: str) -> None:
     for key, allowed in (("scaling", SCALING_KEYS), ("ours", OURS_KEYS), ("timing", TIMING_KEYS),
                          ("interpolation", INTERPOLATION_KEYS)):
-        _reject_unknown(profile[key], allowed, f"{key} of {where}", required=tuple(sorted(allowed)))
-    _reject_unknown(profile["interpolation"]["source"], SOURCE_KEYS, f"interpolation.source of {where}",
+        reject_unknown(profile[key], allowed, f"{key} of {where}", required=tuple(sorted(allowed)))
+    reject_unknown(profile["interpolation"]["source"], SOURCE_KEYS, f"interpolation.source of {where}",
                     required=("budget", "family", "max_epochs"))
     for key in ("scaling", "ours"):
         sizes = profile[key]["resolutions"]

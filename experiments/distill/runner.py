@@ -34,7 +34,7 @@ from experiments.runs.record import read_json, read_summary, write_json, write_p
 from experiments.runs.cluster import options_from
 from experiments.runs.shared import entry
 from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, Schema, _run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
+from experiments.runs.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
                                    nearest_tuned, runner_parser, tuned_fractions, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
@@ -143,7 +143,7 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
     tuned = [(t, "default") for t in axes["teachers"]]
     if axes.get("student_lr_of") is None:
         tuned.append((axes["student"], NO_TEACHER))
-    runs = [_run(view, axes, runs_dir, pool, family, f, seed, recipe, lr, "tune")
+    runs = [plan_run(view, axes, runs_dir, pool, family, f, seed, recipe, lr, "tune")
             for family, recipe in tuned for f in tuned_fractions(axes) for lr in axes["lrs"]]
     return with_folders(runs)
 
@@ -157,7 +157,7 @@ def lr_of(choices: dict, axes: dict, family: str, fraction: float) -> float | No
 
 def teacher_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
     view = _view(spec, axes)
-    runs = [_run(view, axes, runs_dir, pool, t, f, s, "default", lr_of(choices, axes, t, f), "main")
+    runs = [plan_run(view, axes, runs_dir, pool, t, f, s, "default", lr_of(choices, axes, t, f), "main")
             for t in axes["teachers"] for f in axes["fractions"] for s in axes["seeds"]
             if lr_of(choices, axes, t, f) is not None]
     return with_folders(runs)
@@ -186,7 +186,7 @@ def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                     continue
                 view = {"name": spec["name"], "recipe_args": {name: {"stop_at_val_acc": acc}}}
                 # validated often (matched_val_interval), so that a validation lands close to the target
-                runs.append(_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main",
+                runs.append(plan_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main",
                                  val_interval=axes.get("matched_val_interval")))
     return with_folders(runs)
 
@@ -205,7 +205,7 @@ def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
             continue
         for s in axes["seeds"]:
             for student in axes["students"]:
-                run = _run(view, axes, runs_dir, pool, family, f, s, _recipe(student), lr, "main")
+                run = plan_run(view, axes, runs_dir, pool, family, f, s, _recipe(student), lr, "main")
                 teacher = student.partition("/")[2]
                 if teacher:
                     t = teacher_dir.get((teacher, f, s))

@@ -36,7 +36,7 @@ from experiments.runs.provenance import git_commit, hardware, versions
 from experiments.runs.record import read_json, write_json, write_profile_record
 from experiments.runs.cluster import options_from
 from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, Schema, _run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
+from experiments.runs.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
                                    main_runs, nearest_tuned, runner_parser, with_folders)
 from experiments.runs.execute import TUNED, run_status
 from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
@@ -227,7 +227,7 @@ def family_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict
 def ablation_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
     """Every variant x its fractions x seed, at the ablated family's chosen lr of that fraction."""
     view, family = _view(spec, axes), axes["ablated"]
-    runs = [_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, axes, family, f), "main")
+    runs = [plan_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, axes, family, f), "main")
             for v, fractions in axes["ablations"].items() for f in fractions for s in axes["seeds"]
             if lr_of(choices, axes, family, f) is not None]
     return with_folders(runs)

@@ -269,7 +269,7 @@ def execute(run: Run, launcher: Callable[[Run], int | None]) -> str | None:
     if finished(run, status):
         return status
     if run.teacher is not None and run_status(replace_dir(run, run.teacher)) not in TUNED:
-        _record_failure(run, f"teacher run {run.teacher} is not trained")
+        record_failure(run, f"teacher run {run.teacher} is not trained")
         return "failed"
     code = launcher(run)
     if code is None:
@@ -287,7 +287,7 @@ def _ended(run: Run, status: str | None, code: int, failure: str) -> str:
     or the process was (by SIGINT or SIGTERM: recorded so, unless the run recorded it, or is trained
     with only its test left), else failed."""
     if not stopping() and code not in INTERRUPTED_EXITS:
-        _record_failure(run, failure)
+        record_failure(run, failure)
         return "failed"
     if status not in ("interrupted", "fitted"):
         _record(run, "interrupted")
@@ -301,7 +301,8 @@ def replace_dir(run: Run, name: str) -> Run:
     return replace(run, name=name.rsplit("/", 1)[-1], run_dir=located(run.run_dir.parent, name), teacher=None)
 
 
-def _record_failure(run: Run, reason: str) -> None:
+def record_failure(run: Run, reason: str) -> None:
+    """The run's summary says failed, with the error its own fit recorded or else `reason`."""
     s = read_summary(run.run_dir) or {}
     _record(run, "failed", error=s.get("error") if s.get("status") == "failed" and s.get("error") else reason)
 
@@ -331,7 +332,7 @@ def execute_groups(groups: list[list[Run]], launcher: Callable[[list[list[Run]]]
         waiting = [r for r in group if not finished(r, run_status(r))]
         for r in waiting:
             if r.teacher is not None and run_status(replace_dir(r, r.teacher)) not in TUNED:
-                _record_failure(r, f"teacher run {r.teacher} is not trained")
+                record_failure(r, f"teacher run {r.teacher} is not trained")
                 teachers.add(r.name)
         todo.append([r for r in waiting if r.name not in teachers])
     done: set[int] = set()

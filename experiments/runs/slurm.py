@@ -38,7 +38,7 @@ from modules.files import open_in_place
 
 from experiments.runs.cluster import ClusterOptions, Submitted
 from experiments.runs.lock import SUBMITIT_DIR, held, try_lock
-from experiments.runs.execute import (FINAL, RUNNING, TUNED, _record_failure, execute, execute_group, finished,
+from experiments.runs.execute import (FINAL, RUNNING, TUNED, record_failure, execute, execute_group, finished,
                                       launch, launch_packed, run_status)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,7 +246,7 @@ def run_stage(runs: list, units: list[list[list]], opts: ClusterOptions, launche
         for r in unit:
             status = run_status(r)
             if not finished(r, status) and status != "diverged" and error:
-                _record_failure(r, f"its {opts.launcher} job {job.job_id} failed: {error}")
+                record_failure(r, f"its {opts.launcher} job {job.job_id} failed: {error}")
                 status = "failed"
             results[r.name] = status or "failed"
     report_failed([r for u, _ in submitted for r in u if results[r.name] == "failed"], console)

@@ -220,13 +220,13 @@ def load_spec(name_or_path: str, schema: Schema | None = None) -> dict:
     if runner != schema.runner:
         raise ValueError(f"{label} is run by `python -m experiments {runner}` (make exp-{runner.replace('_', '-')}), "
                          f"not by {schema.runner}")
-    _reject_unknown(spec, schema.keys | COMMON_KEYS, label, required=schema.required)
+    reject_unknown(spec, schema.keys | COMMON_KEYS, label, required=schema.required)
     if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
         raise ValueError(f"{label} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
                          f"to their {', '.join(sorted(schema.profile_keys))}")
     for name, profile in spec["profiles"].items():
         where = f"profile {name!r} of {spec_label(path)}"
-        _reject_unknown(profile, schema.profile_keys, where, required=schema.profile_required)
+        reject_unknown(profile, schema.profile_keys, where, required=schema.profile_required)
         schema.check_profile(profile, where)
     checked_name(f"name in {spec_label(path)}", spec["name"])  # the experiment's folder under runs_dir
     schema.check(spec, spec_label(path))
@@ -339,7 +339,9 @@ def per_run(value, family: str, recipe: str):
     return value.get(family, value["default"])
 
 
-def _reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, ...] = ()) -> None:
+def reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, ...] = ()) -> None:
+    """One ValueError line naming `where` when `d` is not a mapping, holds a key outside `allowed` or
+    lacks one of `required` (a spec's or a profile's keys; the runners check their own sections with it)."""
     if not isinstance(d, dict):
         raise ValueError(f"{where} is {'empty' if d is None else 'a ' + type(d).__name__}, not a mapping: "
                          f"allowed keys {', '.join(sorted(allowed))}")
@@ -442,8 +444,10 @@ def nearest_tuned(fraction: float, axes: dict) -> float:
     return min(tuned_fractions(axes), key=lambda t: (round(abs(math.log(fraction / t)), 9), t))
 
 
-def _run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fraction: float, seed: int,
-         recipe: str, lr: float, stage: str, val_interval: int | None = None) -> Run:
+def plan_run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fraction: float, seed: int,
+             recipe: str, lr: float, stage: str, val_interval: int | None = None) -> Run:
+    """The Run of one cell of a spec's plan (family, fraction, seed, recipe, lr, stage): its name,
+    its steps and batch at its training-set size, and its fit command; every runner plans with it."""
     name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
     n = resolve_train_size(fraction, None, pool_size)
     steps, batch = steps_for(n, axes, family, recipe), batch_for(n, axes)
@@ -489,7 +493,7 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families
                 teacher_dir: dict | None = None) -> list[Run]:
     """The tuning stage for `families`: every lr of the grid at each tuned fraction, first seed."""
     seed = axes["seeds"][0]
-    runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr, "tune")
+    runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr, "tune")
             for recipe in axes["recipes"] for family in fit_order(families)
             for fraction in tuned_fractions(axes) for lr in axes["lrs"]]
     return _with_folders(runs, teacher_dir or {})
@@ -499,7 +503,7 @@ def main_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, lr_of) -> 
     """Every family x fraction x seed x recipe at lr_of(family, recipe, fraction), ResNet teachers
     before their DeiT students."""
     families = fit_order(axes["families"])
-    runs = [_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr_of(family, recipe, fraction),
+    runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr_of(family, recipe, fraction),
                  "main")
             for recipe in axes["recipes"] for seed in axes["seeds"] for fraction in axes["fractions"]
             for family in families]
