@@ -126,7 +126,7 @@ def test_a_fit_stopped_at_an_accuracy_keeps_the_validation_closest_to_it(tmp_pat
 
     from experiments.runs.checkpoint import RunCheckpoint
     from experiments.runs.cli import TargetGap
-    from experiments.runs.recorder import RunRecord
+    from experiments.runs.record_callback import RunRecord
     from modules.checkpoint_io import read_checkpoint
 
     target, accs = 0.64, [0.30, 0.55, 0.62, 0.71, 0.50, 0.64]  # reached at step 4 (+0.07); step 3 is 0.02 under

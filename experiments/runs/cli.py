@@ -37,7 +37,7 @@ from experiments.runs.identity import config_hash, evaluation_identity, folder_n
 from experiments.runs.names import checked_name, checked_runs_dir, inside
 from experiments.runs.lock import lock_run_folder
 from experiments.runs.record import IDENTITY_FILE, check_run_files, read_identity, read_summary, write_json
-from experiments.runs.recorder import RunRecord
+from experiments.runs.record_callback import RunRecord
 from experiments.runs.run_config import load_config
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
 

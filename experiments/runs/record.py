@@ -1,7 +1,7 @@
 """The small records a run leaves beside its checkpoints: identity.json (written by the CLI before
 training), train_indices.json, summary.json, and evaluations/*.json for tests with other settings.
 Reading and writing them needs no torch or Lightning (a scheduler's task process reads them);
-runs.recorder is the callback that writes them while a run trains."""
+runs.record_callback is the callback that writes them while a run trains."""
 from __future__ import annotations
 
 import json
