@@ -225,8 +225,8 @@ def test_matched_teacher_validates_at_its_own_interval(tmp_path, monkeypatch):
     import experiments.distill.runner as distill
     spec = distill.load_distill_spec()
     axes = distill.resolve_axes(spec, "cpu")
-    vit = distill._run({"name": "distill", "recipe_args": {"default": {}}}, axes, tmp_path, 59_000, "vit", 0.002, 0,
-                       "default", 0.003, "main")
+    vit = distill.plan_run({"name": "distill", "recipe_args": {"default": {}}}, axes, tmp_path, 59_000, "vit", 0.002, 0,
+                            "default", 0.003, "main")
     monkeypatch.setattr(distill, "target_acc", lambda run: 0.66)
     monkeypatch.setattr(distill, "lr_of", lambda choices, axes, family, fraction: 0.003)
     monkeypatch.setattr(distill, "with_folders", lambda runs: runs)

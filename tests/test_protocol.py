@@ -11,7 +11,7 @@ import yaml
 from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
 from experiments.runs.convergence import plateau
-from experiments.runs.spec import _run, batch_for, load_spec, nearest_tuned, resolve_axes, steps_for, tuned_fractions
+from experiments.runs.spec import batch_for, load_spec, nearest_tuned, plan_run, resolve_axes, steps_for, tuned_fractions
 from experiments.runs.sweep import choose_lrs, run_sweep, tuning_stage
 
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipe_args": {"default": {}},
@@ -69,17 +69,17 @@ def test_batch_size_by_training_set_size():
     assert [batch_for(n, axes) for n in (118, 999, 1000, 2950)] == [32, 32, 128, 128]
     # 100 * 590 / 32 = 1843.75 -> 1850; 100 * 2950 / 128 = 2304.7 -> 2310
     assert [steps_for(n, axes) for n in (590, 2950)] == [1850, 2310]
-    run = _run(spec, axes, Path("runs"), 59_000, "vit", 0.05, 0, "default", 0.001, "main")
+    run = plan_run(spec, axes, Path("runs"), 59_000, "vit", 0.05, 0, "default", 0.001, "main")
     assert run.batch_size == 128 and run.args[run.args.index("--data.batch_size") + 1] == "128"
     assert run.steps == steps_for(2950, axes) and "--trainer.precision" not in run.args  # the machine's default
-    small = _run(spec, axes, Path("runs"), 59_000, "vit", 0.01, 0, "default", 0.001, "main")
+    small = plan_run(spec, axes, Path("runs"), 59_000, "vit", 0.01, 0, "default", 0.001, "main")
     assert small.batch_size == 32 and small.args[small.args.index("--data.batch_size") + 1] == "32"
 
 
 def test_a_profile_pins_its_precision():
     """precision: the trainer precision of every run of the profile, whatever the machine's default."""
     spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "precision": "32-true"}}}
-    run = _run(spec, resolve_axes(spec, "cpu"), Path("runs"), 590, "vit", 1.0, 0, "default", 0.001, "main")
+    run = plan_run(spec, resolve_axes(spec, "cpu"), Path("runs"), 590, "vit", 1.0, 0, "default", 0.001, "main")
     assert run.args[run.args.index("--trainer.precision") + 1] == "32-true"
 
 

@@ -453,71 +453,72 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     """Steps x the measured ms per step of the run's model configuration (family, budget, FLOPs per
     image) and batch on this device, over the runs at a time; finished runs cost nothing; no guess
     for what was never measured here (a ViT at patch 2 is not priced as one at patch 4)."""
+    CPU = "2 CPU cores (dev, AVX2), no GPU"  # as provenance.hardware names a machine without a GPU
     from experiments.runs.estimate import estimate, measured, read_step_times
     from experiments.runs.spec import Run
     runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000, batch_size=32)
             for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
     vit, resnet = 52_158_800, 90_742_560  # forward FLOPs per image at 28x28x1, as their summaries record them
-    table = {("dev", "vit", "tiny", vit, 32, 1): 100.0, ("dev", "resnet", "tiny", resnet, 32, 1): 50.0}
+    table = {(CPU, "vit", "tiny", vit, 32, 1): 100.0, (CPU, "resnet", "tiny", resnet, 32, 1): 50.0}
     # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min; with 8 or 16 cores
     # no less than the longest run (a ViT's 10 min)
-    assert estimate(runs[:3], 2, "dev", table) == ("; about 12 min on this device (2 at a time), about 10 min "
+    assert estimate(runs[:3], 2, CPU, table) == ("; about 12 min on this device (2 at a time), about 10 min "
                                                    "with 8 such cores, about 10 min with 16 such cores")
-    assert estimate(runs, 1, "dev", table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
+    assert estimate(runs, 1, CPU, table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
                                                "such cores, about 10 min with 16 such cores, not counting swin-tiny at "
                                                "batch 32 (no step time measured)")
-    assert estimate(runs[:1] * 20, 8, "dev", table) == ("; about 25 min on this device (8 at a time), about 12 min "
+    assert estimate(runs[:1] * 20, 8, CPU, table) == ("; about 25 min on this device (8 at a time), about 12 min "
                                                         "with 16 such cores")
-    assert estimate(runs[3:], 1, "dev", table) == ("; no step time measured on this device for swin-tiny at batch "
+    assert estimate(runs[3:], 1, CPU, table) == ("; no step time measured on this device for swin-tiny at batch "
                                                    "32, so no estimate")
     assert estimate(runs, 1, "an H200", table) == ("; no step times measured on an H200 "
                                                    "(results/step_times.csv), so no estimate")
     # each run at its own batch size: a ViT at batch 128 has no step time measured
     big = [replace(r, batch_size=128) if i == 1 else r for i, r in enumerate(runs[:3])]
-    assert estimate(big, 2, "dev", table) == ("; about 10 min on this device (2 at a time), about 10 min with 8 such "
+    assert estimate(big, 2, CPU, table) == ("; about 10 min on this device (2 at a time), about 10 min with 8 such "
                                               "cores, about 10 min with 16 such cores, not counting vit-tiny at batch "
                                               "128 (no step time measured)")
     # packed: the runs as the sweep groups them, each group at its measured group step time
     seeds = [Run(i, f"vit_s{i}", "vit", 0.1, i, "default", ("--seed_everything", str(i)),
                  run_dir=tmp_path / f"vit_s{i}", steps=6000, batch_size=32) for i in range(4)]
-    groups = {**table, ("dev", "vit", "tiny", vit, 32, 4): 200.0}   # one group of 4: 6000 x 200 ms = 20 min
-    assert estimate(seeds, 1, "dev", groups, pack=4) == ("; about 20 min on this device (1 at a time), "
+    groups = {**table, (CPU, "vit", "tiny", vit, 32, 4): 200.0}   # one group of 4: 6000 x 200 ms = 20 min
+    assert estimate(seeds, 1, CPU, groups, pack=4) == ("; about 20 min on this device (1 at a time), "
                                                          "about 20 min with 8 such cores, about 20 min with 16 such cores")
-    assert estimate(seeds, 1, "dev", groups, pack=3) == ("; about 10 min on this device (1 at a time), about "
+    assert estimate(seeds, 1, CPU, groups, pack=3) == ("; about 10 min on this device (1 at a time), about "
                                                          "10 min with 8 such cores, about 10 min with 16 such cores, "
                                                          "not counting vit-tiny at batch 32 packed 3 (no step time "
                                                          "measured)")
     # ViT at patch 2 (196 tokens, 251 MFLOPs an image) is not ViT at patch 4 (52): no step time measured for it
     patch2 = replace(runs[0], args=("--model.patch_size", "2"))
-    assert estimate([patch2], 1, "dev", table) == ("; no step time measured on this device for vit-tiny (251 MFLOPs "
+    assert estimate([patch2], 1, CPU, table) == ("; no step time measured on this device for vit-tiny (251 MFLOPs "
                                                    "an image) at batch 32, so no estimate")
-    assert estimate([patch2], 1, "dev", {**table, ("dev", "vit", "tiny", 251_373_200, 32, 1): 500.0}) == (
+    assert estimate([patch2], 1, CPU, {**table, (CPU, "vit", "tiny", 251_373_200, 32, 1): 500.0}) == (
         "; about 50 min on this device (1 at a time), about 50 min with 8 such cores, about 50 min with 16 such cores")
     _write_run(tmp_path / "x", "vit", 0.1, 0, 0.7, 100)  # a finished run: nothing left to train
     done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
-    assert estimate([done], 1, "dev", table) == "; nothing left to train"
+    assert estimate([done], 1, CPU, table) == "; nothing left to train"
     # the table make tables writes: the median ms per step over a device's single runs of one configuration
     exp = tmp_path / "runs" / "exp"
     for seed, (wall, steps) in enumerate(((60, 600), (90, 600), (300, 1000))):
         d = exp / f"vit_s{seed}"
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps({"status": "done", "family": "vit", "budget": "tiny", "steps": steps,
-                                                    "wall_time_s": wall, "hardware": "dev", "flops_per_image": vit}))
+                                                    "wall_time_s": wall, "hardware": CPU, "flops_per_image": vit}))
         (d / "identity.json").write_text(json.dumps({"identity": {"data.batch_size": 32}}))
     for k in range(2):  # a packed group of 2 (its own loop): one sample, from either member
         d = exp / f"vit_packed_m{k}"
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps({
-            "status": "done", "family": "vit", "budget": "tiny", "steps": 600, "wall_time_s": 120, "hardware": "dev",
+            "status": "done", "family": "vit", "budget": "tiny", "steps": 600, "wall_time_s": 120, "hardware": CPU,
             "flops_per_image": vit, "engine": {"packed": 2, "member": k, "group": "g", "loop": "fabric"}}))
         (d / "identity.json").write_text(json.dumps({"identity": {"data.batch_size": 32}}))
     d = exp / "vit_patch2"  # another model configuration of the same family and budget: a row of its own
     d.mkdir()
     (d / "summary.json").write_text(json.dumps({"status": "done", "family": "vit", "budget": "tiny", "steps": 100,
-                                                "wall_time_s": 50, "hardware": "dev", "flops_per_image": 251_373_200}))
+                                                "wall_time_s": 50, "hardware": CPU, "flops_per_image": 251_373_200}))
     (d / "identity.json").write_text(json.dumps({"identity": {"data.batch_size": 32}}))
     patch2, single, group = measured([exp])
-    assert single == {"device": "dev", "family": "vit", "budget": "tiny", "flops_per_image": vit, "batch_size": 32,
+    assert single == {"device": CPU, "family": "vit", "budget": "tiny", "flops_per_image": vit, "batch_size": 32,
                       "members": 1, "ms_per_step": 150.0, "runs": 3, "experiments": "exp"}
     assert group == {**single, "members": 2, "ms_per_step": 200.0, "runs": 1}
     assert patch2 == {**single, "flops_per_image": 251_373_200, "ms_per_step": 500.0, "runs": 1}
