@@ -25,7 +25,7 @@ from experiments.runs.sweep import run_sweep
 from experiments.datascale.tables import aggregate, collect, findings, make_tables, sample_efficiency
 
 from .conftest import started_together, tree_hashes, val_curve
-from .test_tensorboard import events, sweep_view
+from .test_tensorboard import events, run_hparams, sweep_view
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,7 +193,8 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_
     # TensorBoard's HParams over the interrupted runs: their identity and the stage's metric as columns
     _, experiment = sweep_view(runs / "tiny")
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
-    assert {"family", "lr", "fraction"} <= {i.name for i in experiment.hparam_infos}
+    assert {"family", "lr", "fraction", "status"} <= {i.name for i in experiment.hparam_infos}
+    assert {run_hparams(d)["status"] for d in trials.values()} == {"interrupted"}  # each run's row says so
 
     resumed = yaml.safe_load(spec.read_text())
     resumed["recipe_args"]["default"] = {}  # no switch: the same runs (callbacks are no part of a run's identity)
@@ -201,6 +202,7 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune"]) == 0
     for run_dir in trials.values():
         assert "resuming from" in (run_dir / "log.txt").read_text() and run_status_of(run_dir) == "fitted"
+        assert run_hparams(run_dir)["status"] == "fitted"
 
 
 def test_sigterm_to_a_sweep_stops_its_run_and_starts_no_other(sweep_env, make_dm):

@@ -52,9 +52,10 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
     assert [e.value for e in acc.Scalars("by_train_size/val_acc_n512")] == [e.value for e in acc.Scalars("val/acc")]
     # HPARAMS names the trial after the run's folder, not a hash of its values
     assert session(untested).group_name == untested.name
+    assert h["status"] == "fitted"  # trained, its test not run
 
     code, tested = cli("fit", "--model.family", "vit")
-    assert code == 0 and run_hparams(tested)["family"] == "vit"
+    assert code == 0 and run_hparams(tested)["family"] == "vit" and run_hparams(tested)["status"] == "done"
     assert "test/acc" in events(tested).Tags()["scalars"] and "epoch" not in events(tested).Tags()["scalars"]
     # SCALARS and TIME SERIES order tag groups (a tag's part before its first "/") by name: the
     # per-size validation curves come first, before the test's single points
@@ -66,8 +67,28 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
     layout, experiment = sweep_view(untested.parent)
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
     differs = {i.name: i.differs for i in experiment.hparam_infos}
-    assert differs["family"] and not differs["budget"] and not differs["lr"]
+    assert differs["family"] and not differs["budget"] and not differs["lr"] and differs["status"]
     assert [[list(c.multiline.tag) for c in cat.chart] for cat in layout.category] == [[["^by_train_size/val_acc_n512$"]]]
+
+
+def test_a_runs_status_in_hparams_follows_its_summary(tmp_path):
+    """The session file holds the run's hparams with its status, rewritten whole at every summary
+    (TensorBoard keeps the first session start it reads: an appended one would never show)."""
+    from experiments.runs.record import write_json, write_summary
+    from experiments.runs.tensorboard import SESSION_FILE, session_hparams, write_session
+    run_dir = tmp_path / "resnet-x"
+    run_dir.mkdir()
+    write_json(run_dir / "identity.json", {"hash": "x", "identity": {"model.family": "resnet", "data.seed": 1}})
+    write_session(run_dir, session_hparams({"model.family": "resnet", "data.seed": 1}, "running"))
+    assert run_hparams(run_dir) == {"family": "resnet", "seed": 1, "status": "running"}
+    for status in ("interrupted", "done"):
+        write_summary(run_dir, {"status": status, "params": 7, "flops_per_image": None})
+        assert run_hparams(run_dir) == {"family": "resnet", "seed": 1, "params": 7, "status": status}
+    assert [p.name for p in run_dir.glob("*tfevents*")] == [SESSION_FILE]  # one file, replaced
+    # a summary without identity.json (a folder that is no run) writes no session
+    (tmp_path / "other").mkdir()
+    write_summary(tmp_path / "other", {"status": "failed"})
+    assert not list((tmp_path / "other").glob("*tfevents*"))
 
 
 def test_an_epoch_that_ends_before_any_step_logs_no_train_metric():

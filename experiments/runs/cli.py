@@ -36,10 +36,10 @@ from experiments.runs.cli_help import HELP_ALL, asks_help, suite_help
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.names import checked_name, checked_runs_dir, inside
 from experiments.runs.lock import lock_run_folder
-from experiments.runs.record import IDENTITY_FILE, check_run_files, read_identity, read_summary, write_json
+from experiments.runs.record import IDENTITY_FILE, check_run_files, read_summary, write_json
 from experiments.runs.record_callback import RunRecord
 from experiments.runs.run_config import load_config
-from experiments.runs.tensorboard import SuiteTensorBoardLogger, readable_hparams
+from experiments.runs.tensorboard import SuiteTensorBoardLogger, session_hparams
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MAX_STEPS = 2**53  # the schedule's step over its length is a float64: past this, steps share one value
@@ -294,11 +294,11 @@ class SuiteCLI(LightningCLI):
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
-            # hparams: the run's identity (an evaluated checkpoint's is its run's identity.json)
-            ident = self.identity() if self.subcommand == "fit" else read_identity(run_dir)
+            # a fit's hparams session: its identity, status running (its summary's status once it ends)
+            fit = self.subcommand == "fit"
             kwargs["logger"] = SuiteTensorBoardLogger(
                 save_dir=str(run_dir.parent), name=run_dir.name, version="", train_size=self.datamodule.train_size,
-                hparams=readable_hparams(ident, self.model.complexity) if ident is not None else None)
+                hparams=session_hparams(self.identity(), "running", self.model.complexity) if fit else None)
         callbacks = list(trainer_cfg.get("callbacks") or [])
         c = self._cfg()
         stop = c.get("stop_at_val_acc") if self.subcommand == "fit" else None

@@ -17,7 +17,7 @@ from modules.files import write_atomic
 
 from experiments.runs.identity import evaluation_identity
 from experiments.runs.record import record_summary, write_progress
-from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
+from experiments.runs.tensorboard import SIZE_TAG, session_hparams, write_session
 
 
 class MemberRecords:
@@ -44,17 +44,15 @@ class MemberRecords:
         return self._writers
 
     def start(self, complexity: dict, resumed: bool = False) -> None:
-        """The clock; and, unless the group resumes, each member's config, subset and hparams."""
+        """The clock; each member's hparams session (status running); and, unless the group
+        resumes, each member's config and subset."""
         self._start = time.perf_counter()
-        if resumed:
-            return
         for m, dm in zip(self.members, self.dms):
-            (m.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            write_atomic(m.run_dir / "config.yaml", m.config_yaml)
-            dm.save_train_indices(m.run_dir / "train_indices.json")
-        for m, w in zip(self.members, self.writers()):  # as a single run's logger: its identity, no metrics
-            w._get_file_writer().add_summary(session_start(readable_hparams(m.identity, complexity),
-                                                           trial_id=m.run_dir.name))
+            if not resumed:
+                (m.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+                write_atomic(m.run_dir / "config.yaml", m.config_yaml)
+                dm.save_train_indices(m.run_dir / "train_indices.json")
+            write_session(m.run_dir, session_hparams(m.identity, "running", complexity))  # as a single fit's logger
 
     def trained(self, images: int, seconds: float) -> None:
         """`images` per member trained in `seconds` (between host syncs, less the first step after

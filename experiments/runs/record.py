@@ -106,7 +106,12 @@ def read_progress(run_dir: Path) -> dict | None:
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
+    """summary.json; and the run's hparams session follows it (its status a column of HPARAMS)."""
     write_json(Path(run_dir) / "summary.json", summary)
+    identity = read_identity(run_dir)
+    if identity is not None:
+        from experiments.runs.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used
+        write_session(run_dir, recorded_hparams(identity, summary))
 
 
 def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dict | None, evaluation: dict,

@@ -1,9 +1,11 @@
 """What TensorBoard shows of the runs: hparams, curves by training-set size, the sweep's layout.
 
 - Each run's hparams are its identity (identity.json) under readable names ("family", "fraction",
-  "lr", ...; a trainer setting keeps its "trainer." prefix) plus its parameter count and FLOPs, as
-  one hparams session start named after the run's folder (the HPARAMS table's "Trial ID", instead
-  of a hash of the values); no metric values are written with them (no placeholder 0s).
+  "lr", ...; a trainer setting keeps its "trainer." prefix) plus its parameter count, FLOPs and
+  status (running, fitted, done, interrupted, failed, diverged), as one hparams session start named
+  after the run's folder (the HPARAMS table's "Trial ID", instead of a hash of the values); no
+  metric values are written with them (no placeholder 0s). It lives alone in SESSION_FILE, rewritten
+  whenever the run's status changes (write_session).
 - Every run also logs its val/acc under a tag naming its training-set size (SIZE_TAG,
   "by_train_size/val_acc_n590"): custom scalars select series by tag, never by run, so this is the
   only way to one chart per size. Its group, "by_train_size", sorts before "test", "train" and
@@ -17,6 +19,7 @@
 """
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 SIZE_TAG = "by_train_size/val_acc_n{}"  # val/acc again, under the run's training-set size; sorts first
+SESSION_FILE = "events.out.tfevents.0.session"  # a run's hparams session; sorts before its curves' files
 
 
 def readable_hparams(identity: dict, complexity: dict | None = None) -> dict:
@@ -40,6 +44,35 @@ def readable_hparams(identity: dict, complexity: dict | None = None) -> dict:
     return out
 
 
+def session_hparams(identity: dict, status: str, complexity: dict | None = None) -> dict:
+    """A run's row of HPARAMS: its readable identity and complexity, and its status."""
+    return {**readable_hparams(identity, complexity), "status": status}
+
+
+def recorded_hparams(identity: dict, summary: dict | None) -> dict:
+    """session_hparams from what a run recorded: its summary's status, params and FLOPs ("running"
+    while it has no summary: a run writes its summary when it ends)."""
+    s = summary or {}
+    complexity = {"params": s["params"], "flops": s.get("flops_per_image")} if "params" in s else None
+    return session_hparams(identity, s.get("status") or "running", complexity)
+
+
+def write_session(run_dir: Path, hparams: dict) -> None:
+    """<run_dir>/SESSION_FILE: the run's hparams session start, alone in its events file and rewritten
+    whole (atomically) when the status in `hparams` changes. TensorBoard keeps the first session start
+    it reads of a run, so a later one appended to the curves' events (a resumed run's "done" after
+    "interrupted") would never show; a TensorBoard already running shows the new status once restarted."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from modules.files import write_atomic
+    run_dir, now, data = Path(run_dir), time.time(), io.BytesIO()
+    records = RecordWriter(data)
+    records.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+    records.write(Event(wall_time=now, summary=session_start(hparams, trial_id=run_dir.name)).SerializeToString())
+    write_atomic(run_dir / SESSION_FILE, data.getvalue())
+
+
 def _value(v):
     return v if isinstance(v, (bool, int, float, str)) else str(v)  # None and lists as text
 
@@ -52,9 +85,10 @@ def session_start(hparams: dict, trial_id: str | None = None):
 
 
 class SuiteTensorBoardLogger(TensorBoardLogger):
-    """Lightning's TensorBoardLogger, but its hparams are the run's `hparams` (readable_hparams)
-    with no initial metric values, its val/acc is also logged under SIZE_TAG, and the `epoch`
-    Lightning adds to every logged step is not written (the x axis is the step)."""
+    """Lightning's TensorBoardLogger, but a fit's hparams are its `hparams` (session_hparams,
+    status running) in the run's session file with no initial metric values, its val/acc is also logged
+    under SIZE_TAG, and the `epoch` Lightning adds to every logged step is not written (the x axis
+    is the step)."""
 
     def __init__(self, *args, hparams: dict | None, train_size: int | None, **kwargs):
         super().__init__(*args, default_hp_metric=False, **kwargs)
@@ -64,7 +98,7 @@ class SuiteTensorBoardLogger(TensorBoardLogger):
     def log_hyperparams(self, params, metrics=None) -> None:
         super().log_hyperparams(params)  # hparams.yaml only (no metrics: nothing in the events)
         if self.run_hparams and not self._session_written:  # once: Lightning calls this per stage
-            self.experiment._get_file_writer().add_summary(session_start(self.run_hparams, trial_id=self.name))
+            write_session(self.log_dir, self.run_hparams)
             self._session_written = True
 
     @rank_zero_only
@@ -116,9 +150,8 @@ def write_sweep_view(exp_dir: Path, sizes: list[int], run_dirs: list[Path], test
     old = sorted(exp_dir.glob("events.out.tfevents.*"))
     if old and keep_existing:
         return False
-    runs = [(read_identity(d), read_summary(d) or {}) for d in run_dirs]
-    hparams = [readable_hparams(i, {"params": s["params"], "flops": s["flops_per_image"]} if "params" in s else None)
-               for i, s in runs if i is not None]
+    runs = [(read_identity(d), read_summary(d)) for d in run_dirs]
+    hparams = [recorded_hparams(i, s) for i, s in runs if i is not None]
     metrics = ["val/acc_best", *(["test/acc"] if tested else [])]
     summaries = [custom_scalars(sweep_layout(exp_dir.name, sizes)),
                  *([hparams_experiment(hparams, metrics)] if hparams else [])]
