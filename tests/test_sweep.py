@@ -70,7 +70,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path, in_process_launc
     done = _summaries(runs / "tiny")
     assert sorted(done) == ["deit-tiny_fashion_mnist_f0.5_s0_lr0.003", "deit-tiny_fashion_mnist_f1_s0_lr0.003",
                             "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003", "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
-    assert all(s["status"] == "done" for s in done.values())
+    assert all(s["Status"] == "done" for s in done.values())
     # S(n) = max(4, 0.25 * n / 32) rounded up to a multiple of 2 validations: n=270 -> 4, n=540 -> 6
     assert {(s["train_size"], s["steps"]) for s in done.values()} == {(270, 4), (540, 6)}
     assert all(len(s["val_history"]) == 2 for s in done.values())
@@ -129,7 +129,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
     proc.wait()
     first = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003")
     second = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f1_s0_lr0.003")
-    assert json.loads((first / "summary.json").read_text())["status"] == "fitted"  # tuned, not yet tested
+    assert json.loads((first / "summary.json").read_text())["Status"] == "fitted"  # tuned, not yet tested
     trained_at = (first / "checkpoints" / "best.ckpt").stat().st_mtime_ns
     assert run_status_of(second) not in ("fitted", "done"), "the kill came too late to test anything"
 
@@ -138,7 +138,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
     assert "trained; testing its best checkpoint" in (first / "log.txt").read_text()  # only its test was left
     assert "resuming from" in (second / "log.txt").read_text()  # continued from its last checkpoint
     assert json.loads((second / "summary.json").read_text())["steps"] == 18
-    assert {n: s["status"] for n, s in _summaries(runs / "tiny").items()} == {
+    assert {n: s["Status"] for n, s in _summaries(runs / "tiny").items()} == {
         "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003": "done", "resnet-tiny_fashion_mnist_f1_s0_lr0.003": "done"}
 
 
@@ -193,8 +193,8 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_
     # TensorBoard's HParams over the interrupted runs: their identity and the stage's metric as columns
     _, experiment = sweep_view(runs / "tiny")
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
-    assert {"family", "lr", "fraction", "status"} <= {i.name for i in experiment.hparam_infos}
-    assert {run_hparams(d)["status"] for d in trials.values()} == {"interrupted"}  # each run's row says so
+    assert {"family", "lr", "fraction", "Status"} <= {i.name for i in experiment.hparam_infos}
+    assert {run_hparams(d)["Status"] for d in trials.values()} == {"interrupted"}  # each run's row says so
 
     resumed = yaml.safe_load(spec.read_text())
     resumed["recipe_args"]["default"] = {}  # no switch: the same runs (callbacks are no part of a run's identity)
@@ -202,7 +202,7 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune"]) == 0
     for run_dir in trials.values():
         assert "resuming from" in (run_dir / "log.txt").read_text() and run_status_of(run_dir) == "fitted"
-        assert run_hparams(run_dir)["status"] == "fitted"
+        assert run_hparams(run_dir)["Status"] == "fitted"
 
 
 def test_sigterm_to_a_sweep_stops_its_run_and_starts_no_other(sweep_env, make_dm):
@@ -281,7 +281,7 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env, in_process_l
     results = run_sweep(plan, launcher=launcher)
     assert results == {plan[0].name: "diverged", plan[1].name: "done"}
     s = json.loads((plan[0].run_dir / "summary.json").read_text())
-    assert s["status"] == "diverged" and "loss is nan" in s["error"].lower()
+    assert s["Status"] == "diverged" and "loss is nan" in s["error"].lower()
     # a diverged run is final: the next sweep does not launch it again
     launched.clear()
     assert run_sweep(plan, launcher=launcher) == results and launched == []

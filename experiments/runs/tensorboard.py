@@ -2,7 +2,7 @@
 
 - Each run's hparams are its identity (identity.json) under readable names ("family", "fraction",
   "lr", ...; a trainer setting keeps its "trainer." prefix) plus its parameter count, FLOPs and
-  status (running, fitted, done, interrupted, failed, diverged), as one hparams session start named
+  Status (running, fitted, done, interrupted, failed, diverged), as one hparams session start named
   after the run's folder (the HPARAMS table's "Trial ID", instead of a hash of the values); no
   metric values are written with them (no placeholder 0s). It lives alone in SESSION_FILE, rewritten
   whenever the run's status changes (write_session).
@@ -44,9 +44,12 @@ def readable_hparams(identity: dict, complexity: dict | None = None) -> dict:
     return out
 
 
+STATUS = "Status"  # capitalised: TensorBoard shows five hparams at first, those that differ, by name; this one first
+
+
 def session_hparams(identity: dict, status: str, complexity: dict | None = None) -> dict:
     """A run's row of HPARAMS: its readable identity and complexity, and its status."""
-    return {**readable_hparams(identity, complexity), "status": status}
+    return {**readable_hparams(identity, complexity), STATUS: status}
 
 
 def recorded_hparams(identity: dict, summary: dict | None) -> dict:
@@ -118,7 +121,8 @@ def sweep_layout(experiment: str, sizes: list[int]) -> dict:
 
 def hparams_experiment(run_hparams: list[dict], metrics: list[str]):
     """The hparams experiment (a Summary proto) over the runs' hparams: names in first-seen order,
-    `differs` where the runs' values differ; `metrics` are the table's metric columns."""
+    `differs` where the runs' values differ, and for STATUS always (a column shown at first even
+    when every run is done); `metrics` are the table's metric columns."""
     from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2, summary_v2
     from tensorboard.plugins.hparams.metadata import EXPERIMENT_TAG
     names = list(dict.fromkeys(k for h in run_hparams for k in h))
@@ -128,7 +132,7 @@ def hparams_experiment(run_hparams: list[dict], metrics: list[str]):
         values = [h.get(name) for h in run_hparams]
         types = {kinds.get(type(v), api_pb2.DATA_TYPE_STRING) for v in values if v is not None}
         infos.append(api_pb2.HParamInfo(name=name, type=types.pop() if len(types) == 1 else api_pb2.DATA_TYPE_STRING,
-                                        differs=len({repr(v) for v in values}) > 1))
+                                        differs=name == STATUS or len({repr(v) for v in values}) > 1))
     experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=[  # no time: the same runs, the same bytes
         api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in metrics])
     return summary_v2._summary_pb(EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
