@@ -32,7 +32,7 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
 import torch  # noqa: E402
 
 from experiments.runs.provenance import hardware, versions  # noqa: E402
-from family_throughput import matmul_peak, single_step  # noqa: E402
+from family_throughput import matmul_peak, mfu, single_step, training_flops  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -61,7 +61,7 @@ def make(family: str, budget: str, batch: int, precision: str, layout: bool = Fa
     t = time.perf_counter()
     step()  # warm-up (and compilation)
     first = time.perf_counter() - t
-    return 3 * clf.complexity["flops"], step, first
+    return training_flops(clf), step, first
 
 
 def eval_images_per_s(family: str, budget: str, batch: int, steps: int) -> float:
@@ -143,14 +143,14 @@ def main() -> None:
             levers.append(("torch.compile(model)", dict(compiled=True)))
         base_s = seconds_per_step(base, a.steps)
         print(f"{family:9} {f'fp32, batch {base_batch}':24} {base_batch / base_s:8,.0f} "
-              f"{base_batch / base_s * flops / peak:6.1%} {'1.00x':>8} {'':>12}", flush=True)
+              f"{mfu(base_batch / base_s, flops, peak)} {'1.00x':>8} {'':>12}", flush=True)
         train_per_s = {base_batch: base_batch / base_s}
         for label, kw in levers:
             batch = kw.pop("batch", base_batch)
             _, step, first = make(family, a.budget, batch, kw.pop("precision", "32-true"), **kw)
             b_s, l_s, ratio = compare(base, step, a.steps, a.repeats)
             per_image = (b_s / base_batch) / (l_s / batch)  # images/s ratio (batches differ)
-            print(f"{family:9} {label:24} {batch / l_s:8,.0f} {batch / l_s * flops / peak:6.1%} "
+            print(f"{family:9} {label:24} {batch / l_s:8,.0f} {mfu(batch / l_s, flops, peak)} "
                   f"{(per_image if batch != base_batch else ratio):7.2f}x {first:12.1f}", flush=True)
             if label.startswith("batch"):
                 train_per_s[batch] = batch / l_s

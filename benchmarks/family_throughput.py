@@ -63,6 +63,17 @@ def matmul_peak(device: torch.device, precision: str) -> tuple[float, str]:
     return best, f"{n}x{n} {str(dtype).removeprefix('torch.')} matmul"
 
 
+def training_flops(clf) -> float | None:
+    """FLOPs of one training image (forward + backward = 3 x forward); None where the counter failed."""
+    forward = clf.complexity["flops"]
+    return None if forward is None else 3 * forward
+
+
+def mfu(images_per_sec: float, flops: float | None, peak: float) -> str:
+    """Model FLOPs utilisation as a 6-wide column; "n/a" without a FLOP count."""
+    return f"{images_per_sec * flops / peak:6.1%}" if flops is not None else f"{'n/a':>6}"
+
+
 def gpu_utilisation(device: torch.device) -> str:
     if device.type != "cuda":
         return "n/a"
@@ -136,7 +147,7 @@ def main() -> None:
     for family in a.family:
         total = warmup + steps
         clf, step = single_step(family, a.budget, a.batch, device, precision, total, fused=False)
-        flops = 3 * clf.complexity["flops"]
+        flops = training_flops(clf)
         seconds, util1 = timed(step, steps, warmup, device)
         single = a.batch * steps / seconds
         other = "n/a"
@@ -149,8 +160,9 @@ def main() -> None:
                         autocast=torch.bfloat16 if precision == "bf16-mixed" else None)
         seconds, utilk = timed(step, steps, warmup, device)
         packed = a.k * a.batch * steps / seconds
-        print(f"{family:9} {flops / 3e6:9.1f} {single:12,.0f} {single * flops / peak:6.1%} {util1:>5} {other:>12} | "
-              f"{packed:12,.0f} {packed * flops / peak:6.1%} {utilk:>5} {packed / single:7.2f}x", flush=True)
+        mflops = f"{flops / 3e6:9.1f}" if flops is not None else f"{'n/a':>9}"
+        print(f"{family:9} {mflops} {single:12,.0f} {mfu(single, flops, peak)} {util1:>5} {other:>12} | "
+              f"{packed:12,.0f} {mfu(packed, flops, peak)} {utilk:>5} {packed / single:7.2f}x", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -34,6 +34,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def warmup_steps(total_steps: int, warmup_fraction: float) -> int:
+    """Steps of linear warmup in a run of `total_steps`: at least one (a step at lr 0 is wasted)."""
+    return max(1, round(warmup_fraction * total_steps))
+
+
 def warmup_cosine(step: int, total_steps: int, warmup_steps: int, min_ratio: float) -> float:
     """Multiplier of the peak learning rate at `step` (0-based)."""
     if step < warmup_steps:
@@ -45,7 +50,7 @@ def warmup_cosine(step: int, total_steps: int, warmup_steps: int, min_ratio: flo
 def adamw_warmup_cosine(model: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
                         total_steps: int, warmup_fraction: float, min_lr_ratio: float):
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas)
-    warmup = max(1, round(warmup_fraction * total_steps))
+    warmup = warmup_steps(total_steps, warmup_fraction)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: warmup_cosine(s, total_steps, warmup, min_lr_ratio))
     return optimizer, schedule

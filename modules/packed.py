@@ -36,7 +36,7 @@ from torch.func import functional_call, stack_module_state
 
 from .checkpoint_io import atomic_save, read_checkpoint
 from .classifier import ImageClassifier, load_teacher, students
-from .optim import LR_LIMIT, lr_in_range, param_groups, warmup_cosine
+from .optim import LR_LIMIT, lr_in_range, param_groups, warmup_cosine, warmup_steps
 from .registry import use_fused_attention
 
 
@@ -295,7 +295,7 @@ class PackedClassifier(L.LightningModule):
         # element-wise, so one AdamW over stacked tensors is K AdamWs; with per-member lrs it runs at
         # lr 1 and optimizer_step scales each member's update by its own lr
         optimizer = torch.optim.AdamW(groups, lr=1.0 if self.lrs is not None else h.lr, betas=tuple(h.betas))
-        warmup = max(1, round(h.warmup_fraction * total))
+        warmup = warmup_steps(total, h.warmup_fraction)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: warmup_cosine(s, total, warmup, h.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

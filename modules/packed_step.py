@@ -41,7 +41,7 @@ import math
 import torch
 from torch.func import functional_call, grad
 
-from .optim import param_groups
+from .optim import param_groups, warmup_steps
 from .packed import teacher_logits as teacher_logits_of
 
 
@@ -70,7 +70,6 @@ class PackedStep:
         self.beta1, self.beta2 = (float(b) for b in h.betas)
         self.eps = 1e-8                                   # torch.optim.AdamW's default
         self.total = int(total_steps)
-        self.warmup = max(1, round(h.warmup_fraction * self.total))  # as PackedClassifier.configure_optimizers
         self.min_ratio = float(h.min_lr_ratio)
         self.clip = clip
 
@@ -79,7 +78,7 @@ class PackedStep:
         the weights' precision: an input of the step, not a constant of its graph, so that groups
         that differ only in their length share one compiled step."""
         total = self.total if total_steps is None else int(total_steps)
-        warmup = max(1, round(self.packed.template.hparams.warmup_fraction * total))
+        warmup = warmup_steps(total, self.packed.template.hparams.warmup_fraction)  # as configure_optimizers
         dtype = next(iter(self.packed.members.parameters())).dtype
         return torch.tensor([warmup, total], dtype=dtype, device=device or self.packed.device)
 

@@ -7,6 +7,7 @@ import csv
 import json
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +142,17 @@ def test_a_family_whose_flops_cannot_be_counted_still_builds_and_fits(cli, monke
     summary = json.loads((run_dir / "summary.json").read_text())
     assert code == 0 and summary["status"] == "done" and summary["flops_per_image"] is None
     assert summary["params"] > 400_000
+
+
+def test_the_benchmarks_print_no_mfu_for_a_family_whose_flops_cannot_be_counted(monkeypatch):
+    """make bench / bench-levers multiply FLOPs by images per second: an uncounted family gets
+    "n/a" in its MFU column, never a crash on None."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from family_throughput import mfu, training_flops
+    monkeypatch.setattr(complexity, "_flops_by_op", _uncountable)
+    with pytest.warns(UserWarning, match="not counted"):
+        flops = training_flops(ImageClassifier("resnet"))
+    assert flops is None and mfu(100.0, flops, 1e9).strip() == "n/a"
+    monkeypatch.undo()
+    assert mfu(100.0, 3e6, 1e9) == " 30.0%" and training_flops(ImageClassifier("resnet")) > 0
