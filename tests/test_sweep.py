@@ -70,7 +70,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path, in_process_launc
     done = _summaries(runs / "tiny")
     assert sorted(done) == ["deit-tiny_fashion_mnist_f0.5_s0_lr0.003", "deit-tiny_fashion_mnist_f1_s0_lr0.003",
                             "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003", "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]
-    assert all(s["Status"] == "done" for s in done.values())
+    assert all(s["status"] == "done" for s in done.values())
     # S(n) = max(4, 0.25 * n / 32) rounded up to a multiple of 2 validations: n=270 -> 4, n=540 -> 6
     assert {(s["train_size"], s["steps"]) for s in done.values()} == {(270, 4), (540, 6)}
     assert all(len(s["val_history"]) == 2 for s in done.values())
@@ -91,7 +91,7 @@ def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path, in_process_launc
         assert f"by_train_size/val_acc_n{s['train_size']}" in events(_folder(runs / "tiny", s["run"].rsplit("_", 1)[0])).Tags()["scalars"]
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best", "test/acc"]
     shown = sorted(experiment.hparam_infos, key=lambda i: (not i.differs, i.name))  # TensorBoard's column order
-    assert shown[0].name == "family" and "fraction" in {i.name for i in shown if i.differs}
+    assert [i.name for i in shown[:2]] == ["Status", "family"] and "fraction" in {i.name for i in shown if i.differs}
 
     out = tmp_path / "results"
     assert main(["tables", "--runs_dir", str(runs), "--out", str(out), "--readme", ""]) == 0
@@ -129,7 +129,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
     proc.wait()
     first = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003")
     second = _folder(runs / "tiny", "resnet-tiny_fashion_mnist_f1_s0_lr0.003")
-    assert json.loads((first / "summary.json").read_text())["Status"] == "fitted"  # tuned, not yet tested
+    assert json.loads((first / "summary.json").read_text())["status"] == "fitted"  # tuned, not yet tested
     trained_at = (first / "checkpoints" / "best.ckpt").stat().st_mtime_ns
     assert run_status_of(second) not in ("fitted", "done"), "the kill came too late to test anything"
 
@@ -138,7 +138,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(sweep_env, in_proces
     assert "trained; testing its best checkpoint" in (first / "log.txt").read_text()  # only its test was left
     assert "resuming from" in (second / "log.txt").read_text()  # continued from its last checkpoint
     assert json.loads((second / "summary.json").read_text())["steps"] == 18
-    assert {n: s["Status"] for n, s in _summaries(runs / "tiny").items()} == {
+    assert {n: s["status"] for n, s in _summaries(runs / "tiny").items()} == {
         "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003": "done", "resnet-tiny_fashion_mnist_f1_s0_lr0.003": "done"}
 
 
@@ -281,7 +281,7 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env, in_process_l
     results = run_sweep(plan, launcher=launcher)
     assert results == {plan[0].name: "diverged", plan[1].name: "done"}
     s = json.loads((plan[0].run_dir / "summary.json").read_text())
-    assert s["Status"] == "diverged" and "loss is nan" in s["error"].lower()
+    assert s["status"] == "diverged" and "loss is nan" in s["error"].lower()
     # a diverged run is final: the next sweep does not launch it again
     launched.clear()
     assert run_sweep(plan, launcher=launcher) == results and launched == []

@@ -9,6 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import metadata
 
+from experiments.runs.record import session_rows
 from experiments.runs.tensorboard import write_sweep_view
 
 
@@ -63,7 +64,7 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
     assert groups[0] == "by_train_size" and {"test", "train", "val"} <= set(groups)
 
     # a sweep's view over these runs, tuning only: its hparams experiment declares val/acc_best alone
-    assert write_sweep_view(untested.parent, [512], [untested, tested], tested=False)
+    assert write_sweep_view(untested.parent, [512], session_rows([untested, tested]), tested=False)
     layout, experiment = sweep_view(untested.parent)
     assert [m.name.tag for m in experiment.metric_infos] == ["val/acc_best"]
     differs = {i.name: i.differs for i in experiment.hparam_infos}

@@ -105,6 +105,12 @@ def read_progress(run_dir: Path) -> dict | None:
     return {"step": p["step"], "steps": p["steps"], "val_acc": p["val_acc"]}
 
 
+def session_rows(run_dirs: list[Path]) -> list[dict]:
+    """HPARAMS' row of each run that has an identity.json (tensorboard.recorded_hparams)."""
+    from experiments.runs.tensorboard import recorded_hparams  # TensorBoard: imported when used
+    return [recorded_hparams(i, read_summary(d)) for d in run_dirs if (i := read_identity(d)) is not None]
+
+
 def write_summary(run_dir: Path, summary: dict) -> None:
     """summary.json; and the run's hparams session follows it (its status a column of HPARAMS)."""
     write_json(Path(run_dir) / "summary.json", summary)

@@ -39,7 +39,7 @@ from modules.files import write_atomic
 from experiments.runs.convergence import judged
 from experiments.runs.lock import hold_experiment
 from experiments.runs.names import runs_dir_option
-from experiments.runs.record import read_summary, write_json
+from experiments.runs.record import read_summary, session_rows, write_json
 from experiments.runs.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
@@ -428,7 +428,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
         try:
             results.update(run_sweep(runs, jobs=jobs, pack=pack, cluster=cluster, progress=progress))
         except Interrupted:  # HParams then has its columns (identity, val/acc_best, test/acc) over the runs so far
-            write_sweep_view(exp_dir, sizes, progress.run_dirs(), tested)
+            write_sweep_view(exp_dir, sizes, session_rows(progress.run_dirs()), tested)
             raise
     if a.stage != "main":
         choices, trials = tuning_stage(spec, axes, runs_dir, pool, run=run)
@@ -456,7 +456,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
     else:
         runs = []
     # the hparams table over every run of the plan (a tuning winner is also a main run: once)
-    write_sweep_view(exp_dir, sizes, list(dict.fromkeys(r.run_dir for r in [*trials, *runs])), tested)
+    write_sweep_view(exp_dir, sizes, session_rows(list(dict.fromkeys(r.run_dir for r in [*trials, *runs]))), tested)
     wall = time.perf_counter() - start
     counts = {s: list(results.values()).count(s) for s in sorted(set(results.values()))}
     print(f"sweep {spec['name']} ({profile}, stage {a.stage}): {len(results)} runs in {wall:.0f} s: "

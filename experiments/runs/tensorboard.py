@@ -138,24 +138,21 @@ def hparams_experiment(run_hparams: list[dict], metrics: list[str]):
     return summary_v2._summary_pb(EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
 
 
-def write_sweep_view(exp_dir: Path, sizes: list[int], run_dirs: list[Path], tested: bool,
+def write_sweep_view(exp_dir: Path, sizes: list[int], hparams: list[dict], tested: bool,
                      keep_existing: bool = False) -> bool:
-    """<experiment>/events.out.tfevents.*: the sweep's custom-scalars layout and, over its runs that
-    have an identity.json so far, its hparams experiment (a file of the experiment folder, which the
-    tables never read as a run). Replaces an earlier such file unless it holds the same (a rerun
+    """<experiment>/events.out.tfevents.*: the sweep's custom-scalars layout and, over `hparams` (a
+    row per run that has an identity.json so far: record.session_rows), its hparams experiment (a
+    file of the experiment folder, which the tables never read as a run). Replaces an earlier such file unless it holds the same (a rerun
     that runs nothing changes no file) or `keep_existing`. Returns whether it wrote."""
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto.event_pb2 import Event
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import custom_scalars
 
-    from experiments.runs.record import read_identity, read_summary
     exp_dir = Path(exp_dir)
     old = sorted(exp_dir.glob("events.out.tfevents.*"))
     if old and keep_existing:
         return False
-    runs = [(read_identity(d), read_summary(d)) for d in run_dirs]
-    hparams = [recorded_hparams(i, s) for i, s in runs if i is not None]
     metrics = ["val/acc_best", *(["test/acc"] if tested else [])]
     summaries = [custom_scalars(sweep_layout(exp_dir.name, sizes)),
                  *([hparams_experiment(hparams, metrics)] if hparams else [])]
