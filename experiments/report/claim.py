@@ -1,0 +1,122 @@
+"""A claim of the source papers as data: its fixed words from experiments/<experiment>/claims.yaml
+(Wording: the question, the published result and where it is published, the words for each
+direction, the kind of quantity whose margin reads it), and our estimate of it from the run records
+(Claim: a paired difference with its 95% interval, and the runs behind it).
+
+One Claim renders each place a claim is read: the README's Findings row (`row`), the verdict of a
+reading's bullet or a figure (`said`), and the sentence that stands in for them while a run behind it
+was still improving (`not_read`). Every one of them goes through the shared vocabulary
+(report/verdicts.py) and the one converged-or-silent check (`converged`).
+
+claims.yaml is read with yaml.safe_load: data only, nothing in it runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from experiments.report.findings import Finding, estimate_text
+from experiments.report.statistics import Estimate
+from experiments.report.verdicts import MARGINS, category, not_read, size_against, verdict
+
+CLAIMS_FILE = "claims.yaml"
+EXPERIMENTS = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Wording:
+    """A claim's fixed words: the Findings row's question and published cell, the words of each
+    direction of our estimate (`higher`: the interval lies above 0; a reading may add `same` after
+    "no difference" and `unsure` after "cannot tell"), and the kind of quantity (verdicts.MARGINS)
+    whose margin reads it; `size`, the published difference (or one per published model) where the
+    paper gives one, and `source`, where the paper says it."""
+    question: str
+    published: str
+    higher: str
+    lower: str
+    same: str = ""
+    unsure: str = ""
+    margin: str = "accuracy"
+    size: float | tuple[float, ...] | None = None
+    source: str = ""
+
+    @property
+    def margin_value(self) -> float:
+        return MARGINS[self.margin].value
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Our reading of one claim: its estimate (a paired difference; None where no pair ran) and the
+    runs behind it (`improving` of them still improving at their last validation, `unknown` of those
+    by too few validations to tell)."""
+    wording: Wording
+    estimate: Estimate | None
+    runs: int
+    improving: int = 0
+    unknown: int = 0
+
+    @property
+    def converged(self) -> bool:
+        """Converged or silent: a claim is read only when every run behind it plateaued."""
+        return not self.improving
+
+    @property
+    def category(self) -> str | None:
+        """The rule's word ("no difference", "higher", "lower", "cannot tell"); None while not converged."""
+        return category(self.estimate, self.wording.margin_value) if self.converged else None
+
+    def said(self) -> str:
+        """The verdict with its interval and margin, in the claim's words for a direction."""
+        return verdict(self.estimate, self.wording.higher, self.wording.lower, self.wording.margin_value)
+
+    def not_read(self) -> str | None:
+        """The sentence a reading says instead of the verdict while a run behind it still improved."""
+        return not_read(self.improving, self.runs, self.unknown)
+
+    def cell(self) -> str:
+        """The Findings row's verdict: "not read" while not converged; else the verdict, and where a
+        published size exists, its direction and then, apart, its size against the published one."""
+        if not self.converged:
+            return f"not read: {self.improving} of {self.runs} runs still improving (†)"
+        if self.wording.size is None:
+            return self.said()
+        return f"in direction: {self.said()}; {size_against(self.estimate, self.wording.size)}"
+
+    def row(self, ours: str, source: str) -> Finding:
+        """The README's Findings row: `ours` names what was estimated (its estimate follows)."""
+        return Finding(self.wording.question, self.wording.published, f"{ours}: {estimate_text(self.estimate)}",
+                       self.cell(), source)
+
+
+def load_claims(experiment: str, path: Path | None = None) -> dict[str, Wording]:
+    """experiments/<experiment>/claims.yaml as {claim name: Wording}; one line naming the file and
+    the key where it is not what a claim holds."""
+    path = path or EXPERIMENTS / experiment / CLAIMS_FILE
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"claims {path.as_posix()!r} are not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"claims {path.as_posix()!r}: expected a mapping of claim names to claims")
+    return {name: _wording(path, name, entry) for name, entry in data.items()}
+
+
+def _wording(path: Path, name: str, entry) -> Wording:
+    allowed = [f.name for f in fields(Wording)]
+    where = f"claims {path.as_posix()!r}, claim {name!r}"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: expected a mapping with keys {', '.join(allowed)}")
+    unknown = sorted(set(entry) - set(allowed))
+    missing = [k for k in allowed[:4] if not isinstance(entry.get(k), str)]
+    if unknown or missing:
+        raise ValueError(f"{where}: " + "; ".join(
+            ([f"unknown key {', '.join(unknown)}"] if unknown else []) + ([f"missing text {', '.join(missing)}"]
+                                                                         if missing else []))
+            + f" (allowed: {', '.join(allowed)})")
+    if entry.get("margin", "accuracy") not in MARGINS:
+        raise ValueError(f"{where}: margin {entry['margin']!r} is no declared margin (allowed: {', '.join(MARGINS)})")
+    size = entry.get("size")
+    return Wording(**{**entry, "size": tuple(size) if isinstance(size, list) else size})
