@@ -12,32 +12,39 @@ claims.yaml is read with yaml.safe_load: data only, nothing in it runs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import yaml
 
 from experiments.report.findings import Finding, estimate_text
 from experiments.report.statistics import Estimate
-from experiments.report.verdicts import MARGINS, category, not_read, size_against, verdict
+from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, size_against, verdict,
+                                         were_improving)
 
 CLAIMS_FILE = "claims.yaml"
+AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
+PUBLISHED = "published"  # claims.yaml's one key that is no claim: the papers' numbers the reports quote
 EXPERIMENTS = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
 class Wording:
     """A claim's fixed words: the Findings row's question and published cell, the words of each
-    direction of our estimate (`higher`: the interval lies above 0; a reading may add `same` after
-    "no difference" and `unsure` after "cannot tell"), and the kind of quantity (verdicts.MARGINS)
-    whose margin reads it; `size`, the published difference (or one per published model) where the
-    paper gives one, and `source`, where the paper says it."""
+    direction of our estimate (`higher`: the interval lies above 0; `expected`, the one the paper
+    found, which the Findings row says is "as published"; a reading may add `same` after
+    "no difference" and `unsure` after "cannot tell", and say the claim as a sentence, `said`, its
+    {names} filled by `filled`), and the kind of quantity (verdicts.MARGINS) whose margin reads it;
+    `size`, the published difference (or one per published model) where the paper gives one, and
+    `source`, where the paper says it."""
     question: str
     published: str
     higher: str
     lower: str
+    expected: str = ""
     same: str = ""
     unsure: str = ""
+    said: str = ""
     margin: str = "accuracy"
     size: float | tuple[float, ...] | None = None
     source: str = ""
@@ -45,6 +52,10 @@ class Wording:
     @property
     def margin_value(self) -> float:
         return MARGINS[self.margin].value
+
+    def filled(self, **names: str) -> "Wording":
+        """The wording with the {names} of its sentence (`said`) filled: the runs a reading compares."""
+        return replace(self, said=self.said.format(**names))
 
 
 @dataclass(frozen=True)
@@ -68,22 +79,39 @@ class Claim:
         """The rule's word ("no difference", "higher", "lower", "cannot tell"); None while not converged."""
         return category(self.estimate, self.wording.margin_value) if self.converged else None
 
-    def said(self) -> str:
-        """The verdict with its interval and margin, in the claim's words for a direction."""
-        return verdict(self.estimate, self.wording.higher, self.wording.lower, self.wording.margin_value)
+    def said(self, higher: str | None = None, lower: str | None = None) -> str:
+        """The verdict with its interval and margin, in the claim's words for a direction (or a
+        reading's own)."""
+        return verdict(self.estimate, higher or self.wording.higher, lower or self.wording.lower,
+                       self.wording.margin_value)
 
     def not_read(self) -> str | None:
         """The sentence a reading says instead of the verdict while a run behind it still improved."""
         return not_read(self.improving, self.runs, self.unknown)
 
+    def not_read_clause(self) -> str:
+        """The same, as the clause of a bullet that names its comparison."""
+        return (f"not read: {self.improving} of the {self.runs} runs behind it {were_improving(self.unknown)} "
+                f"({STILL_IMPROVING})")
+
     def cell(self) -> str:
         """The Findings row's verdict: "not read" while not converged; else the verdict, and where a
         published size exists, its direction and then, apart, its size against the published one."""
         if not self.converged:
-            return f"not read: {self.improving} of {self.runs} runs still improving (†)"
+            return f"not read: {self.improving} of {self.runs} runs still improving ({STILL_IMPROVING})"
+        words = {d: getattr(self.wording, d) + (AS_PUBLISHED if d == self.wording.expected else "")
+                 for d in ("higher", "lower")}
+        said = self.said(**words)
         if self.wording.size is None:
-            return self.said()
-        return f"in direction: {self.said()}; {size_against(self.estimate, self.wording.size)}"
+            return said
+        return f"in direction: {said}; {size_against(self.estimate, self.wording.size)}"
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether our direction is the one the paper found (None while not converged or not expected)."""
+        if not self.converged or not self.wording.expected:
+            return None
+        return self.category == self.wording.expected
 
     def row(self, ours: str, source: str) -> Finding:
         """The README's Findings row: `ours` names what was estimated (its estimate follows)."""
@@ -101,7 +129,14 @@ def load_claims(experiment: str, path: Path | None = None) -> dict[str, Wording]
         raise ValueError(f"claims {path.as_posix()!r} are not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"claims {path.as_posix()!r}: expected a mapping of claim names to claims")
-    return {name: _wording(path, name, entry) for name, entry in data.items()}
+    return {name: _wording(path, name, entry) for name, entry in data.items() if name != PUBLISHED}
+
+
+def load_published(experiment: str, path: Path | None = None) -> dict:
+    """The published numbers claims.yaml holds under `published` (a paper's tables, as data)."""
+    path = path or EXPERIMENTS / experiment / CLAIMS_FILE
+    data = yaml.safe_load(path.read_text())
+    return data.get(PUBLISHED) or {} if isinstance(data, dict) else {}
 
 
 def _wording(path: Path, name: str, entry) -> Wording:
@@ -116,6 +151,8 @@ def _wording(path: Path, name: str, entry) -> Wording:
             ([f"unknown key {', '.join(unknown)}"] if unknown else []) + ([f"missing text {', '.join(missing)}"]
                                                                          if missing else []))
             + f" (allowed: {', '.join(allowed)})")
+    if entry.get("expected", "higher") not in ("higher", "lower"):
+        raise ValueError(f"{where}: expected {entry['expected']!r} is no direction (allowed: higher, lower)")
     if entry.get("margin", "accuracy") not in MARGINS:
         raise ValueError(f"{where}: margin {entry['margin']!r} is no declared margin (allowed: {', '.join(MARGINS)})")
     size = entry.get("size")
