@@ -64,3 +64,10 @@ def test_deit_s_findings_quote_the_published_table_they_sit_beside():
         assert f"{hard} against " in claims[name].published and f"{other} (DeiT-B" in claims[name].published
     assert claims["teacher"].size == pytest.approx(((low - transformer) / 100, (high - transformer) / 100))
     assert f"{low}-{high} against {transformer}" in claims["teacher"].published
+
+
+def test_vit_s_findings_quote_the_table_8_they_sit_beside():
+    from experiments.report.claim import load_published
+    words, table8 = load_claims("inductive_bias")["position_embedding"], load_published("inductive_bias")["rows"]
+    assert words.size == pytest.approx(table8["none"] - table8["learn"], abs=5e-5)
+    assert f"none {table8['none']:.4f} against learned 1D {table8['learn']:.4f}" in words.published
