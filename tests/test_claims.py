@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.report.claim import CLAIMS_FILE, EXPERIMENTS, Claim, Wording, load_claims
+from experiments.report.claim import CLAIMS_FILE, Claim, Wording, claims_path, load_claims
 from experiments.report.statistics import Estimate
 from experiments.report.verdicts import MARGINS
 
 WORDS = Wording("Is A above B?", "yes (a paper)", "A above", "A below", expected="higher", margin="accuracy", size=0.02)
 
 
-@pytest.mark.parametrize("experiment", sorted(p.parent.name for p in EXPERIMENTS.glob(f"*/{CLAIMS_FILE}")))
+@pytest.mark.parametrize("experiment", ["datascale", "distill", "inductive_bias"])
 def test_every_experiment_s_claims_load_with_a_declared_margin(experiment):
+    assert claims_path(experiment).is_file()
     claims = load_claims(experiment)
     assert claims and all(w.margin in MARGINS and w.question and w.higher and w.lower for w in claims.values())
 

@@ -19,13 +19,13 @@ import yaml
 
 from experiments.report.findings import Finding, estimate_text
 from experiments.report.statistics import Estimate
+from experiments.runs.spec import spec_path
 from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, size_against, verdict,
                                          were_improving)
 
 CLAIMS_FILE = "claims.yaml"
 AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
 PUBLISHED = "published"  # claims.yaml's one key that is no claim: the papers' numbers the reports quote
-EXPERIMENTS = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -120,23 +120,29 @@ class Claim:
 
 
 def load_claims(experiment: str, path: Path | None = None) -> dict[str, Wording]:
-    """experiments/<experiment>/claims.yaml as {claim name: Wording}; one line naming the file and
+    """The claims.yaml beside experiment's spec as {claim name: Wording}; one line naming the file and
     the key where it is not what a claim holds."""
-    path = path or EXPERIMENTS / experiment / CLAIMS_FILE
+    path = path or claims_path(experiment)
+    return {name: _wording(path, name, entry) for name, entry in _read(path).items() if name != PUBLISHED}
+
+
+def load_published(experiment: str, path: Path | None = None) -> dict:
+    """The published numbers claims.yaml holds under `published` (a paper's tables, as data)."""
+    return _read(path or claims_path(experiment)).get(PUBLISHED) or {}
+
+
+def claims_path(experiment: str) -> Path:
+    return spec_path(experiment).parent / CLAIMS_FILE
+
+
+def _read(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ValueError(f"claims {path.as_posix()!r} are not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"claims {path.as_posix()!r}: expected a mapping of claim names to claims")
-    return {name: _wording(path, name, entry) for name, entry in data.items() if name != PUBLISHED}
-
-
-def load_published(experiment: str, path: Path | None = None) -> dict:
-    """The published numbers claims.yaml holds under `published` (a paper's tables, as data)."""
-    path = path or EXPERIMENTS / experiment / CLAIMS_FILE
-    data = yaml.safe_load(path.read_text())
-    return data.get(PUBLISHED) or {} if isinstance(data, dict) else {}
+    return data
 
 
 def _wording(path: Path, name: str, entry) -> Wording:
