@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.distill.tables import NAME, RECORD, against_published, judge, make_tables
+from experiments.distill.numbers import CLAIMS, NAME, RECORD
+from experiments.distill.tables import make_tables
+from experiments.distill.words import against_published, judge
+from experiments.report.claim import Claim
 from experiments.report.statistics import Estimate
 
 from .test_tensorboard import events
@@ -344,17 +347,21 @@ def test_no_difference_agrees_with_deit_only_inside_the_margin():
     assert against_published(Estimate(0.001, 0.002, 3), (2.3, 1.4, 1.6)).startswith(
         "in direction: disagree, ours no difference")
     # the readings' sentence: "no difference" said only inside the margin
-    assert judge(Estimate(0.002, 0.005, 3), "x beats y") == ("+0.0020 ± 0.0050 (3 pairs): no difference: the whole "
-                                                           "95% interval [-0.0030, +0.0070] lies within ±0.0100")
-    assert judge(Estimate(0.002, 0.0081, 3), "x beats y").endswith(
-        "cannot tell: the 95% interval [-0.0061, +0.0101] includes 0 and reaches beyond ±0.0100")
+    words = CLAIMS["hard_soft"].filled(teacher="x")
+    inside, beyond = (Claim(words, Estimate(0.002, ci, 3), runs=6) for ci in (0.005, 0.0081))
+    assert (inside.category, beyond.category) == ("no difference", "cannot tell")
+    assert judge(inside) == f"+0.0020 ± 0.0050 (3 pairs): {inside.said()}"
+    assert judge(beyond) == f"+0.0020 ± 0.0081 (3 pairs): {beyond.said()}"
+    assert judge(Claim(words, Estimate(0.03, 0.01, 3), runs=6)).endswith(
+        "hard distillation from x beats soft, as DeiT reports: the 95% interval [+0.0200, +0.0400] excludes 0 and "
+        "reaches beyond ±0.0100")
 
 
 def test_teachers_match_only_when_their_whole_interval_lies_inside_the_accuracy_margin():
     """The teacher-type claim's confound is read from the interval of the teachers' paired
     difference: similar only inside ±0.01 (the accuracy margin, as every accuracy difference), different when it excludes 0, else cannot tell (a mean
     of +0.016 whose interval reaches +0.032 is not a match)."""
-    from experiments.distill.tables import confound
+    from experiments.distill.words import confound
     c = {"cnn": "resnet-at-vit", "transformer": "vit"}
     assert "teachers of similar accuracy" in confound({**c, "teacher_diff": Estimate(0.005, 0.005, 3)})
     for diff in (Estimate(0.005, 0.014, 3), Estimate(0.0161, 0.0162, 3)):   # past the accuracy margin
@@ -488,7 +495,8 @@ def test_what_each_teacher_can_hand_on_is_shown_where_recorded():
     augmented training images whose teacher label is not the true one, per distilled student and
     size, mean over the seeds that have it; 'not recorded' for runs trained before it was counted;
     nothing for the student trained alone."""
-    from experiments.distill.tables import Profile, teacher_labels
+    from experiments.distill.numbers import Profile
+    from experiments.distill.words import teacher_labels
 
     def run(seed, rate=None):
         labels = {"teacher_labels": {"differs": round(rate * 1000), "images": 1000, "rate": rate}} if rate else {}

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from experiments.__main__ import main
-from experiments.inductive_bias.tables import FIGURES, NAME, RECORD, make_tables, verdict
+from experiments.inductive_bias.figures import verdict
+from experiments.inductive_bias.numbers import FIGURES, NAME, RECORD
+from experiments.inductive_bias.tables import make_tables
 from experiments.report.statistics import Estimate
 from modules.probes import pos_embed_2d_structure
 from .conftest import val_curve
@@ -212,22 +214,26 @@ def test_tables_from_hand_written_records(converged, tmp_path):
 
 
 @pytest.mark.parametrize("deltas, expected, said", [
-    ([(-0.03, 0.01), (-0.02, 0.01)], "agrees", "worse without: the 95% interval [-0.0400, -0.0200] excludes 0"),
-    ([(-0.03, 0.01), (0.02, 0.01)], "disagrees", "better without: the 95% interval [+0.0100, +0.0300] excludes 0"),
-    ([(0.002, 0.005), (-0.003, 0.004)], "disagrees", "no difference: the whole 95% interval [-0.0030, +0.0070]"),
-    ([(0.002, 0.005), (-0.003, None)], "cannot tell", "cannot tell: one seed, no interval"),
-    ([(-0.03, 0.01), (-0.003, 0.02)], "cannot tell", "cannot tell: the 95% interval [-0.0230, +0.0170]"),
-    ([(-0.03, 0.03), (0.01, 0.02)], "cannot tell", "cannot tell: the 95% interval [-0.0600, +0.0000]"),  # touches 0
+    ([(-0.03, 0.01), (-0.02, 0.01)], "agrees", ["lower", "lower"]),
+    ([(-0.03, 0.01), (0.02, 0.01)], "disagrees", ["lower", "higher"]),
+    ([(0.002, 0.005), (-0.003, 0.004)], "disagrees", ["no difference", "no difference"]),
+    ([(0.002, 0.005), (-0.003, None)], "cannot tell", ["no difference", "cannot tell"]),
+    ([(-0.03, 0.01), (-0.003, 0.02)], "cannot tell", ["lower", "cannot tell"]),
+    ([(-0.03, 0.03), (0.01, 0.02)], "cannot tell", ["cannot tell", "cannot tell"]),  # touches 0
 ])
 def test_position_embedding_verdict_says_only_what_the_intervals_allow(deltas, expected, said):
     """In direction against Table 8's loss, from every size's none − learn interval in the shared
-    vocabulary; in size apart, each interval against the published -0.0283."""
-    from experiments.inductive_bias.tables import Profile
+    vocabulary; in size apart, each interval against the published -0.0283. The figure's verdict
+    says each size's claim as the claim reads it."""
+    from experiments.inductive_bias.numbers import Profile, position_claims
     rows = [{"name": "none", "fraction": f, "delta": Estimate(v, hw, 1 if hw is None else 3)}
             for f, (v, hw) in zip((0.01, 1.0), deltas)]
-    text = verdict(Profile("cpu", {}, Path(".")), "ablation", rows, [])
+    p = Profile("cpu", {}, Path("."))
+    claims = [c for _, c in position_claims(p, rows)]
+    assert [c.category for c in claims] == said and [c.wording.size for c in claims] == [-0.0283, -0.0283]
+    text = verdict(p, "ablation", rows, [])
     assert text.startswith(f"in direction {expected} with the paper's loss without a position embedding; none − learn")
-    assert said in text and "published -0.0283" in text
+    assert all(c.said() in text for c in claims) and "published -0.0283" in text
 
 
 def test_corrupt_records_are_one_line_and_write_nothing(experiment, tmp_path, capsys):
@@ -285,7 +291,7 @@ def test_a_family_still_improving_is_in_no_robustness_pair(converged, tmp_path):
 
 def test_a_verdict_says_at_how_many_sizes_it_was_measured(converged):
     """None − learn below 0 at the one size it ran is not "at every training-set size"."""
-    from experiments.inductive_bias.tables import load_profiles
+    from experiments.inductive_bias.numbers import load_profiles
     (p,) = load_profiles("cpu", json.loads((converged / RECORD).read_text())["profiles"]["cpu"], converged)
     one = [{"name": "none", "fraction": 0.01, "delta": Estimate(-0.03, 0.01, 3)}]
     assert verdict(p, "ablation", one, []) == (
@@ -330,7 +336,8 @@ def test_a_profile_with_several_budgets_gets_a_section_and_figures_each(experime
 
 
 def test_robustness_is_chance_corrected_and_a_model_answering_one_class_is_named():
-    from experiments.inductive_bias.tables import kept, single_class, _single_class_text
+    from experiments.inductive_bias.numbers import kept, single_class
+    from experiments.inductive_bias.words import _single_class_text
     from experiments.report.statistics import Estimate
 
     def e(v):
@@ -350,15 +357,16 @@ def test_robustness_is_chance_corrected_and_a_model_answering_one_class_is_named
 
 @pytest.mark.parametrize("ratios, expected", [
     # ViT's mean distance / uniform at 118 and at 590 images, per seed
-    (((1.00, 0.99, 1.01), (0.90, 0.88, 0.92)), "more local with more data"),
-    (((0.90, 0.88, 0.92), (1.00, 0.99, 1.01)), "less local with more data"),
-    (((1.000, 0.990, 1.010), (1.002, 0.991, 1.013)), "no difference: the whole 95% interval"),
-    (((1.00, 0.95, 1.02), (0.99, 0.99, 0.99)), "cannot tell: the 95% interval"),
+    (((1.00, 0.99, 1.01), (0.90, 0.88, 0.92)), "lower"),            # more local with more data
+    (((0.90, 0.88, 0.92), (1.00, 0.99, 1.01)), "higher"),           # less local with more data
+    (((1.000, 0.990, 1.010), (1.002, 0.991, 1.013)), "no difference"),
+    (((1.00, 0.95, 1.02), (0.99, 0.99, 0.99)), "cannot tell"),
 ])
 def test_locality_against_training_set_size_is_read_from_the_paired_change(ratios, expected):
     """The change of ViT's attention distance over the uniform distance, largest size − smallest,
     paired by seed (hand-made probes: uniform distance 10 px in every layer)."""
-    from experiments.inductive_bias.tables import Profile, locality, locality_text
+    from experiments.inductive_bias.numbers import Profile, locality, locality_claim
+    from experiments.inductive_bias.words import locality_text
     rec, runs, probes = {"families": []}, {}, {}
     for f, by_seed in zip((0.002, 0.01), ratios):
         for seed, r in enumerate(by_seed):
@@ -374,10 +382,11 @@ def test_locality_against_training_set_size_is_read_from_the_paired_change(ratio
     assert loc["change"].value == pytest.approx(statistics.fmean(diffs))
     assert loc["change"].ci95 == pytest.approx(half)
     assert loc["per_size"][0.002].value == pytest.approx(statistics.fmean(ratios[0]))
-    text = locality_text(p, loc)
+    claim = locality_claim(p, loc)
+    assert claim.estimate == loc["change"] and claim.category == expected and claim.wording.margin == "locality"
+    text = locality_text(p, loc, claim)
     assert text.startswith("vit's mean attention distance over the uniform-attention distance")
-    assert "0.002 (118 images)" in text and "0.01 (590 images)" in text
-    assert (expected if expected.endswith("interval") else f"{expected}: the 95% interval") in text
+    assert "0.002 (118 images)" in text and "0.01 (590 images)" in text and text.endswith(claim.said())
 
 
 def test_robustness_is_read_from_paired_intervals(tmp_path):
@@ -402,7 +411,7 @@ def test_robustness_is_read_from_paired_intervals(tmp_path):
 def test_uniform_attention_caveat_names_each_family_once_with_its_sizes():
     """Rows are one per family and size: a family flat at two sizes is named once, with both sizes;
     at one size only, without sizes."""
-    from experiments.inductive_bias.tables import still_uniform
+    from experiments.inductive_bias.numbers import still_uniform
     from experiments.report.statistics import Estimate
 
     def row(name, size, rel):

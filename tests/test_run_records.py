@@ -15,7 +15,7 @@ import torch
 
 from experiments.__main__ import main
 from experiments.runs.identity import config_hash, identity
-from experiments.datascale.tables import aggregate, collect
+from experiments.datascale.numbers import aggregate, collect
 
 from tests.conftest import ROOT, SMOKE
 

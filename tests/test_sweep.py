@@ -22,7 +22,8 @@ from experiments.runs.cli import resolve_run_dirs
 from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
 from experiments.runs.execute import launch, run_status
 from experiments.runs.sweep import run_sweep
-from experiments.datascale.tables import aggregate, collect, findings, make_tables, sample_efficiency
+from experiments.datascale.numbers import aggregate, collect, sample_efficiency
+from experiments.datascale.tables import findings, make_tables
 
 from .conftest import started_together, tree_hashes, val_curve
 from .test_tensorboard import events, run_hparams, sweep_view

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from experiments.report.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
-from experiments.datascale.tables import aggregate, collect, make_tables, scaling_reading
+from experiments.datascale.numbers import aggregate, collect, gap_trend
+from experiments.datascale.tables import make_tables
+from experiments.datascale.words import scaling_reading
 from .conftest import val_curve
 
 T975_DF2 = 4.302653  # t_{0.975, 2} from a printed table
@@ -92,24 +94,34 @@ def _rows(accs: dict, seeds: int = 1) -> list[dict]:
              "test_acc_ci95": None if len(runs(a)) == 1 else 0.01} for (f, n), a in accs.items()]
 
 
+def _gaps(trend) -> list[float]:
+    """Best transformer − best CNN at the smallest and the largest size."""
+    return [t["test_acc_mean"] - c["test_acc_mean"] for t, c in (trend.small, trend.large)]
+
+
 NARROWS = {("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("vit", 100): 0.70, ("vit", 1000): 0.84}
 
 
 def test_reading_says_the_cnn_lead_narrows():
-    (text,) = scaling_reading(_rows(NARROWS, seeds=3))
+    rows = _rows(NARROWS, seeds=3)
+    trend = gap_trend(rows)
+    assert _gaps(trend) == pytest.approx([-0.1, -0.01])
+    assert tuple(trend.claim.estimate) == pytest.approx((0.09, 0.0, 3))
+    assert (trend.start, trend.end, trend.verdict) == (-0.1, -0.01, "higher")
+    (text,) = scaling_reading(rows)
     assert "resnet at every training-set size" in text
-    assert "-0.1000 at 100 images" in text and "-0.0100 at 1,000 images" in text
-    assert "paired by seed: +0.0900 ± 0.0000 (3 pairs)" in text
-    assert "narrows from 0.1000 to 0.0100" in text and "as the paper says" in text
+    assert trend.claim.said() in text and "narrows from 0.1000 to 0.0100" in text and "as the paper says" in text
 
 
 def test_reading_draws_no_trend_from_one_seed():
     """Two single runs per family: the endpoints are reported, the change too, but no direction."""
-    (text,) = scaling_reading(_rows(NARROWS))
-    assert "-0.1000 at 100 images" in text and "-0.0100 at 1,000 images" in text
-    assert "paired by seed: +0.0900 (1 pair): cannot tell: one seed, no interval; no trend is concluded." in text
+    rows = _rows(NARROWS)
+    trend = gap_trend(rows)
+    assert _gaps(trend) == pytest.approx([-0.1, -0.01])
+    assert trend.claim.estimate == (pytest.approx(0.09), None, 1) and trend.verdict == "cannot tell"
+    (text,) = scaling_reading(rows)
+    assert trend.claim.said() in text and trend.claim.wording.unsure in text
     assert "narrows" not in text and "paper" not in text
-    assert "one seed" in text
 
 
 def test_reading_reads_the_trend_from_the_paired_interval_not_the_endpoints():
@@ -119,8 +131,9 @@ def test_reading_reads_the_trend_from_the_paired_interval_not_the_endpoints():
                   ("vit", 100): [0.70, 0.70, 0.70], ("vit", 1000): [0.80, 0.70, 0.72]})
     (text,) = scaling_reading(rows)
     hw = T975_DF2 * math.sqrt(0.0028 / 3)
-    assert f"paired by seed: -0.0100 ± {hw:.4f} (3 pairs): cannot tell: the 95% interval " \
-           f"[{-0.01 - hw:+.4f}, {-0.01 + hw:+.4f}] includes 0 and reaches beyond ±0.0100; no trend is concluded." in text
+    trend = gap_trend(rows)
+    assert tuple(trend.claim.estimate) == pytest.approx((-0.01, hw, 3)) and trend.verdict == "cannot tell"
+    assert trend.claim.said() in text and trend.claim.wording.unsure in text
     assert "widens" not in text and "opposite" not in text
     # changes -0.005, 0, -0.001: mean -0.002, sd sqrt(7e-6), the whole interval inside ±0.01: no difference
     rows = _rows({("resnet", 100): [0.80, 0.80, 0.80], ("resnet", 1000): [0.85, 0.85, 0.85],
@@ -128,16 +141,18 @@ def test_reading_reads_the_trend_from_the_paired_interval_not_the_endpoints():
     (text,) = scaling_reading(rows)
     hw = T975_DF2 * math.sqrt(7e-6 / 3)
     assert -0.01 < -0.002 - hw and -0.002 + hw < 0.01
-    assert (f"paired by seed: -0.0020 ± {hw:.4f} (3 pairs): no difference: the whole 95% interval "
-            f"[{-0.002 - hw:+.4f}, {-0.002 + hw:+.4f}] lies within ±0.0100: the gap stays the same as data grows.") in text
+    trend = gap_trend(rows)
+    assert tuple(trend.claim.estimate) == pytest.approx((-0.002, hw, 3)) and trend.verdict == "no difference"
+    assert f"{trend.claim.said()}: {trend.claim.wording.same}." in text
     assert "widens" not in text and "opposite" not in text
 
 
 def test_reading_flags_unconverged_runs():
     rows = _rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("vit", 100): 0.70, ("vit", 1000): 0.84})
     (text,) = scaling_reading(rows)
-    assert "still improving" not in text
+    assert "still improving" not in text and gap_trend(rows).claim.converged
     rows[3]["still_improving"] = 1  # vit at 1,000 images
+    assert not gap_trend(rows).claim.converged and gap_trend(rows).claim.category is None
     (text,) = scaling_reading(rows)
     assert "still improving at their last validation" in text and "unconverged" in text
     assert "Not read at 1,000 images" in text and "narrows" not in text and "widens" not in text  # converged or silent
@@ -161,10 +176,14 @@ def test_reading_chooses_the_best_of_a_kind_on_validation_and_waits_for_all_of_t
                   ("vit", 100): 0.72, ("vit", 1000): 0.82, ("swin", 100): 0.60, ("swin", 1000): 0.65}, seeds=3)
     for r in rows:
         r["_val_acc_mean"] += 0.05 if r["family"] == "hybrid" else 0
+    trend = gap_trend(rows)
+    assert [(t["family"], c["family"]) for t, c in (trend.small, trend.large)] == [("hybrid", "resnet")] * 2
+    assert _gaps(trend) == pytest.approx([-0.1, -0.05]) and (trend.start, trend.end) == (-0.1, -0.05)
+    assert [(t0["family"], c.estimate.value) for t0, _, c in trend.each] == [("hybrid", pytest.approx(0.05)),
+                                                                              ("vit", pytest.approx(0.05)),
+                                                                              ("swin", pytest.approx(0.0))]
     (text,) = scaling_reading(rows)
-    assert "-0.1000 at 100 images (hybrid 0.7000 vs resnet 0.8000)" in text
-    assert "-0.0500 at 1,000 images (hybrid 0.8000 vs resnet 0.8500)" in text and "narrows from 0.1000 to 0.0500" in text
-    assert "swin -0.2000 to -0.2000" in text
+    assert "(hybrid 0.7000 vs resnet 0.8000)" in text and "swin -0.2000 to -0.2000" in text
     next(r for r in rows if r["family"] == "swin" and r["train_size"] == 1000)["still_improving"] = 1
     (text,) = scaling_reading(rows)
     assert "Not read at 1,000 images" in text
@@ -176,15 +195,18 @@ def test_reading_takes_the_trend_s_words_from_the_seeds_it_pairs():
     paired change: the words follow the pairs (+0.0120 over seeds 0-2), never the unpaired means."""
     rows = _rows({("resnet", 100): [0.80, 0.80, 0.80], ("resnet", 1000): [0.85, 0.86, 0.85],
                   ("vit", 100): [0.70, 0.70, 0.70], ("vit", 1000): [0.761, 0.773, 0.762, 0.60]})
-    (text,) = scaling_reading(rows)
-    assert "(3 pairs)" in text and "includes 0" not in text
-    assert "narrows from 0.1000 to 0.0880" in text and "as the paper says" in text
+    trend = gap_trend(rows)
+    assert trend.claim.estimate.n == 3 and trend.verdict == "higher"
+    assert (trend.start, trend.end) == (-0.1, -0.088)
 
 
 def test_reading_says_plainly_when_the_gap_widens():
-    (text,) = scaling_reading(_rows({("convnext", 100): 0.80, ("convnext", 1000): 0.88,
-                                     ("swin", 100): 0.75, ("swin", 1000): 0.70}, seeds=3))
-    assert "widens from 0.0500 to 0.1800" in text and "opposite of the paper" in text
+    rows = _rows({("convnext", 100): 0.80, ("convnext", 1000): 0.88, ("swin", 100): 0.75, ("swin", 1000): 0.70}, seeds=3)
+    trend = gap_trend(rows)
+    assert (trend.start, trend.end, trend.verdict) == (-0.05, -0.18, "lower")
+    (text,) = scaling_reading(rows)
+    assert "widens from 0.0500 to 0.1800" in text and f"opposite of the paper's claim that {trend.claim.wording.published}" \
+        in text
 
 
 def test_reading_names_the_winner_at_each_size():
@@ -204,21 +226,22 @@ def test_reading_gives_each_transformer_when_they_disagree():
     """The best transformer (hybrid) catches up while ViT falls further behind: the reading says both."""
     rows = _rows({("resnet", 100): 0.73, ("resnet", 1000): 0.83, ("hybrid", 100): 0.68, ("hybrid", 1000): 0.80,
                   ("vit", 100): 0.65, ("vit", 1000): 0.72}, seeds=3)
+    trend = gap_trend(rows)
+    assert (trend.start, trend.end, trend.verdict) == (-0.05, -0.03, "higher")
+    assert [(t0["family"], tuple(c.estimate), c.category) for t0, _, c in trend.each] == [
+        ("hybrid", pytest.approx((0.02, 0.0, 3)), "higher"), ("vit", pytest.approx((-0.03, 0.0, 3)), "lower")]
     (text,) = scaling_reading(rows)
-    assert "narrows from 0.0500 to 0.0300" in text
-    assert ("Each transformer minus the best CNN, 100 to 1,000 images, and the change paired by seed: hybrid -0.0500 "
-            "to -0.0300 (+0.0200 ± 0.0000 (3 pairs): gains on it: the 95% interval [+0.0200, +0.0200] excludes 0 and "
-            "reaches beyond ±0.0100), vit -0.0800 to -0.1100 (-0.0300 ± 0.0000 (3 pairs): loses ground: the 95% "
-            "interval [-0.0300, -0.0300] excludes 0 and reaches beyond ±0.0100).") in text
-    assert "They disagree" in text
+    assert "hybrid -0.0500 to -0.0300" in text and "vit -0.0800 to -0.1100" in text
+    assert all(c.said() in text for *_, c in trend.each) and "They disagree" in text
     # a change inside the margin is no difference, and no disagreement with one that gains
-    (text,) = scaling_reading(_rows({**{(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows},
-                                     ("vit", 1000): 0.74}, seeds=3))
-    assert "vit -0.0800 to -0.0900 (-0.0100 ± 0.0000 (3 pairs): no difference: the whole 95% interval" in text
+    rows_ = _rows({**{(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows}, ("vit", 1000): 0.74}, seeds=3)
+    (text,) = scaling_reading(rows_)
+    assert [c.category for *_, c in gap_trend(rows_).each] == ["higher", "no difference"]
     assert "They disagree" not in text
     # one seed: the same endpoints, no direction and no disagreement claimed
-    (text,) = scaling_reading(_rows({(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows}))
-    assert "hybrid -0.0500 to -0.0300 (+0.0200 (1 pair): cannot tell: one seed, no interval)" in text
+    rows_ = _rows({(r["family"], r["train_size"]): r["test_acc_mean"] for r in rows})
+    (text,) = scaling_reading(rows_)
+    assert [c.category for *_, c in gap_trend(rows_).each] == ["cannot tell", "cannot tell"]
     assert "gains on it" not in text and "They disagree" not in text
     # one transformer only: its line would repeat the best-transformer sentence
     (text,) = scaling_reading([r for r in rows if r["family"] != "vit"])

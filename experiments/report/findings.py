@@ -3,7 +3,7 @@
 
 A row is the question, the published result, ours (a paired difference by seed with its 95%
 interval), the verdict in the shared vocabulary (report/verdicts.py; "not read" while a run behind
-it was still improving) and where it came from: the profile, the hardware, the commit, and whose
+it was still improving: report/claim.py, whose Claim makes each row) and where it came from: the profile, the hardware, the commit, and whose
 runs (yours in results/runs or the committed reference)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import markdown_table, plus_minus, plural
-from experiments.report.verdicts import MARGIN, legend, size_against, verdict
+from experiments.report.verdicts import legend
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,6 @@ def estimate_text(est: Estimate | None) -> str:
     if est is None:
         return "no pair of finished runs"
     return f"{plus_minus(est.value, est.ci95, signed=True, no_interval='')} ({plural(est.n, 'pair')})"
-
-
-def read(est: Estimate | None, higher: str, lower: str, improving: int, runs: int, margin: float = MARGIN,
-         published: float | tuple[float, ...] | None = None) -> str:
-    """The verdict on a paired difference, or "not read" while any of its runs still improved; where
-    a published size exists, its direction and then, apart, its size against the published one."""
-    if improving:
-        return f"not read: {improving} of {runs} runs still improving (†)"
-    said = verdict(est, higher, lower, margin)
-    return said if published is None else f"in direction: {said}; {size_against(est, published)}"
 
 
 def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> str:

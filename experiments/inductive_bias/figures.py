@@ -1,0 +1,343 @@
+"""exp-inductive-bias's figures: each drawn from a profile's numbers, with its caption, what it
+measures, what the literature found, what this profile's records show, and its verdict."""
+from __future__ import annotations
+
+import statistics
+
+import math
+
+from modules.budgets import kind_of, reading_order
+
+from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, GROWTH_MARGIN, PUBLISHED_KEPT, STRUCTURE_MIN_GAP,
+                                                TABLES, Profile, _at, _concentration, _layer_means, ablation_rows,
+                                                kept, position_claims, robustness_pairs, still_uniform)
+from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
+                                              robustness_text, robustness_verdict, structure_text, unsettled)
+from experiments.report.figures import family_colour
+from experiments.report.statistics import mean_ci
+from experiments.report.verdicts import category, size_against
+FIGURE_TEXT = {  # name -> (caption, what it measures, what the literature found)
+    "ablation": ("ViT ablations: test accuracy per variant and fraction",
+                 "ViT's test accuracy with each position embedding, with average pooling instead of [CLS], and at "
+                 "patch 2 and 7, at a scarce and at the full training set",
+                 "without a position embedding ViT-B/16 loses 2.8 points (0.6138 vs 0.6421, Table 8); 1D, 2D and "
+                 "relative embeddings are within 0.2 points of each other"),
+    "attention_distance": ("mean attention distance per layer, one dot per head and seed",
+                           "for each head, the attention-weighted pixel distance between query and key patches "
+                           "(ViT App. D.7; Swin: within its windows)",
+                           "some heads attend globally already in the first layer, others locally; the distance "
+                           "grows with depth, and local heads are rarer in hybrids (Fig. 7 right)"),
+    "pos_embed_similarity": ("position-table cosine similarity (ViT Fig. 7 left)",
+                             "tile (r, c): the cosine similarity of patch (r, c)'s position embedding with every "
+                             "patch's",
+                             "the learned 1D table learns the 2D grid: nearby patches, and patches of the same row "
+                             "or column, have similar embeddings (Fig. 7 left)"),
+    "occlusion": ("PatchDrop: accuracy against the fraction of cells zeroed",
+                  "accuracy when a random fraction of the image's 4x4-pixel cells is set to zero (mean of draws)",
+                  "with half the patches dropped DeiT-S keeps ~70% ImageNet top-1 where ResNet50 falls to ~0.1% "
+                  "(Naseer et al. 2021)"),
+    "shuffle": ("accuracy with the image's grid cells permuted",
+                "accuracy when the image, cut into a g x g grid, has its cells permuted at random",
+                "transformers lose far less than CNNs to shuffling, and a ViT without position embedding is "
+                "invariant to shuffling its own patches (Naseer et al. 2021)"),
+    "shift": ("accuracy under diagonal shifts (grey: multiples of the cell size)",
+              "accuracy after a diagonal shift of 0 to twice the patch size (zero-filled); a shift by the patch size keeps the "
+              "patch grid aligned, its neighbours do not",
+              "CNNs are not shift-invariant either: ResNet50 gives the same class to two shifts of an image 89.2% "
+              "of the time (Zhang 2019)"),
+    "cka": ("minibatch CKA of each family's blocks against the ResNet's",
+            "linear CKA (minibatch, unbiased HSIC) between every block of a model and every block of the ResNet on "
+            "the same test images",
+            "ViT's lower layers resemble a ResNet's lower layers, but ViT's representations are more uniform across "
+            "depth (Raghu et al. 2021)"),
+    "attention_maps": ("last-layer [CLS] attention and attention rollout",
+                       "where the class token looks in the last layer (heads averaged), and attention rollout "
+                       "through every layer (Abnar & Zuidema 2020), over sample test images",
+                       "rollout concentrates on the object (ViT Fig. 6)"),
+}
+
+
+
+def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> str:
+    """What this profile's records show in figure `name`, from the numbers."""
+    if name == "ablation":
+        parts = []
+        for f in p.fractions("ablations"):
+            at = [r for r in ablations if r["fraction"] == f and r["acc"] is not None]
+            if at:
+                best = max(at, key=lambda r: r["acc"].value)
+                none = next((r for r in at if r["name"] == "none" and r["delta"] is not None), None)
+                parts.append(f"at {_size_label(p, f)} the best variant is {best['name']} ({_pm(best['acc'])})"
+                             + (f", none − learn {_pm(none['delta'], signed=True)}" if none else ""))
+        return "; ".join(parts) + "."
+    if name == "attention_distance":
+        return "; ".join(f"{r['name']}: last − first layer {_pm(r['dist_growth'], 1, signed=True)} px, layer-1 heads "
+                         f"{min(r['first_heads']):.1f}-{max(r['first_heads']):.1f} px"
+                         + (f" ({r['rel_first'].value:.2f} of uniform attention's distance)" if r["rel_first"] else "")
+                         for r in families if r["dist_growth"] is not None and r["first_heads"]) + "."
+    if name == "pos_embed_similarity":
+        return "; ".join(f"{r['name']} at {r['fraction']:g}: {structure_text(r)}"
+                         for r in ablations if r["name"] in TABLES and r["two_d"]) + "."
+    if name in ("occlusion", "shuffle"):
+        key = "patchdrop" if name == "occlusion" else "shuffle4"
+        what = f"{DROP_AT:.0%} of the cells dropped" if name == "occlusion" else "the 4x4 grid shuffled"
+        caveat = f" Note: {_uniform_caveat(families)}" if name == "shuffle" and _uniform_caveat(families) else ""
+        single = _single_class_text(families) if name == "occlusion" else ""
+        parts = []
+        for size in sorted({r["fraction"] for r in families}):  # one training-set size at a time
+            rel, words = kept([r for r in families if r["fraction"] == size], key)
+            parts.append(f"at {_size_label(p, size)}, each family keeps this {words}: "
+                         + ", ".join(f"{f} {v:.2f}" for f, v in rel.items())
+                         + f"; {robustness_text(robustness_pairs(p, size, key))}")
+        return f"with {what}: " + "; ".join(parts) + f".{single}{caveat}"
+    if name == "shift":
+        parts = []
+        for fam in p.families():
+            probes = [x["robustness"] for x in p.probe_cell(fam, p.fractions("families")[-1]).values()
+                      if x.get("robustness")]
+            patch = p.axes.get("probe_patch")
+            if probes and all({patch - 1, patch, patch + 1} <= set(r["shifts"]) for r in probes):
+                at = {d: statistics.fmean(_at(r["shifts"], r["shift_accuracy"], patch + d) for r in probes)
+                      for d in (-1, 0, 1)}
+                cons = statistics.fmean(r["shift_consistency"] for r in probes)
+                parts.append(f"{fam} consistency {cons:.2f}, accuracy {at[0]:.2f} at a {patch}-pixel shift vs "
+                             f"{at[-1]:.2f} / {at[1]:.2f} at {patch - 1} / {patch + 1} pixels")
+        return "; ".join(parts) + "."
+    if name == "cka":
+        return "; ".join(f"{c['family']}: last block vs the ResNet's last {c['matrix'][-1][-1]:.2f}, first vs first "
+                         f"{c['matrix'][0][0]:.2f}" for c in p.cka) + "."
+    if name == "attention_maps":
+        f = p.fractions("families")[-1]
+        parts = []
+        for fam in p.families():
+            cell = p.probe_cell(fam, f)
+            m = cell[min(cell)].get("attention_maps") if cell else None
+            if m:
+                parts.append(f"{fam}: top-10% patches hold {_concentration(m['cls']):.2f} of the [CLS] attention and "
+                             f"{_concentration(m['rollout']):.2f} of the rollout")
+        return "; ".join(parts) + " (0.10 would be uniform)."
+    return ""
+
+
+def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> str:
+    """Whether figure `name` agrees with the published finding, from the numbers ('' where the
+    finding has no test here)."""
+    if name == "ablation":
+        claims = position_claims(p, ablations)  # read under the profile's gate (figures_section)
+        if not claims:
+            return ""
+        said = {c.category for _, c in claims}   # the shared vocabulary: experiments/report/verdicts.py
+        agrees = ("agrees" if all(c.agrees for _, c in claims) else
+                  "disagrees" if said - {claims[0][1].wording.expected, "no difference", "cannot tell"}
+                  or said == {"no difference"}
+                  else "cannot tell")
+        return (f"in direction {agrees} with the paper's loss without a position embedding; none − learn "
+                + "; ".join(f"at {_size_label(p, r['fraction'])}: {c.said()}, "
+                            f"{size_against(c.estimate, c.wording.size)} (ViT-B/16, ImageNet 5-shot)" for r, c in claims)
+                + ".")
+    if name == "attention_distance":
+        flat = still_uniform([r for r in families if r["name"] != "swin"])
+        if flat:
+            return (f"disagrees: {', '.join(flat)} show no local heads and no growth with depth, the pattern the "
+                    "paper describes (a reading of distance: how concentrated their attention is, is read apart).")
+        grows = [r["name"] for r in families if r["name"] != "swin"
+                 and category(r["dist_growth"], GROWTH_MARGIN) == "higher"]
+        return (f"agrees for {', '.join(grows)}: distance grows with depth." if grows else "")
+    if name == "pos_embed_similarity":
+        learned = [r for r in ablations if r["name"] == BASELINE and r["two_d"]]
+        if not learned:
+            return ""
+        hits = sum(sum(r["two_d"]) for r in learned)
+        total = sum(len(r["two_d"]) for r in learned)
+        said = ("agrees: the learned 1D table has 2D structure in every run" if hits == total else
+                "disagrees: the learned 1D table shows no 2D structure in any run" if hits == 0 else
+                f"partly: the learned 1D table has 2D structure in {hits} of {total} runs")
+        return (f"{said} (row and column neighbours both at least {STRUCTURE_MIN_GAP} of cosine above far "
+                f"patches): " + "; ".join(f"at {_size_label(p, r['fraction'])}, {structure_text(r)}" for r in learned)
+                + ".")
+    if name in ("occlusion", "shuffle"):
+        key = "patchdrop" if name == "occlusion" else "shuffle4"
+        said = [(size, robustness_verdict(robustness_pairs(p, size, key), PUBLISHED_KEPT[key]))
+                for size in sorted({r["fraction"] for r in families})]
+        return " ".join(f"At {_size_label(p, size)}: {v}." for size, v in said if v)
+    return ""
+
+
+def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], families: list[dict]) -> list[str]:
+    out, gate = ["### Figures", ""], unsettled(p)
+    for k, png in pngs.items():
+        caption, measures, published = FIGURE_TEXT[k]
+        said = (f"*Here*: {gate}" if gate else f"*Here*: {here(p, k, ablations, families)}"
+                + (f" *Verdict*: {verdict(p, k, ablations, families)}" if verdict(p, k, ablations, families) else ""))
+        out += [f"#### {caption}", "", f"![{caption}]({png})", "", f"*Measures*: {measures}. *Published*: {published}. "
+                + said, ""]
+    return out
+def _colour(family: str):
+    return family_colour(family, "k")  # a family has the same colour in every experiment's figures
+
+
+
+def _mean_curve(probes: list[dict], x_key: str, y_key: str):
+    curves = [(r["robustness"][x_key], r["robustness"][y_key]) for r in probes if r.get("robustness")]
+    if not curves:
+        return None
+    xs = curves[0][0]
+    ys = [statistics.fmean(c[1][i] for c in curves) for i in range(len(xs))]
+    cis = [mean_ci([c[1][i] for c in curves]).ci95 or 0.0 for i in range(len(xs))]
+    return xs, ys, cis
+
+
+def plot_ablation(p: Profile, rows: list[dict], fig) -> None:
+    ax = fig.subplots()
+    fractions, variants = p.fractions("ablations"), p.variants()
+    width = 0.8 / max(1, len(fractions))
+    for i, f in enumerate(fractions):
+        by = {r["name"]: r for r in rows if r["fraction"] == f and r["acc"] is not None}
+        xs = [j + i * width for j, v in enumerate(variants) if v in by]
+        ax.bar(xs, [by[v]["acc"].value for v in variants if v in by], width,
+               yerr=[by[v]["acc"].ci95 or 0 for v in variants if v in by], capsize=3, label=_size_label(p, f))
+    ax.set_xticks([j + width * (len(fractions) - 1) / 2 for j in range(len(variants))], variants)
+    ax.set(ylabel="test accuracy", ylim=(0, 1), title="ViT ablations (bars: 95% t-interval over seeds)")
+    ax.legend(fontsize=8)
+
+
+def plot_attention_distance(p: Profile, fig) -> None:
+    f = p.fractions("families")[-1]
+    fams = [fam for fam in p.families() if any(x.get("attention_distance") for x in p.probe_cell(fam, f).values())]
+    axes = fig.subplots(1, max(1, len(fams)), squeeze=False)[0]
+    for ax, fam in zip(axes, fams):
+        for seed, x in sorted(p.probe_cell(fam, f).items()):
+            for layer, row in enumerate(x.get("attention_distance") or []):
+                heads = [v for v in row if v is not None]
+                ax.scatter([layer + 1 + 0.12 * seed] * len(heads), heads, s=12, color=_colour(fam),
+                           marker="os^v"[seed % 4], alpha=0.8)
+        uniform = next((x["attention_distance_uniform"] for x in p.probe_cell(fam, f).values()
+                        if x.get("attention_distance_uniform")), None)
+        if uniform:
+            means = _layer_means(uniform)
+            ax.plot(range(1, len(means) + 1), means, "k--", lw=1, label="uniform attention")
+            ax.legend(fontsize=7)
+        ax.set(title=fam, xlabel="layer (block)", ylim=(0, 28 if p.axes.get("dataset") == "fashion_mnist" else None))
+    axes[0].set_ylabel("mean attention distance (input pixels)")
+    fig.suptitle(f"attention distance at fraction {f:g}: one dot per head (marker: seed)", fontsize=9)
+
+
+def _similarity_grid(sim: list, fig, title: str) -> None:
+    import torch
+
+    from modules.probes import plot_pos_embed_similarity
+    plot_pos_embed_similarity(torch.tensor(sim), fig, title=title)
+
+
+def plot_pos_embed(p: Profile, fig) -> bool:
+    panels = []
+    for f in p.fractions("ablations"):
+        for v in TABLES:
+            cell = p.ablation_probes(v, f)
+            if cell:
+                seed = min(cell)
+                sim = (cell[seed].get("pos_embed") or {}).get("similarity")
+                if sim:
+                    panels.append((f"ViT {v} at {f:g}, seed {seed}", sim))
+    if not panels:
+        return False
+    cols = min(3, len(panels))
+    subs = fig.subfigures(math.ceil(len(panels) / cols), cols, squeeze=False)
+    for sub, (title, sim) in zip(subs.flat, panels):
+        _similarity_grid(sim, sub, title)
+    return True
+
+
+def plot_robustness(p: Profile, fig, what: str) -> None:
+    f = p.fractions("families")[-1]
+    ax = fig.subplots()
+    x_key, y_key, xlabel = {"occlusion": ("drop_fractions", "patchdrop_accuracy", "fraction of cells zeroed"),
+                            "shuffle": ("shuffle_grids", "shuffle_accuracy", "grid of shuffled cells (per side)"),
+                            "shift": ("shifts", "shift_accuracy", "diagonal shift (pixels, zero-filled)")}[what]
+    patch = p.axes.get("probe_patch")
+    for fam in p.families():
+        curve = _mean_curve(list(p.probe_cell(fam, f).values()), x_key, y_key)
+        if curve is None:
+            continue
+        xs, ys, cis = curve
+        ax.errorbar(xs, ys, yerr=cis, marker="o", ms=3, capsize=2, color=_colour(fam),
+                    ls="--" if kind_of(fam) == "CNN" else "-", label=fam)
+    if what == "shift" and patch:
+        for s in range(patch, 3 * patch, patch):
+            ax.axvline(s, color="grey", alpha=0.3)
+    if what == "shuffle":
+        ax.set_xscale("log", base=2)
+    ax.set(xlabel=xlabel, ylabel="test accuracy", ylim=(0, 1),
+           title=f"{what} at fraction {f:g} (dashed: CNNs; bars: 95% t-interval over seeds)")
+    ax.legend(fontsize=8)
+
+
+def plot_cka(p: Profile, fig) -> bool:
+    if not p.cka:
+        return False
+    from modules.probes import cka_heatmap
+    order = {f: i for i, f in enumerate(reading_order())}
+    cka = sorted(p.cka, key=lambda c: (c.get("fraction", 0), order.get(c.get("family"), 99)))
+    axes = fig.subplots(1, len(cka), squeeze=False)[0]
+    import torch
+    for ax, c in zip(axes, cka):
+        cka_heatmap(torch.tensor(c["matrix"]), c["layers"], c["reference_layers"],
+                    title=f"{c['family']} vs {c['reference']} ({c['fraction']:g})", ax=ax)
+    return True
+
+
+def plot_maps(p: Profile, fig) -> bool:
+    f = p.fractions("families")[-1]
+    maps = []
+    for fam in p.families():
+        cell = p.probe_cell(fam, f)
+        if cell and cell[min(cell)].get("attention_maps"):
+            maps.append((fam, cell[min(cell)]["attention_maps"]))
+    if not maps:
+        return False
+    n = len(maps[0][1]["images"])
+    axes = fig.subplots(1 + 2 * len(maps), n, squeeze=False)
+    rows = [("image", maps[0][1]["images"], "gray")]
+    for fam, m in maps:
+        rows += [(f"{fam} [CLS]", m["cls"], "inferno"), (f"{fam} rollout", m["rollout"], "inferno")]
+    for i, (label, pictures, cmap) in enumerate(rows):
+        for j in range(n):
+            ax = axes[i][j]
+            ax.imshow(pictures[j], cmap=cmap)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if j == 0:
+                ax.set_ylabel(label, fontsize=7)
+    fig.suptitle(f"last-layer [CLS] attention (heads averaged) and rollout, seed {min(cell)}, fraction {f:g}",
+                 fontsize=9)
+    return True
+
+
+def draw_figures(p: Profile) -> dict:
+    """name -> matplotlib Figure of every figure the profile's records can draw."""
+    from matplotlib.figure import Figure
+    figs = {}
+    ablations = ablation_rows(p)
+    if any(r["acc"] is not None for r in ablations):
+        figs["ablation"] = Figure(figsize=(8, 3.8))
+        plot_ablation(p, ablations, figs["ablation"])
+    if p.entries("families"):
+        figs["attention_distance"] = Figure(figsize=(12, 3.4))
+        plot_attention_distance(p, figs["attention_distance"])
+    pos = Figure(figsize=(15, 10))
+    if plot_pos_embed(p, pos):
+        figs["pos_embed_similarity"] = pos
+    if p.probes:
+        for what in ("occlusion", "shuffle", "shift"):
+            figs[what] = Figure(figsize=(6.5, 4))
+            plot_robustness(p, figs[what], what)
+    cka = Figure(figsize=(3.3 * max(1, len(p.cka)), 3.4))
+    if plot_cka(p, cka):
+        figs["cka"] = cka
+    maps = Figure(figsize=(7, 10))
+    if plot_maps(p, maps):
+        figs["attention_maps"] = maps
+    for name, fig in figs.items():
+        if name != "pos_embed_similarity":
+            fig.tight_layout()
+    return figs

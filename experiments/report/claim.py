@@ -1,0 +1,165 @@
+"""A claim of the source papers as data: its fixed words from experiments/<experiment>/claims.yaml
+(Wording: the question, the published result and where it is published, the words for each
+direction, the kind of quantity whose margin reads it), and our estimate of it from the run records
+(Claim: a paired difference with its 95% interval, and the runs behind it).
+
+One Claim renders each place a claim is read: the README's Findings row (`row`), the verdict of a
+reading's bullet or a figure (`said`), and the sentence that stands in for them while a run behind it
+was still improving (`not_read`). Every one of them goes through the shared vocabulary
+(report/verdicts.py) and the one converged-or-silent check (`converged`).
+
+claims.yaml is read with yaml.safe_load: data only, nothing in it runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import yaml
+
+from experiments.report.findings import Finding, estimate_text
+from experiments.report.statistics import Estimate
+from experiments.runs.spec import spec_path
+from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, size_against, verdict,
+                                         were_improving)
+
+CLAIMS_FILE = "claims.yaml"
+AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
+PUBLISHED = "published"  # claims.yaml's one key that is no claim: the papers' numbers the reports quote
+
+
+@dataclass(frozen=True)
+class Wording:
+    """A claim's fixed words: the Findings row's question and published cell, the words of each
+    direction of our estimate (`higher`: the interval lies above 0; `expected`, the one the paper
+    found, which the Findings row says is "as published"; a reading may add `same` after
+    "no difference" and `unsure` after "cannot tell", and say the claim as a sentence, `said`, its
+    {names} filled by `filled`), and the kind of quantity (verdicts.MARGINS) whose margin reads it;
+    `size`, the published difference (or one per published model) where the paper gives one, and
+    `source`, where the paper says it."""
+    question: str
+    published: str
+    higher: str
+    lower: str
+    expected: str = ""
+    same: str = ""
+    unsure: str = ""
+    said: str = ""
+    margin: str = "accuracy"
+    size: float | tuple[float, ...] | None = None
+    source: str = ""
+
+    @property
+    def margin_value(self) -> float:
+        return MARGINS[self.margin].value
+
+    def filled(self, **names: str) -> "Wording":
+        """The wording with the {names} of its sentence (`said`) filled: the runs a reading compares."""
+        return replace(self, said=self.said.format(**names))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Our reading of one claim: its estimate (a paired difference; None where no pair ran) and the
+    runs behind it (`improving` of them still improving at their last validation, `unknown` of those
+    by too few validations to tell)."""
+    wording: Wording
+    estimate: Estimate | None
+    runs: int
+    improving: int = 0
+    unknown: int = 0
+
+    @property
+    def converged(self) -> bool:
+        """Converged or silent: a claim is read only when every run behind it plateaued."""
+        return not self.improving
+
+    @property
+    def category(self) -> str | None:
+        """The rule's word ("no difference", "higher", "lower", "cannot tell"); None while not converged."""
+        return category(self.estimate, self.wording.margin_value) if self.converged else None
+
+    def said(self, higher: str | None = None, lower: str | None = None) -> str:
+        """The verdict with its interval and margin, in the claim's words for a direction (or a
+        reading's own)."""
+        return verdict(self.estimate, higher or self.wording.higher, lower or self.wording.lower,
+                       self.wording.margin_value)
+
+    def not_read(self) -> str | None:
+        """The sentence a reading says instead of the verdict while a run behind it still improved."""
+        return not_read(self.improving, self.runs, self.unknown)
+
+    def not_read_clause(self) -> str:
+        """The same, as the clause of a bullet that names its comparison."""
+        return (f"not read: {self.improving} of the {self.runs} runs behind it {were_improving(self.unknown)} "
+                f"({STILL_IMPROVING})")
+
+    def cell(self) -> str:
+        """The Findings row's verdict: "not read" while not converged; else the verdict, and where a
+        published size exists, its direction and then, apart, its size against the published one."""
+        if not self.converged:
+            return f"not read: {self.improving} of {self.runs} runs still improving ({STILL_IMPROVING})"
+        words = {d: getattr(self.wording, d) + (AS_PUBLISHED if d == self.wording.expected else "")
+                 for d in ("higher", "lower")}
+        said = self.said(**words)
+        if self.wording.size is None:
+            return said
+        return f"in direction: {said}; {size_against(self.estimate, self.wording.size)}"
+
+    @property
+    def agrees(self) -> bool | None:
+        """Whether our direction is the one the paper found (None while not converged or not expected)."""
+        if not self.converged or not self.wording.expected:
+            return None
+        return self.category == self.wording.expected
+
+    def row(self, ours: str, source: str) -> Finding:
+        """The README's Findings row: `ours` names what was estimated (its estimate follows)."""
+        return Finding(self.wording.question, self.wording.published, f"{ours}: {estimate_text(self.estimate)}",
+                       self.cell(), source)
+
+
+def load_claims(experiment: str, path: Path | None = None) -> dict[str, Wording]:
+    """The claims.yaml beside experiment's spec as {claim name: Wording}; one line naming the file and
+    the key where it is not what a claim holds."""
+    path = path or claims_path(experiment)
+    return {name: _wording(path, name, entry) for name, entry in _read(path).items() if name != PUBLISHED}
+
+
+def load_published(experiment: str, path: Path | None = None) -> dict:
+    """The published numbers claims.yaml holds under `published` (a paper's tables, as data)."""
+    return _read(path or claims_path(experiment)).get(PUBLISHED) or {}
+
+
+def claims_path(experiment: str) -> Path:
+    return spec_path(experiment).parent / CLAIMS_FILE
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"claims {path.as_posix()!r} are not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"claims {path.as_posix()!r}: expected a mapping of claim names to claims")
+    return data
+
+
+def _wording(path: Path, name: str, entry) -> Wording:
+    allowed = [f.name for f in fields(Wording)]
+    where = f"claims {path.as_posix()!r}, claim {name!r}"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: expected a mapping with keys {', '.join(allowed)}")
+    unknown = sorted(set(entry) - set(allowed))
+    missing = [k for k in allowed[:4] if not isinstance(entry.get(k), str)]
+    if unknown or missing:
+        raise ValueError(f"{where}: " + "; ".join(
+            ([f"unknown key {', '.join(unknown)}"] if unknown else []) + ([f"missing text {', '.join(missing)}"]
+                                                                         if missing else []))
+            + f" (allowed: {', '.join(allowed)})")
+    if entry.get("expected", "higher") not in ("higher", "lower"):
+        raise ValueError(f"{where}: expected {entry['expected']!r} is no direction (allowed: higher, lower)")
+    if entry.get("margin", "accuracy") not in MARGINS:
+        raise ValueError(f"{where}: margin {entry['margin']!r} is no declared margin (allowed: {', '.join(MARGINS)})")
+    size = entry.get("size")
+    return Wording(**{**entry, "size": tuple(size) if isinstance(size, list) else size})

@@ -1,0 +1,74 @@
+"""Claims as data: each experiment's claims.yaml holds the fixed words and published results of its
+claims (read with yaml.safe_load: nothing in it runs), and one Claim renders every place a claim is
+read, silent while a run behind it still improved."""
+from __future__ import annotations
+
+import pytest
+
+from experiments.report.claim import CLAIMS_FILE, Claim, Wording, claims_path, load_claims
+from experiments.report.statistics import Estimate
+from experiments.report.verdicts import MARGINS
+
+WORDS = Wording("Is A above B?", "yes (a paper)", "A above", "A below", expected="higher", margin="accuracy", size=0.02)
+
+
+@pytest.mark.parametrize("experiment", ["datascale", "distill", "inductive_bias"])
+def test_every_experiment_s_claims_load_with_a_declared_margin(experiment):
+    assert claims_path(experiment).is_file()
+    claims = load_claims(experiment)
+    assert claims and all(w.margin in MARGINS and w.question and w.higher and w.lower for w in claims.values())
+
+
+@pytest.mark.parametrize("text, says", [
+    ("a: {question: q, published: p, higher: h, lower: l, colour: red}", "claim 'a': unknown key colour"),
+    ("a: {question: q, published: p, higher: h}", "claim 'a': missing text lower"),
+    ("a: {question: q, published: p, higher: h, lower: l, margin: inches}", "margin 'inches' is no declared margin"),
+    ("a: {question: q, published: p, higher: h, lower: l, expected: up}", "expected 'up' is no direction"),
+    ("- just a list", "expected a mapping of claim names"),
+    ("a: !!python/object/apply:os.system [echo ran]", "not valid YAML"),
+])
+def test_claims_that_are_not_claims_are_one_clear_error(tmp_path, text, says):
+    path = tmp_path / CLAIMS_FILE
+    path.write_text(text)
+    with pytest.raises(ValueError, match="claims .*" + says.replace("(", r"\(")) as e:
+        load_claims("x", path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_claim_reads_its_estimate_in_its_words_and_against_the_published_size():
+    claim = Claim(WORDS, Estimate(0.05, 0.01, 3), runs=6)
+    assert claim.converged and claim.category == "higher" and claim.said().startswith("A above: the 95% interval")
+    assert claim.agrees and claim.cell() == (
+        "in direction: A above, as published: the 95% interval [+0.0400, +0.0600] excludes 0 and reaches beyond "
+        "±0.0100; in size: disagrees, our interval [+0.0400, +0.0600] lies wholly above the published +0.0200")
+    row = claim.row("A − B", "here")
+    assert (row.question, row.published, row.ours) == (WORDS.question, WORDS.published, "A − B: +0.0500 ± 0.0100 (3 pairs)")
+    assert claim.not_read() is None
+
+
+def test_a_claim_is_silent_while_a_run_behind_it_still_improves():
+    claim = Claim(WORDS, Estimate(0.05, 0.01, 3), runs=6, improving=2, unknown=1)
+    assert not claim.converged and claim.category is None and claim.agrees is None
+    assert claim.cell() == "not read: 2 of 6 runs still improving (†)"
+    assert claim.not_read().startswith("Not read: 2 of the 6 runs behind these numbers were still improving")
+
+
+def test_deit_s_findings_quote_the_published_table_they_sit_beside():
+    """distill's claims.yaml holds DeiT's table and the Findings' published cells and sizes: they agree."""
+    from experiments.report.claim import load_published
+    claims, published = load_claims("distill"), load_published("distill")
+    deit_b = {method: points[2] for method, points in published["rows"].items()}
+    transformer, (low, high) = published["teacher_choice"].values()
+    hard = deit_b["hard, with token: cls+dist"]
+    for name, other in (("distillation", deit_b["no distillation"]), ("hard_soft", deit_b["usual soft distillation"])):
+        assert claims[name].size == pytest.approx((hard - other) / 100)
+        assert f"{hard} against " in claims[name].published and f"{other} (DeiT-B" in claims[name].published
+    assert claims["teacher"].size == pytest.approx(((low - transformer) / 100, (high - transformer) / 100))
+    assert f"{low}-{high} against {transformer}" in claims["teacher"].published
+
+
+def test_vit_s_findings_quote_the_table_8_they_sit_beside():
+    from experiments.report.claim import load_published
+    words, table8 = load_claims("inductive_bias")["position_embedding"], load_published("inductive_bias")["rows"]
+    assert words.size == pytest.approx(table8["none"] - table8["learn"], abs=5e-5)
+    assert f"none {table8['none']:.4f} against learned 1D {table8['learn']:.4f}" in words.published
