@@ -45,6 +45,7 @@ def test_smoke_runs_every_part_in_miniature_under_its_limit(fmnist_dir, tmp_path
     [row] = parts["compile"]["result"]["rows"]
     assert (row["family"], row["members"], row["backend"]) == ("vit", 2, "aot_eager")
     assert row["compile_s"] > 0 and row["step_ms"] > 0
+    assert {"family", "members", "batch", "backend", "mode", "compile_s"} <= set(row)  # what the dry run reads
     assert parts["syncs"]["result"]["syncs_per_step"].startswith("n/a")
     assert parts["fit"]["result"]["rc"] == 0 and parts["fit"]["result"]["status"] == "done"
     assert summary["hardware"] and summary["versions"]["torch"]
