@@ -6,9 +6,10 @@ Parts, in this order (the most telling first), each in a process of its own kill
            fraction: 4 seeds x both recipes), trained and tested as the sweep trains it
            (`fit_packed`, its step compiled whole and captured as a CUDA graph on CUDA, eager on the
            CPU): every member's status and test accuracy, the group's ms per step
-  compile  the packed step (modules/packed_step.PackedStep, bf16 autocast on CUDA) per member count of
-           the gpu profile's groups (8, 6, 4) and family: compile time (compile, capture, replay once)
-           and ms per captured step; the dry run reads these rows (experiments/runs/estimate.py)
+  compile  the packed step (modules/packed_step.PackedStep, bf16 autocast on CUDA) as a group calls it
+           (the strong recipe's augmentation inside) per member count of the gpu profile's groups
+           (8, 6, 4) and family: compile time (compile, capture, replay once) and ms per captured
+           step; the dry run reads these rows (experiments/runs/estimate.py)
   syncs    host synchronisations per captured step, and per step of the strong recipe's draws
            (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
   fit      one single run through `python -m experiments fit` (vit, tiny, 10% of Fashion-MNIST):
@@ -41,7 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.provenance import hardware, versions  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
-from packed_group import group  # noqa: E402
+from packed_group import group, strong_augment  # noqa: E402
 
 # Seconds, on a GPU and in the CPU smoke run (2 shared cores: each part mostly starting its process
 # and tracing the step): the whole run by its own clock (no part starts or runs past it), each part
@@ -95,12 +96,13 @@ def group_plan(a, work: Path) -> list:
 
 
 def part_compile(a, device, work: Path, sink) -> None:
-    """Per member count (the profile's most frequent first), every family: the captured step's
-    compile time and ms per step; each row written as it is measured."""
+    """Per member count (the profile's most frequent first), every family: the compile time and ms
+    per step of the step as a sweep's group runs it (the strong recipe's augmentation inside, drop-path
+    masks, the schedule as a tensor); each row written as it is measured."""
     rows = []
     for k in a.members:
         for family in a.families:
-            captured, _ = group(family, k, a.batch, device, a.mode, a.backend)
+            captured, _ = group(family, k, a.batch, device, a.mode, a.backend, engine=True)
             t = time.perf_counter()
             for _ in range(3):  # compile, capture, replay once
                 captured()
@@ -132,9 +134,8 @@ def part_syncs(a, device, work: Path, sink) -> None:
 def strong_draws(k: int, batch: int, device: torch.device):
     """The host's part of a step of the strong recipe: each member's augmentation draws (RandAugment,
     Random Erasing, MixUp/CutMix) from its loader's generator on the device, stacked."""
-    from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
-    aug = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.25,
-                                     mixup_alpha=0.8, cutmix_alpha=1.0), torch.tensor([72.9]), torch.tensor([90.0]), 10)
+    from datamodules.batch_augment import member_draws
+    aug = strong_augment()
     gens = [torch.Generator(device).manual_seed(i) for i in range(k)]
     return lambda: member_draws([aug.draws(batch, (1, 28, 28), g) for g in gens])
 
@@ -208,6 +209,11 @@ def main(argv=None) -> int:
     a = parse(argv)
     if a.part:  # a child: one part, its result written to --part_out as it grows
         return one_part(a)
+    bad = [f"--{name} {value}" for name, values in (("members", a.members), ("batch", [a.batch]), ("steps", [a.steps]),
+                                                   ("total_limit", [a.total_limit])) for value in values if value < 1]
+    if bad:
+        print(f"error: {bad[0]}: allowed integers >= 1", file=sys.stderr)
+        return 2
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu-check: this machine has no CUDA device; run it where one is (or --smoke: its parts in "
@@ -289,8 +295,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a.device = a.device or ("cpu" if small else "cuda")
     a.families = a.families or (["vit"] if small else list(FAMILIES))
     a.members = a.members or ([2] if small else list(PROFILE_MEMBERS))
-    a.total_limit = a.total_limit or TOTAL_S[small]
-    a.batch, a.steps = a.batch or (4 if small else 128), a.steps or (2 if small else 20)
+    a.total_limit = TOTAL_S[small] if a.total_limit is None else a.total_limit
+    a.batch = (4 if small else 128) if a.batch is None else a.batch
+    a.steps = (2 if small else 20) if a.steps is None else a.steps
     a.backend = a.backend or ("aot_eager" if small else "inductor")
     a.mode = a.mode or ("reduce-overhead" if a.device.startswith("cuda") else "default")
     a.out = a.out or (Path(tempfile.gettempdir()) / "gpu_check_smoke.json" if small

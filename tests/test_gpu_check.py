@@ -23,6 +23,14 @@ def test_without_cuda_one_line_and_nothing_written(tmp_path, capsys):
     assert not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize("bad", [["--members", "8", "0"], ["--batch", "-1"], ["--steps", "0"], ["--total_limit", "0"]])
+def test_a_bad_size_one_line_and_nothing_written(tmp_path, capsys, bad):
+    assert gpu_check.main(["--smoke", *bad, "--out", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {bad[0]} {bad[-1]}: allowed integers >= 1"
+    assert not (tmp_path / "s.json").exists()
+
+
 def test_smoke_runs_every_part_in_miniature_under_its_limit(fmnist_dir, tmp_path):
     """The parts in their order, each ended by itself within its limit, all within the run's own
     limit: a real packed group trained and tested, a compiled step's times, the syncs (CUDA only),
