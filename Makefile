@@ -175,7 +175,7 @@ fit-families: install ## fit every family on full Fashion-MNIST (BUDGET=tiny EPO
 	  done; \
 	done
 
-gpu-check: install ## the GPU acceptance run of the packed engine (meant for <= 9 min on one H200; not yet run on one; WHEELS=<folder>: installed offline): step times eager/captured at K=8/16/32, host syncs, one fit, a reduced gpu sweep (-> results/gpu_check.json)
+gpu-check: install ## the GPU acceptance run of the packed engine, at most 8 min by its own clock, each part under a hard limit (not yet run on a GPU; WHEELS=<folder>: installed offline): one packed group of the gpu profile trained and tested, compile and step times per family at 8/6/4 members (what the dry run reads), host syncs, one fit (-> results/gpu_check.json; its --smoke runs in make test)
 	$(PY) benchmarks/gpu_check.py
 
 bench-levers: install ## the CPU speed levers per family as the cpu profiles train (one run per core): batch 32 vs 128, bf16 where native, channels_last, torch.compile, validation's share (-> results/cpu_levers.txt)

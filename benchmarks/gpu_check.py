@@ -1,25 +1,26 @@
-"""The GPU acceptance run (issue #23): what one H200 says about the packed engine, in one go.
+"""The GPU acceptance run (issue #44): what one H200 says about the packed engine, in at most 8 minutes.
 
-Parts, each under its own time limit, written to one summary file as they finish (a part that fails
-or runs out of time is recorded as such and the next one runs):
-  step     PackedStep (modules/packed_step.py; bf16 autocast on CUDA, the suite's precision there)
-           per family at K = 8, 16, 32 members: ms per group
-           step eager and captured (torch.compile(fullgraph=True, mode="reduce-overhead"): CUDA
-           graphs), images/s over all members, GPU utilisation; captured equals eager (losses)
+Parts, in this order (the most telling first), each in a process of its own killed at its limit
+(what it had written by then is kept), none started past the whole run's 480 s by its own clock:
+  group    one real packed group of the datascale gpu profile (8 members of one family at its smallest
+           fraction: 4 seeds x both recipes), trained and tested as the sweep trains it
+           (`fit_packed`, its step compiled whole and captured as a CUDA graph on CUDA, eager on the
+           CPU): every member's status and test accuracy, the group's ms per step
+  compile  the packed step (modules/packed_step.PackedStep, bf16 autocast on CUDA) as a group calls it
+           (the strong recipe's augmentation inside) per member count of the gpu profile's groups
+           (8, 6, 4) and family: compile time (compile, capture, replay once) and ms per captured
+           step; the dry run reads these rows (experiments/runs/estimate.py)
   syncs    host synchronisations per captured step, and per step of the strong recipe's draws
-           (torch.cuda.set_sync_debug_mode("warn"), counted)
+           (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
   fit      one single run through `python -m experiments fit` (vit, tiny, 10% of Fashion-MNIST):
            its wall time and images/s from its summary
-  sweep    `sweep --profile gpu` of exp-datascale reduced to vit and resnet at one fraction and
-           seed, under a hard timeout: runs finished, and the dry run's estimate of the whole profile
-Budget: meant for at most 9 minutes on one H200 with the defaults (the step part starts nothing new
-after 300 s, the fit and the sweep stop at 100 s each); not yet run on one. Without CUDA it says so and stops, unless
-`--device cpu` (a smoke test of the step and syncs parts: tests/test_gpu_check.py).
+It prints a one-screen summary and writes results/gpu_check.json after every part. Its processes get
+this environment as it is, the project's root first on PYTHONPATH. `--smoke` runs the same parts in
+miniature on the CPU (tests/test_gpu_check.py, in `make test`). Not yet run on a GPU.
 
     make gpu-check                                   # -> results/gpu_check.json
-    make gpu-check WHEELS=<folder>                   # the same, .venv installed offline (make wheelhouse)
     python benchmarks/gpu_check.py                   # in an environment already prepared, as it is
-    python benchmarks/gpu_check.py --device cpu --families vit --members 2 --parts step syncs --out /tmp/x.json
+    python benchmarks/gpu_check.py --smoke --out /tmp/smoke.json
 """
 from __future__ import annotations
 
@@ -41,47 +42,83 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.provenance import hardware, versions  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
-from packed_group import group  # noqa: E402
+from packed_group import group, strong_augment  # noqa: E402
 
-PARTS = ("step", "syncs", "fit", "sweep")
+# Seconds, on a GPU and in the CPU smoke run (2 shared cores: each part mostly starting its process
+# and tracing the step): the whole run by its own clock (no part starts or runs past it), each part
+# (its process start included)
+TOTAL_S = (480, 900)
+LIMITS = {"group": (200, 300), "compile": (170, 240), "syncs": (40, 120), "fit": (60, 240)}
+PARTS = tuple(LIMITS)
+MIN_PART_S = 15  # a part with less time left than this is skipped, not started
+PROFILE_MEMBERS = (8, 6, 4)  # the gpu profile's group sizes (pack 8; tests/test_gpu_check.py reads them off its plan)
 warnings.filterwarnings("ignore", "There is a performance drop")
 
 
-def part_step(a, device) -> list[dict]:
-    """Families in the order given (vit and resnet first: the two the cpu profiles train), each at
-    every K; no new measurement starts after --step_limit seconds (the rest is listed as skipped)."""
-    rows, start = [], time.perf_counter()
-    for family in a.families:
-        for k in a.members:
-            if time.perf_counter() - start > a.step_limit:
-                rows.append({"family": family, "members": k, "skipped": f"past --step_limit {a.step_limit} s"})
-                continue
-            eager, e_box = group(family, k, a.batch, device, None, a.backend)
-            captured, c_box = group(family, k, a.batch, device, a.mode, a.backend)
+# ---------------- the parts (each runs in a process of its own) ----------------
+def part_group(a, device, work: Path, sink) -> None:
+    """One packed group of the gpu profile, planned as the sweep plans it, trained and tested by
+    fit_packed in this process: compiled on CUDA as the sweep's groups are (compile auto)."""
+    from experiments.runs.packed_fit import fit_packed
+    from experiments.runs.record import read_summary
+    members = group_plan(a, work)
+    planned = {"family": members[0].family, "fraction": members[0].fraction, "members": len(members),
+               "steps": members[0].steps, "batch": members[0].batch_size,
+               "runs": [r.name for r in members]}
+    sink(planned)
+    t = time.perf_counter()
+    statuses = fit_packed([list(r.args) for r in members], compile=None)
+    seconds = time.perf_counter() - t
+    summaries = [read_summary(r.run_dir) or {} for r in members]
+    engine = summaries[0].get("engine") or {}
+    sink({**planned, "seconds": round(seconds, 1), "statuses": statuses,
+          "tested": sum(s.get("test_acc") is not None for s in summaries),
+          "test_acc": [s.get("test_acc") for s in summaries], "compiled": engine.get("compiled"),
+          "ms_per_step": round(1000 * summaries[0]["wall_time_s"] / members[0].steps, 2)
+          if summaries[0].get("wall_time_s") else None})
+
+
+def group_plan(a, work: Path) -> list:
+    """The first packed group of the gpu profile's main stage for a.group_family at its smallest
+    fraction, its seeds widened to fill a.members[0] members (both recipes); in miniature with --smoke."""
+    from datamodules import ImageClassificationDataModule
+    from experiments.runs.execute import pack_groups
+    from experiments.runs.spec import load_spec, main_runs, resolve_axes
+    spec = load_spec("datascale")
+    axes = resolve_axes(spec, "gpu", families=[a.group_family], fractions=[a.group_fraction] if a.smoke else None,
+                        seeds=list(range(a.members[0])))
+    axes["fractions"] = axes["fractions"][:1]
+    if a.smoke:  # a few steps of small batches on the tests' small data set
+        axes.update(epochs=1, min_steps=4, max_steps=4, val_checks=2, val_size=100, batch_size=a.batch)
+    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    runs = main_runs(spec, axes, work / "group", pool, lambda *key: axes["lrs"][0])
+    return pack_groups(runs, a.members[0])[0]
+
+
+def part_compile(a, device, work: Path, sink) -> None:
+    """Per member count (the profile's most frequent first), every family: the compile time and ms
+    per step of the step as a sweep's group runs it (the strong recipe's augmentation inside, drop-path
+    masks, the schedule as a tensor); each row written as it is measured."""
+    rows = []
+    for k in a.members:
+        for family in a.families:
+            captured, _ = group(family, k, a.batch, device, a.mode, a.backend, engine=True)
             t = time.perf_counter()
             for _ in range(3):  # compile, capture, replay once
                 captured()
             sync(device)
             compile_s = time.perf_counter() - t
-            for _ in range(3):
-                eager()
-            tol = 2e-2 if device.type == "cuda" else 1e-3   # bf16 autocast on CUDA: kernels round differently
-            same = bool(torch.allclose(e_box["losses"].float(), c_box["losses"].float(), rtol=tol, atol=tol))
-            e_s, _ = timed(eager, a.steps, 0, device)
             c_s, util = timed(captured, a.steps, 0, device)
-            e_ms, c_ms = 1000 * e_s / a.steps, 1000 * c_s / a.steps
-            rows.append({"family": family, "members": k, "batch": a.batch, "eager_ms": round(e_ms, 3),
-                         "captured_ms": round(c_ms, 3), "compile_s": round(compile_s, 1),
-                         "captured_images_per_s": round(k * a.batch * 1000 / c_ms),
-                         "gpu_utilisation": util, "captured_equals_eager": same})
-            print(json.dumps(rows[-1]), flush=True)
+            rows.append({"family": family, "members": k, "batch": a.batch, "backend": a.backend, "mode": a.mode,
+                         "compile_s": round(compile_s, 1), "step_ms": round(1000 * c_s / a.steps, 3),
+                         "images_per_s": round(k * a.batch * a.steps / c_s), "gpu_utilisation": util})
+            sink({"rows": rows})
             torch._dynamo.reset()
-    return rows
 
 
-def part_syncs(a, device) -> dict:
+def part_syncs(a, device, work: Path, sink) -> None:
     if device.type != "cuda":
-        return {"syncs_per_step": "n/a (counted on CUDA only)"}
+        return sink({"syncs_per_step": "n/a (counted on CUDA only)"})
     call, _ = group(a.families[0], a.members[0], a.batch, device, a.mode, a.backend)
     draw = strong_draws(a.members[0], a.batch, device)
     for _ in range(3):
@@ -89,17 +126,16 @@ def part_syncs(a, device) -> dict:
         draw()
     sync(device)
     step, draws = _synchronisations(call, a.steps), _synchronisations(draw, a.steps)
-    return {"family": a.families[0], "members": a.members[0], "steps": a.steps,
-            "syncs_per_step": len(step) / a.steps, "first": step[:3],
-            "strong_recipe_draw_syncs_per_step": len(draws) / a.steps, "draws_first": draws[:3]}
+    sink({"family": a.families[0], "members": a.members[0], "steps": a.steps,
+          "syncs_per_step": len(step) / a.steps, "first": step[:3],
+          "strong_recipe_draw_syncs_per_step": len(draws) / a.steps, "draws_first": draws[:3]})
 
 
 def strong_draws(k: int, batch: int, device: torch.device):
     """The host's part of a step of the strong recipe: each member's augmentation draws (RandAugment,
     Random Erasing, MixUp/CutMix) from its loader's generator on the device, stacked."""
-    from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
-    aug = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.25,
-                                     mixup_alpha=0.8, cutmix_alpha=1.0), torch.tensor([72.9]), torch.tensor([90.0]), 10)
+    from datamodules.batch_augment import member_draws
+    aug = strong_augment()
     gens = [torch.Generator(device).manual_seed(i) for i in range(k)]
     return lambda: member_draws([aug.draws(batch, (1, 28, 28), g) for g in gens])
 
@@ -117,6 +153,26 @@ def _synchronisations(call, steps: int) -> list[str]:
     return [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
 
 
+def part_fit(a, device, work: Path, sink) -> None:
+    size = (["--data.fraction", "0.05", "--data.batch_size", str(a.batch), "--data.val_size", "100",
+             "--trainer.max_steps", "4", "--trainer.accelerator", "cpu"] if a.smoke else
+            ["--data.fraction", "0.1", "--data.batch_size", "128", "--trainer.max_steps", "500"])
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "experiments", "fit", "--run_name", "gpu-check-vit", "--runs_dir",
+                        str(work / "fit"), "--model.family", "vit", "--model.budget", "tiny", *size,
+                        "--trainer.enable_progress_bar", "false"], cwd=ROOT, env=child_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = {"rc": p.returncode, "seconds": round(time.perf_counter() - t, 1), "tail": p.stdout[-1200:]}
+    summaries = list((work / "fit").rglob("summary.json"))
+    if summaries:
+        s = json.loads(summaries[0].read_text())
+        out.update({k: s.get(k) for k in ("status", "steps", "images_per_sec", "wall_time_s", "test_acc")})
+    sink(out)
+
+
+PART_FNS = {"group": part_group, "compile": part_compile, "syncs": part_syncs, "fit": part_fit}
+
+
 def child_env() -> dict[str, str]:
     """This environment for the processes it starts, the project's root first on PYTHONPATH: an
     environment provided through PYTHONPATH (packages installed with pip --target) stays whole."""
@@ -124,79 +180,129 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
 
 
-def _python(args: list[str], limit: int, cwd: Path) -> dict:
-    """`python -m experiments <args>` in its own process group, killed whole (the runs a sweep started
-    included) after `limit` seconds."""
+# ---------------- the run: each part in its own process, under its limit ----------------
+def run_part(name: str, argv: list[str], limit: float, work: Path) -> dict:
+    """The part `name` in a process of its own (and its own process group: a fit it starts goes with
+    it), killed at `limit` seconds; its result as far as it had written it."""
+    out = work / f"{name}.json"
     t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "experiments", *args], cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True, env=child_env())
+    p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv, "--part", name, "--part_out", str(out)],
+                         cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=limit)
-        return {"rc": p.returncode, "seconds": round(time.perf_counter() - t, 1), "tail": out[-1200:]}
+        log, _ = p.communicate(timeout=limit)
+        status = "ok" if p.returncode == 0 else "error"
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        return {"rc": "timeout", "seconds": limit}
-
-
-def part_fit(a, device, work: Path) -> dict:
-    out = _python(["fit", "--run_name", "gpu-check-vit", "--runs_dir", str(work), "--model.family", "vit",
-                   "--model.budget", "tiny", "--data.fraction", "0.1", "--data.batch_size", "128",
-                   "--trainer.max_steps", "500", "--trainer.enable_progress_bar", "false"], a.part_limit, ROOT)
-    summaries = list(work.rglob("summary.json"))
-    if summaries:
-        s = json.loads(summaries[0].read_text())
-        out.update({k: s.get(k) for k in ("steps", "images_per_sec", "wall_time_s", "test_acc")})
-    return out
-
-
-def part_sweep(a, device, work: Path) -> dict:
-    axes = ["--spec", "datascale", "--profile", "gpu", "--runs_dir", str(work / "sweep")]
-    dry = _python(["sweep", *axes, "--dry_run"], 120, ROOT)
-    estimate = [line for line in dry.get("tail", "").splitlines() if line.startswith("## the whole profile")]
-    out = _python(["sweep", *axes, "--families", "vit", "resnet", "--fractions", "0.01", "--seeds", "0"],
-                  a.part_limit, ROOT)
-    done = [json.loads(p.read_text()).get("status") for p in (work / "sweep").rglob("summary.json")]
-    return {**out, "runs_finished": done.count("done") + done.count("fitted"), "dry_run_estimate": estimate}
+        log, _ = p.communicate()
+        status = "timeout"
+    result = json.loads(out.read_text()) if out.is_file() else {}
+    part = {"status": status, "seconds": round(time.perf_counter() - t, 1), "limit_s": round(limit, 1),
+            "result": result}
+    if status == "error":
+        part["error"] = (log or "").strip().splitlines()[-1:] or [f"exit status {p.returncode}"]
+    return part
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES)
-    p.add_argument("--members", nargs="+", type=int, default=[8, 16, 32], help="group sizes K (default 8 16 32)")
-    p.add_argument("--batch", type=int, default=128, help="images per member per step (default 128)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per measurement (default 20)")
-    p.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
-    p.add_argument("--step_limit", type=int, default=300, help="seconds after which the step part starts no "
-                   "new measurement (default 300)")
-    p.add_argument("--part_limit", type=int, default=100, help="seconds for the fit and the sweep part each")
-    p.add_argument("--mode", default="reduce-overhead", help="torch.compile mode of the captured step")
-    p.add_argument("--backend", default="inductor", help="torch.compile backend (aot_eager: a fast smoke test)")
-    p.add_argument("--out", type=Path, default=ROOT / "results" / "gpu_check.json")
-    a = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parse(argv)
+    if a.part:  # a child: one part, its result written to --part_out as it grows
+        return one_part(a)
+    bad = [f"--{name} {value}" for name, values in (("members", a.members), ("batch", [a.batch]), ("steps", [a.steps]),
+                                                   ("total_limit", [a.total_limit])) for value in values if value < 1]
+    if bad:
+        print(f"error: {bad[0]}: allowed integers >= 1", file=sys.stderr)
+        return 2
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu-check: this machine has no CUDA device; run it where one is (or --device cpu for a smoke "
-              "test of the step and syncs parts)", file=sys.stderr)
+        print("gpu-check: this machine has no CUDA device; run it where one is (or --smoke: its parts in "
+              "miniature on the CPU)", file=sys.stderr)
         return 2
-    if device.type == "cpu" and a.mode == "reduce-overhead":
-        a.mode = "default"  # CUDA graphs need CUDA
-    summary = {"hardware": hardware(), "versions": versions(), "args": {k: str(v) for k, v in vars(a).items()},
-               "parts": {}}
+    summary = {"hardware": hardware(), "versions": versions(), "total_limit_s": a.total_limit,
+               "args": {k: str(v) for k, v in vars(a).items()}, "parts": {}}
     a.out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         for name in a.parts:
-            t = time.perf_counter()
-            try:
-                fn = {"step": part_step, "syncs": part_syncs}.get(name)
-                result = fn(a, device) if fn else {"fit": part_fit, "sweep": part_sweep}[name](a, device, Path(tmp))
-            except Exception as e:  # recorded; the next part runs
-                result = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-            summary["parts"][name] = {"seconds": round(time.perf_counter() - t, 1), "result": result}
+            left = a.total_limit - (time.perf_counter() - start)
+            limit = min(LIMITS[name][a.smoke], left)
+            if limit < MIN_PART_S:
+                summary["parts"][name] = {"status": "skipped", "seconds": 0.0, "limit_s": round(max(left, 0), 1),
+                                          "result": {}, "error": [f"{left:.0f} s left of {a.total_limit} s"]}
+            else:
+                summary["parts"][name] = run_part(name, argv, limit, Path(tmp))
+            summary["seconds"] = round(time.perf_counter() - start, 1)
             a.out.write_text(json.dumps(summary, indent=1) + "\n")
-            print(f"gpu-check: {name} done in {summary['parts'][name]['seconds']} s -> {a.out}", flush=True)
+            print(f"gpu-check: {name} {summary['parts'][name]['status']} in {summary['parts'][name]['seconds']} s",
+                  flush=True)
+    print(screen(summary, a.out))
     return 0
+
+
+def one_part(a) -> int:
+    device = torch.device(a.device)
+    PART_FNS[a.part](a, device, a.part_out.parent / f"{a.part}-work",
+                     lambda result: a.part_out.write_text(json.dumps(result, indent=1) + "\n"))
+    return 0
+
+
+def screen(summary: dict, out: Path) -> str:
+    """The run on one screen: a line per part, one per compile row."""
+    lines = [f"gpu-check on {summary['hardware']}, torch {summary['versions'].get('torch')}: "
+             f"{summary['seconds']} s of {summary['total_limit_s']} s -> {out}"]
+    for name, part in summary["parts"].items():
+        r = part["result"]
+        head = f"  {name:8} {part['status']:8} {part['seconds']:6.1f} s of {part['limit_s']:.0f} s"
+        if name == "group" and "tested" in r:
+            accs = [x for x in r["test_acc"] if x is not None]
+            head += (f"  {r['members']} x {r['family']} at {r['fraction']:g}, {r['steps']} steps: {r['tested']} tested"
+                     + (f" (test acc {min(accs):.3f}-{max(accs):.3f})" if accs else "")
+                     + f", {r['ms_per_step']} ms/step, compiled {r['compiled']}")
+        elif name == "syncs":
+            head += f"  {r.get('syncs_per_step', '')} per step"
+        elif name == "fit" and "rc" in r:
+            head += f"  rc {r['rc']}, {r.get('images_per_sec')} images/s, test acc {r.get('test_acc')}"
+        lines.append(head + "".join(f"  {e}" for e in part.get("error", [])))
+        lines += [f"           {row['family']:9} x{row['members']:<3} compile {row['compile_s']:6.1f} s, "
+                  f"{row['step_ms']:8.2f} ms/step" for row in r.get("rows", [])]
+    return "\n".join(lines)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="the same parts in miniature on the CPU (make test): "
+                   "vit, 2 members of batch 4, a few steps, the compile part with the aot_eager backend")
+    p.add_argument("--device", default=None, help="default cuda (cpu with --smoke)")
+    p.add_argument("--families", nargs="+", default=None, choices=FAMILIES, help="the compile part's families")
+    p.add_argument("--members", nargs="+", type=int, default=None,
+                   help=f"group sizes: the group part's is the first (default {' '.join(map(str, PROFILE_MEMBERS))})")
+    p.add_argument("--batch", type=int, default=None, help="images per member per step (default 128)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per compile row (default 20)")
+    p.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    p.add_argument("--group_family", default="vit", choices=FAMILIES, help="the group part's family (default vit)")
+    p.add_argument("--group_fraction", type=float, default=0.05, help="(--smoke) the group's fraction")
+    p.add_argument("--total_limit", type=int, default=None,
+                   help=f"seconds for all parts (default {TOTAL_S[0]}; {TOTAL_S[1]} with --smoke)")
+    p.add_argument("--mode", default=None, help="torch.compile mode (default reduce-overhead on CUDA, else default)")
+    p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; aot_eager with --smoke)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the summary (default results/gpu_check.json; a temporary folder's with --smoke)")
+    p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)   # a child's one part
+    p.add_argument("--part_out", type=Path, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    small = a.smoke
+    a.device = a.device or ("cpu" if small else "cuda")
+    a.families = a.families or (["vit"] if small else list(FAMILIES))
+    a.members = a.members or ([2] if small else list(PROFILE_MEMBERS))
+    a.total_limit = TOTAL_S[small] if a.total_limit is None else a.total_limit
+    a.batch = (4 if small else 128) if a.batch is None else a.batch
+    a.steps = (2 if small else 20) if a.steps is None else a.steps
+    a.backend = a.backend or ("aot_eager" if small else "inductor")
+    a.mode = a.mode or ("reduce-overhead" if a.device.startswith("cuda") else "default")
+    a.out = a.out or (Path(tempfile.gettempdir()) / "gpu_check_smoke.json" if small
+                      else ROOT / "results" / "gpu_check.json")
+    return a
 
 
 if __name__ == "__main__":

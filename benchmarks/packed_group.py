@@ -4,28 +4,54 @@ from __future__ import annotations
 
 import torch
 
+from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
 from modules.packed import PackedClassifier
 from modules.packed_step import PackedStep
 
+# the datascale gpu profile's strong recipe, as a packed step augments inside
+STRONG = AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.25, mixup_alpha=0.8,
+                       cutmix_alpha=1.0)
+
+
+def strong_augment(num_classes: int = 10) -> BatchAugment:
+    """The strong recipe over Fashion-MNIST (its mean and std)."""
+    return BatchAugment(STRONG, torch.tensor([72.9]), torch.tensor([90.0]), num_classes)
+
 
 def group(family: str, k: int, batch: int, device: torch.device, mode: str | None, backend: str = "inductor",
-          budget: str = "tiny", autocast: torch.dtype | None | str = "device"):
+          budget: str = "tiny", autocast: torch.dtype | None | str = "device", engine: bool = False):
     """A K-member group's step() (state carried between calls) and its losses: PackedStep eager
     (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py and
-    family_throughput.py too); autocast: bf16 on CUDA and float32 on the CPU ("device"), or as given."""
+    family_throughput.py too); autocast: bf16 on CUDA and float32 on the CPU ("device"), or as given.
+    engine: the step as a sweep's group calls it (packed_loop.GroupLoop._step): uint8 images
+    augmented inside by the strong recipe from draws made each step on the device, each member's
+    drop-path masks, the schedule as a tensor."""
     torch.manual_seed(0)
     packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
     h = packed.template.hparams
     if autocast == "device":
         autocast = torch.bfloat16 if device.type == "cuda" else None
-    step = PackedStep(packed, total_steps=10_000, autocast=autocast)
+    augment = strong_augment(h.num_classes) if engine else None
+    step = PackedStep(packed, total_steps=10_000, autocast=autocast, augment=augment)
     fn = step if mode is None else torch.compile(step, fullgraph=True, mode=mode, backend=backend)
     g = torch.Generator(device).manual_seed(1)
-    x = torch.randn(k, batch, h.in_chans, h.image_size, h.image_size, device=device, generator=g)
+    shape = (k, batch, h.in_chans, h.image_size, h.image_size)
+    x = (torch.randint(0, 256, shape, dtype=torch.uint8, device=device, generator=g) if engine
+         else torch.randn(*shape, device=device, generator=g))
     y = torch.randint(0, h.num_classes, (k, batch), device=device, generator=g)
     lr = torch.full((k,), float(h.lr), device=device)
+    gens = [torch.Generator(device).manual_seed(i) for i in range(k)]
+    schedule = step.schedule(device=device)
     box = {"state": step.init_state(), "losses": None}
 
+    def inputs() -> dict:
+        if not engine:
+            return {}
+        return {"draws": member_draws([augment.draws(batch, shape[2:], gen) for gen in gens]),
+                "masks": packed._drop_path_masks(x), "schedule": schedule}
+
     def call():
-        box["state"], box["losses"] = fn(box["state"], x, y, lr)
+        if mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are this one's inputs
+        box["state"], box["losses"] = fn(box["state"], x, y, lr, **inputs())
     return call, box

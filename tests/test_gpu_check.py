@@ -1,8 +1,9 @@
-"""benchmarks/gpu_check.py (make gpu-check): without CUDA it says so in one line; on the CPU its
-step and syncs parts run as a smoke test and write their summary (the CUDA numbers need a GPU)."""
+"""benchmarks/gpu_check.py (make gpu-check): without CUDA it says so in one line; `--smoke` runs its
+parts in miniature on the CPU, each in its own process under its own limit (the CUDA numbers need a GPU)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,20 +19,78 @@ import gpu_check  # noqa: E402
 def test_without_cuda_one_line_and_nothing_written(tmp_path, capsys):
     assert gpu_check.main(["--out", str(tmp_path / "s.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no CUDA device" in err and "--device cpu" in err
+    assert len(err.splitlines()) == 1 and "no CUDA device" in err and "--smoke" in err
     assert not (tmp_path / "s.json").exists()
 
 
-def test_cpu_smoke_writes_the_step_and_syncs_parts(tmp_path):
+@pytest.mark.parametrize("bad", [["--members", "8", "0"], ["--batch", "-1"], ["--steps", "0"], ["--total_limit", "0"]])
+def test_a_bad_size_one_line_and_nothing_written(tmp_path, capsys, bad):
+    assert gpu_check.main(["--smoke", *bad, "--out", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {bad[0]} {bad[-1]}: allowed integers >= 1"
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_smoke_runs_every_part_in_miniature_under_its_limit(fmnist_dir, tmp_path):
+    """The parts in their order, each ended by itself within its limit, all within the run's own
+    limit: a real packed group trained and tested, a compiled step's times, the syncs (CUDA only),
+    one fit; the summary on one screen."""
     out = tmp_path / "s.json"
-    assert gpu_check.main(["--device", "cpu", "--families", "vit", "--members", "2", "--batch", "4", "--steps", "2",
-                           "--parts", "step", "syncs", "--backend", "aot_eager", "--out", str(out)]) == 0
+    env = {**os.environ, "FASHION_MNIST_DIR": str(fmnist_dir)}
+    p = subprocess.run([sys.executable, str(gpu_check.ROOT / "benchmarks" / "gpu_check.py"), "--smoke",
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     summary = json.loads(out.read_text())
-    [row] = summary["parts"]["step"]["result"]
-    assert row["family"] == "vit" and row["members"] == 2 and row["captured_equals_eager"] is True
-    assert row["eager_ms"] > 0 and row["captured_ms"] > 0 and row["captured_images_per_s"] > 0
-    assert summary["parts"]["syncs"]["result"]["syncs_per_step"].startswith("n/a")
+    parts = summary["parts"]
+    assert list(parts) == list(gpu_check.PARTS) == ["group", "compile", "syncs", "fit"]
+    for name, part in parts.items():
+        assert part["status"] == "ok", (name, part)
+        assert part["limit_s"] == gpu_check.LIMITS[name][1] and 0 < part["seconds"] <= part["limit_s"]
+    assert summary["seconds"] <= summary["total_limit_s"] == gpu_check.TOTAL_S[1]
+    group = parts["group"]["result"]
+    assert group["family"] == "vit" and group["members"] == 2 and group["tested"] == 2
+    assert set(group["statuses"].values()) == {"done"} and group["ms_per_step"] > 0
+    [row] = parts["compile"]["result"]["rows"]
+    assert (row["family"], row["members"], row["backend"]) == ("vit", 2, "aot_eager")
+    assert row["compile_s"] > 0 and row["step_ms"] > 0
+    assert {"family", "members", "batch", "backend", "mode", "compile_s"} <= set(row)  # what the dry run reads
+    assert parts["syncs"]["result"]["syncs_per_step"].startswith("n/a")
+    assert parts["fit"]["result"]["rc"] == 0 and parts["fit"]["result"]["status"] == "done"
     assert summary["hardware"] and summary["versions"]["torch"]
+    screen = p.stdout[p.stdout.index("gpu-check on"):].splitlines()
+    assert len(screen) <= 24 and any("2 tested" in line for line in screen)
+
+
+def test_a_part_past_its_limit_is_killed_and_recorded(tmp_path):
+    """A part's process is killed at its limit (its start-up alone takes longer than 1 s here)."""
+    part = gpu_check.run_part("syncs", ["--smoke"], 1.0, tmp_path)
+    assert part["status"] == "timeout" and part["limit_s"] == 1.0 and part["seconds"] < 10
+    assert part["result"] == {}
+
+
+def test_no_part_starts_past_the_runs_own_limit(tmp_path):
+    """At most 8 minutes on a GPU: the parts' limits fit the whole run's, which the run holds to."""
+    assert sum(gpu for gpu, _ in gpu_check.LIMITS.values()) <= gpu_check.TOTAL_S[0] <= 8 * 60
+    out = tmp_path / "s.json"
+    assert gpu_check.main(["--smoke", "--total_limit", str(gpu_check.MIN_PART_S - 1), "--out", str(out)]) == 0
+    parts = json.loads(out.read_text())["parts"]
+    assert list(parts) == list(gpu_check.PARTS)
+    assert all(p["status"] == "skipped" and p["seconds"] == 0 for p in parts.values())
+
+
+def test_its_member_counts_are_the_gpu_profiles_group_sizes(tmp_path):
+    """The compile part measures the group sizes the gpu profile's sweep trains: its tuning groups
+    (4 lrs x 2 recipes), its main groups (3 seeds x 2 recipes) and those at the tuned fractions,
+    whose first seed's runs are the tuning trials (trained already, only tested)."""
+    from experiments.runs.execute import pack_groups
+    from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
+    spec = load_spec("datascale")
+    axes = resolve_axes(spec, "gpu", families=["vit"])
+    trials = tuning_runs(spec, axes, tmp_path, 59_000, axes["families"])
+    main = [r for r in main_runs(spec, axes, tmp_path, 59_000, lambda *key: axes["lrs"][0])
+            if not (r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes))]
+    sizes = {len(g) for runs in (trials, main) for g in pack_groups(runs, axes["pack"])}
+    assert sorted(sizes, reverse=True) == list(gpu_check.PROFILE_MEMBERS)
 
 
 def test_the_strong_recipe_draws_it_counts_are_every_members():

@@ -394,6 +394,12 @@ def test_a_stage_compiles_once_per_family_and_member_count(fmnist_dir, tmp_path,
         assert set(fit_packed(args, compile=True).values()) == {"fitted"}
         frames.append(counter.frame_count)
     assert frames == [1, 1, 2, 3]
+    # the dry run counts the compilations of such a stage as the engine made them (estimate.compilations)
+    from experiments.runs.estimate import compilations
+    from experiments.runs.spec import Run
+    units = [[Run(0, f"{family}_s{s}", family, 1.0, s, "default", (), batch_size=32) for s in seeds]
+             for family, seeds, _ in groups]
+    assert len(compilations(units, 1)) == frames[-1]
     alone = [_args(fmnist_dir, tmp_path / "alone", s, "--model.family", "resnet", *quick, *groups[1][2]) for s in (2, 3)]
     assert set(fit_packed(alone, compile=False).values()) == {"fitted"}
     shared, eager = _folders(tmp_path / "stage"), _folders(tmp_path / "alone")

@@ -11,10 +11,18 @@ profiles ran them, `jobs` at a time with the cores split between them, so the dr
 a stage is the sum of steps x ms/step over the runs (or packed groups) it still has to train, over
 the jobs at a time. A device, model configuration or group size with no measured step time gets that
 said, never a guess.
+
+Where the engine compiles a packed group's step (on a GPU: packed_loop.GroupLoop, compile auto), the
+estimate adds its compiling, from the compile times results/gpu_check.json measured (`make
+gpu-check`: the packed step per device, family, member count and batch, compiled by inductor in the
+mode the engine uses there), counted as the engine compiles: once per family, member count and batch
+in each stage when one process trains a stage's groups (one run at a time), once per group where each
+group is a process of its own. On the CPU the engine runs packed steps eager: nothing to compile.
 """
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -26,6 +34,7 @@ from experiments.runs.record import read_identity, read_summary
 
 STEP_TIMES = Path(__file__).resolve().parents[2] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
+COMPILE_TIMES = STEP_TIMES.parent / "gpu_check.json"
 COLUMNS = ("device", "family", "budget", "flops_per_image", "batch_size", "members", "ms_per_step", "runs", "experiments")
 DONE = ("done", "fitted")  # a stage has nothing left to train of these
 
@@ -112,9 +121,10 @@ def configuration(run) -> str:
 
 
 def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple, float] | None = None,
-             pack: int = 1) -> str:
+             pack: int = 1, compile_times: dict[tuple, float] | None = None) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
-    to a group, as the sweep packs them), each at its own batch size, or what is missing."""
+    to a group, as the sweep packs them), each at its own batch size, or what is missing; with the
+    minutes of it compiling where the engine compiles packed steps (on a GPU)."""
     device = device or run_hardware(jobs)
     table = read_step_times() if table is None else table
     if not runs:
@@ -122,18 +132,83 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     todo = [r for r in runs if run_status(r) not in DONE]
     if not todo:
         return "; nothing left to train"
+    units = units_of(todo, pack)
+    compiled = compilations(units, jobs) if engine_mode(device) else []
+    compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
+    c_each, c_missing = compile_minutes(compiled, device, compile_times)
     if not any(k[0] == device for k in table):
-        return f"; no step times measured on {device} (results/step_times.csv), so no estimate"
-    each, missing = unit_minutes(units_of(todo, pack), device, table)
+        return (f"; no step times measured on {device} (results/step_times.csv)"
+                + _no_compile_times(c_each, c_missing) + ", so no estimate")
+    each, missing = unit_minutes(units, device, table)
     if not each:
-        return f"; no step time measured on this device for {', '.join(missing)}, so no estimate"
-    text = f"; about {wall(each, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
+        return (f"; no step time measured on this device for {', '.join(missing)}"
+                + _no_compile_times(c_each, c_missing) + ", so no estimate")
+    text = f"; about {wall(each + c_each, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
+    if c_each:
+        text += (f", of which about {wall(each + c_each, jobs) - wall(each, jobs):.0f} min compiling "
+                 f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: results/step_times.csv)")
     if _cpu(device):  # a run per core, each at the speed measured here
         text += "".join(f", about {wall(each, cores):.0f} min with {cores} such cores"
                         for cores in MORE_CORES if cores > jobs)
-    return text + (f", not counting {', '.join(missing)} (no step time measured)" if missing else "")
+    return (text + (f", not counting {', '.join(missing)} (no step time measured)" if missing else "")
+            + (f", not counting compiling {', '.join(c_missing)} (no compile time measured in {COMPILE_SOURCE}: "
+               "make gpu-check)" if c_missing else ""))
+
+
+def _no_compile_times(known: list[float], missing: list[str]) -> str:
+    """What a stage that compiles lacks of compile times too, for a 'no estimate'."""
+    if not missing:
+        return ""
+    return f" and no compile time for {', '.join(missing)} ({COMPILE_SOURCE}{'' if known else ': make gpu-check'})"
 
 
 def _cpu(device: str) -> bool:
     """Whether a `hardware` string names a machine without a GPU (more cores: more runs at a time)."""
     return device.endswith("no GPU")  # a GPU machine says "NVIDIA H200 x1, 16 CPU cores (...)"
+
+
+# ---------------- compiling ----------------
+COMPILE_SOURCE = f"results/{COMPILE_TIMES.name}"
+
+
+def engine_mode(device: str) -> str | None:
+    """The torch.compile mode packed_loop.GroupLoop compiles a group's step in on `device` (a
+    `hardware` string; compile auto): CUDA graphs on a GPU, None (eager) on the CPU."""
+    return None if _cpu(device) else "reduce-overhead"
+
+
+def read_compile_times(path: Path | None = None) -> dict[tuple, float]:
+    """(device, family, members, batch size) -> seconds to compile a packed group's step, from the
+    compile part of a gpu-check summary (benchmarks/gpu_check.py; results/gpu_check.json by default):
+    its rows compiled as the engine compiles on that device (inductor, engine_mode); {} without one,
+    and a row without those fields is left out."""
+    try:
+        summary = json.loads((COMPILE_TIMES if path is None else path).read_text())
+        device, rows = summary["hardware"], summary["parts"]["compile"]["result"]["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    times = {}
+    for r in rows if isinstance(rows, list) else []:
+        try:
+            if r["backend"] == "inductor" and r["mode"] == engine_mode(device) and float(r["compile_s"]) > 0:
+                times[device, r["family"], int(r["members"]), int(r["batch"])] = float(r["compile_s"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return times
+
+
+def compilations(units: list[list], jobs: int) -> list[tuple]:
+    """(family, members, batch) of every packed step the units compile, as the engine compiles them:
+    once per stage where one process trains a stage's groups one after another (one job at a time:
+    execute.launch_packed_stage, which keeps a compiled step per packed_loop.step_key), once per
+    group where each group is a process of its own (jobs above 1)."""
+    keys = [(u[0].stage, u[0].family, len(u), u[0].batch_size) for u in units if len(u) > 1]
+    return [k[1:] for k in (keys if jobs > 1 else dict.fromkeys(keys))]
+
+
+def compile_minutes(compiled: list[tuple], device: str, times: dict[tuple, float]) -> tuple[list[float], list[str]]:
+    """The minutes of each compilation with a compile time measured on `device`, and those without
+    ('vit x8 at batch 128')."""
+    known = [times[(device, *c)] / 60 for c in compiled if (device, *c) in times]
+    missing = sorted({f"{f} x{k} at batch {b}" for f, k, b in compiled if (device, f, k, b) not in times})
+    return known, missing

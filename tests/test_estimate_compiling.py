@@ -1,0 +1,94 @@
+"""The dry run's compile term (experiments/runs/estimate.py, #44 item 4): where the engine compiles a
+packed group's step (on a GPU), the estimate adds the compile times `make gpu-check` measured, counted
+as the engine compiles (once per family, member count and batch in a stage's one process; once per
+group where each group is a process of its own), says how much of it is compiling and where each
+number comes from, and names what was never measured instead of guessing."""
+from __future__ import annotations
+
+import json
+
+from experiments.runs.estimate import compilations, estimate, read_compile_times
+from experiments.runs.execute import flops_per_image, units_of
+from experiments.runs.spec import Run
+
+GPU = "NVIDIA H200 x1, 16 CPU cores (X)"
+CPU = "2 CPU cores (dev, AVX2), no GPU"
+
+
+def _runs(tmp_path, family: str, n: int, stage: str) -> list[Run]:
+    return [Run(i, f"{family}_{stage}_{i}", family, 0.1, i, "default", ("--model.family", family, "--seed_everything", str(i)),
+                run_dir=tmp_path / f"{family}_{stage}_{i}", stage=stage, steps=60_000, batch_size=128) for i in range(n)]
+
+
+def _plan(tmp_path) -> list[Run]:
+    """A tuning stage of two ViT groups of 8 and a ResNet group of 8, a main stage of one ViT group of 6."""
+    return (_runs(tmp_path, "vit", 16, "tune") + _runs(tmp_path, "resnet", 8, "tune")
+            + _runs(tmp_path, "vit", 6, "main"))
+
+
+def _step_times(runs: list[Run], device: str) -> dict[tuple, float]:
+    vit, resnet = (flops_per_image(next(r for r in runs if r.family == f)) for f in ("vit", "resnet"))
+    # a group of 8 ViTs: 60,000 x 6 ms = 6 min; ResNets 3 min; 6 ViTs 5 min: 20 min of steps in all
+    return {(device, "vit", "tiny", vit, 128, 8): 6.0, (device, "resnet", "tiny", resnet, 128, 8): 3.0,
+            (device, "vit", "tiny", vit, 128, 6): 5.0}
+
+
+COMPILE = {(GPU, "vit", 8, 128): 120.0, (GPU, "resnet", 8, 128): 60.0, (GPU, "vit", 6, 128): 120.0}
+
+
+def test_one_process_per_stage_compiles_once_per_family_and_member_count(tmp_path):
+    runs = _plan(tmp_path)
+    assert compilations(units_of(runs, 8), 1) == [("vit", 8, 128), ("resnet", 8, 128), ("vit", 6, 128)]
+    # each group a process of its own: the two ViT groups of the tuning stage compile twice
+    assert compilations(units_of(runs, 8), 2) == [("vit", 8, 128), ("vit", 8, 128), ("resnet", 8, 128),
+                                                  ("vit", 6, 128)]
+    assert compilations(units_of(runs, 1), 1) == []   # runs alone train under Lightning, uncompiled
+    # 20 min of steps + 2 + 1 + 2 min compiling
+    assert estimate(runs, 1, GPU, _step_times(runs, GPU), pack=8, compile_times=COMPILE) == (
+        "; about 25 min on this device (1 at a time), of which about 5 min compiling 3 packed steps "
+        "(compile times: results/gpu_check.json; step times: results/step_times.csv)")
+    assert ", of which about 4 min compiling 4 packed steps" in estimate(  # (20 + 7) / 2 against 20 / 2
+        runs, 2, GPU, _step_times(runs, GPU), pack=8, compile_times=COMPILE)
+
+
+def test_what_was_never_measured_is_named_not_guessed(tmp_path):
+    runs = _plan(tmp_path)
+    no_resnet = {k: v for k, v in COMPILE.items() if k[1] != "resnet"}
+    assert estimate(runs, 1, GPU, _step_times(runs, GPU), pack=8, compile_times=no_resnet) == (
+        "; about 24 min on this device (1 at a time), of which about 4 min compiling 2 packed steps "
+        "(compile times: results/gpu_check.json; step times: results/step_times.csv), not counting compiling "
+        "resnet x8 at batch 128 (no compile time measured in results/gpu_check.json: make gpu-check)")
+    assert estimate(runs, 1, GPU, {}, pack=8, compile_times={}) == (
+        f"; no step times measured on {GPU} (results/step_times.csv) and no compile time for resnet x8 at batch "
+        "128, vit x6 at batch 128, vit x8 at batch 128 (results/gpu_check.json: make gpu-check), so no estimate")
+    assert estimate(runs, 1, GPU, {}, pack=8, compile_times=COMPILE) == (
+        f"; no step times measured on {GPU} (results/step_times.csv), so no estimate")
+    # runs alone compile nothing: the estimate is as it was
+    assert estimate(runs[:1], 1, GPU, {}, compile_times={}) == (
+        f"; no step times measured on {GPU} (results/step_times.csv), so no estimate")
+
+
+def test_on_the_cpu_packed_steps_run_eager_so_nothing_is_compiled(tmp_path):
+    runs = _plan(tmp_path)
+    on_cpu = {(CPU, *k[1:]): v for k, v in COMPILE.items()}
+    assert estimate(runs, 1, CPU, _step_times(runs, CPU), pack=8, compile_times=on_cpu) == (
+        "; about 20 min on this device (1 at a time), about 6 min with 8 such cores, about 6 min with 16 such cores")
+
+
+def test_the_compile_times_are_gpu_checks_rows_compiled_as_the_engine_compiles(tmp_path):
+    """Read from the compile part of a gpu-check summary: inductor in CUDA-graph mode on a GPU; a smoke
+    run's aot_eager rows, another mode and a row without its fields are left out; no file: nothing."""
+    rows = [{"family": "vit", "members": 8, "batch": 128, "backend": "inductor", "mode": "reduce-overhead",
+             "compile_s": 41.5, "step_ms": 5.4},
+            {"family": "resnet", "members": 8, "batch": 128, "backend": "aot_eager", "mode": "reduce-overhead",
+             "compile_s": 3.0, "step_ms": 9.0},
+            {"family": "swin", "members": 8, "batch": 128, "backend": "inductor", "mode": "default",
+             "compile_s": 30.0, "step_ms": 9.0},
+            {"family": "deit", "members": 8, "backend": "inductor", "mode": "reduce-overhead", "compile_s": 1.0}]
+    path = tmp_path / "gpu_check.json"
+    path.write_text(json.dumps({"hardware": GPU, "parts": {"compile": {"status": "timeout", "result": {"rows": rows}}}}))
+    assert read_compile_times(path) == {(GPU, "vit", 8, 128): 41.5}
+    path.write_text(json.dumps({"hardware": CPU, "parts": {"compile": {"result": {"rows": rows}}}}))
+    assert read_compile_times(path) == {}
+    path.write_text("{not json")
+    assert read_compile_times(path) == {} and read_compile_times(tmp_path / "none.json") == {}
