@@ -17,6 +17,7 @@ from modules.files import write_atomic
 
 from experiments.runs.identity import evaluation_identity
 from experiments.runs.record import record_summary, write_progress
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
 
 
@@ -49,9 +50,10 @@ class MemberRecords:
         if resumed:
             return
         for m, dm in zip(self.members, self.dms):
-            (m.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            write_atomic(m.run_dir / "config.yaml", m.config_yaml)
-            dm.save_train_indices(m.run_dir / "train_indices.json")
+            folder = RunFolder(m.run_dir)
+            folder.checkpoints.mkdir(parents=True, exist_ok=True)
+            write_atomic(folder.config_file, m.config_yaml)
+            dm.save_train_indices(folder.train_indices_file)
         for m, w in zip(self.members, self.writers()):  # as a single run's logger: its identity, no metrics
             w._get_file_writer().add_summary(session_start(readable_hparams(m.identity, complexity),
                                                            trial_id=m.run_dir.name))
@@ -82,7 +84,7 @@ class MemberRecords:
             self.history[k] = [v for v in self.history[k] if v[0] != step] + [[step, round(acc, 6)]]
             if self.best[k] is None or acc > self.best[k]:
                 self.best[k] = acc
-                packed.save_member_checkpoint(k, m.run_dir / "checkpoints" / "best.ckpt",
+                packed.save_member_checkpoint(k, RunFolder(m.run_dir).best_checkpoint,
                                               extra={"val_acc_best": acc, "global_step": step})
             w = self.writers()[k]
             w.add_scalar("val/acc", acc, step)
@@ -113,7 +115,7 @@ class MemberRecords:
             if k in diverged:
                 record_summary(m.run_dir, "diverged", fit=fit, error=f"FloatingPointError: {diverged[k]}", **common)
                 continue
-            packed.save_member_checkpoint(k, m.run_dir / "checkpoints" / "last.ckpt",
+            packed.save_member_checkpoint(k, RunFolder(m.run_dir).last_checkpoint,
                                           extra={"val_acc_best": self.best[k], "global_step": steps})
             fit.update(epochs=epochs, images_per_sec=ips, val_acc_best=self.best[k], max_steps=max_steps,
                        val_history=self.history[k])

@@ -310,8 +310,8 @@ def report_failed(runs: list, console=None, n: int = 5) -> None:
 # ---------------- --status ----------------
 def run_state(run) -> tuple[str, str]:
     """(done | running | failed | diverged | interrupted | pending, a detail) from the run's folder alone."""
-    from experiments.runs.record import read_summary
-    s = read_summary(run.run_dir) or {}
+    from experiments.runs.run_folder import RunFolder
+    s = RunFolder(run.run_dir).summary() or {}
     status = s.get("status")
     if finished(run, status) and status != "diverged":
         acc = s.get("test_acc") if run.stage != "tune" else s.get("val_acc_best")
@@ -323,7 +323,7 @@ def run_state(run) -> tuple[str, str]:
     if status == "failed":
         return "failed", s.get("error", "")
     if run.run_dir.exists():
-        resumes = "resumes from last.ckpt" if (run.run_dir / "checkpoints" / "last.ckpt").exists() else ""
+        resumes = "resumes from last.ckpt" if RunFolder(run.run_dir).last_checkpoint.exists() else ""
         if status == "interrupted":  # by Ctrl-C or SIGTERM (runs.interruption)
             return "interrupted", resumes or "starts again"
         return "pending", "only its test is left" if status == "fitted" else resumes or "started"

@@ -111,12 +111,12 @@ def write_sweep_view(exp_dir: Path, sizes: list[int], run_dirs: list[Path], test
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import custom_scalars
 
-    from experiments.runs.record import read_identity, read_summary
+    from experiments.runs.run_folder import RunFolder
     exp_dir = Path(exp_dir)
     old = sorted(exp_dir.glob("events.out.tfevents.*"))
     if old and keep_existing:
         return False
-    runs = [(read_identity(d), read_summary(d) or {}) for d in run_dirs]
+    runs = [(RunFolder(d).identity(), RunFolder(d).summary() or {}) for d in run_dirs]
     hparams = [readable_hparams(i, {"params": s["params"], "flops": s["flops_per_image"]} if "params" in s else None)
                for i, s in runs if i is not None]
     metrics = ["val/acc_best", *(["test/acc"] if tested else [])]
