@@ -39,6 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.provenance import hardware, versions  # noqa: E402
+from experiments.runs.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 from packed_group import group  # noqa: E402
@@ -143,9 +144,9 @@ def part_fit(a, device, work: Path) -> dict:
     out = _python(["fit", "--run_name", "gpu-check-vit", "--runs_dir", str(work), "--model.family", "vit",
                    "--model.budget", "tiny", "--data.fraction", "0.1", "--data.batch_size", "128",
                    "--trainer.max_steps", "500", "--trainer.enable_progress_bar", "false"], a.part_limit, ROOT)
-    summaries = list(work.rglob("summary.json"))
+    summaries = [RunFolder(p.parent).summary() for p in work.rglob(SUMMARY_FILE)]
     if summaries:
-        s = json.loads(summaries[0].read_text())
+        s = summaries[0] or {}
         out.update({k: s.get(k) for k in ("steps", "images_per_sec", "wall_time_s", "test_acc")})
     return out
 
@@ -156,7 +157,7 @@ def part_sweep(a, device, work: Path) -> dict:
     estimate = [line for line in dry.get("tail", "").splitlines() if line.startswith("## the whole profile")]
     out = _python(["sweep", *axes, "--families", "vit", "resnet", "--fractions", "0.01", "--seeds", "0"],
                   a.part_limit, ROOT)
-    done = [json.loads(p.read_text()).get("status") for p in (work / "sweep").rglob("summary.json")]
+    done = [RunFolder(p.parent).status() for p in (work / "sweep").rglob(SUMMARY_FILE)]
     return {**out, "runs_finished": done.count("done") + done.count("fitted"), "dry_run_estimate": estimate}
 
 

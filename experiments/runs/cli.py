@@ -293,7 +293,7 @@ class SuiteCLI(LightningCLI):
                 callbacks.append(EarlyStopping(monitor="val/acc", mode="max", stopping_threshold=stop - 1e-6,
                                                patience=2**31, check_on_train_epoch_end=False, verbose=False))
             callbacks.append(RunRecord(run_dir, c["experiment"], identity=self.identity(), stop_at_val_acc=stop,
-                                       evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt")))
+                                       evaluation=evaluation_identity(c, precision=precision, checkpoint=BEST)))
         else:  # a checkpoint's run keeps its config.yaml; the result goes beside its summary unless settings match
             self.save_config_callback = None
             ckpt = Path(c["ckpt_path"]).name if c.get("ckpt_path") else "none"

@@ -46,7 +46,7 @@ from modules.registry import use_fused_attention
 from experiments.runs.identity import config_hash, evaluation_identity
 from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule, limited
 from experiments.runs.record import record_summary
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.run_folder import BEST, RunFolder
 from experiments.runs.provenance import git_commit
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
@@ -230,7 +230,7 @@ def _test(members: list[Member]) -> None:
         test = {n.removeprefix("test/"): float(v) for coll in clf.test_metrics.values() for n, v in coll.compute().items()}
         test["loss"] = float(loss[k] / count)   # Lightning's epoch mean of the batch losses, weighted by batch size
         record_summary(m.run_dir, "done", experiment=m.config["experiment"], identity=m.identity,
-                       evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
+                       evaluation=evaluation_identity(m.config, precision=precision, checkpoint=BEST),
                        hparams=clf.hparams, complexity=clf.complexity,
                        datamodule=member_dm, precision=str(precision),
                        devices=1, commit=commit, test=test)

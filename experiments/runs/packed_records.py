@@ -17,7 +17,7 @@ from modules.files import write_atomic
 
 from experiments.runs.identity import evaluation_identity
 from experiments.runs.record import record_summary, write_progress
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.run_folder import BEST, RunFolder
 from experiments.runs.tensorboard import SIZE_TAG, readable_hparams, session_start
 
 
@@ -107,7 +107,7 @@ class MemberRecords:
             extra = {"engine": {**engine, "packed": len(self.members), "member": k, "group": self.group,
                                 "group_images_per_sec": ips * len(self.members) if ips else None}}
             common = dict(experiment=m.config["experiment"], identity=m.identity,
-                          evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
+                          evaluation=evaluation_identity(m.config, precision=precision, checkpoint=BEST),
                           hparams={**packed.template.hparams, "lr": packed.member_lr(k)},
                           complexity=packed.complexity, datamodule=dm, precision=precision, devices=1,
                           commit=self.commit, extra=extra)
