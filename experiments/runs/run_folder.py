@@ -126,55 +126,20 @@ class RunFolder:
 
     def __init__(self, path):
         self.path = Path(path)
+        self.name = self.path.name
+        self.summary_file = self.path / SUMMARY_FILE
+        self.identity_file = self.path / IDENTITY_FILE
+        self.config_file = self.path / CONFIG_FILE
+        self.train_indices_file = self.path / TRAIN_INDICES_FILE
+        self.progress_file = self.path / PROGRESS_FILE
+        self.evaluations = self.path / EVALUATIONS
+        self.checkpoints = self.path / CHECKPOINTS
+        self.last_checkpoint = self.checkpoints / LAST  # where a fit resumes: written at every validation and the end
+        self.best_checkpoint = self.checkpoints / BEST  # what the run is tested with, and what teaches a DeiT student
+        self.lock_file = self.path / LOCK_FILE
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-    @property
-    def summary_file(self) -> Path:
-        return self.path / SUMMARY_FILE
-
-    @property
-    def identity_file(self) -> Path:
-        return self.path / IDENTITY_FILE
-
-    @property
-    def config_file(self) -> Path:
-        return self.path / CONFIG_FILE
-
-    @property
-    def train_indices_file(self) -> Path:
-        return self.path / TRAIN_INDICES_FILE
-
-    @property
-    def progress_file(self) -> Path:
-        return self.path / PROGRESS_FILE
-
-    @property
-    def evaluations(self) -> Path:
-        return self.path / EVALUATIONS
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / CHECKPOINTS
-
-    @property
-    def last_checkpoint(self) -> Path:
-        """Where a fit resumes: written at every validation and at the end."""
-        return self.checkpoints / LAST
-
-    @property
-    def best_checkpoint(self) -> Path:
-        """The weights a run is tested with, and that teach a DeiT student."""
-        return self.checkpoints / BEST
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / LOCK_FILE
 
     # ---------------- records ----------------
     def summary(self) -> dict | None:
