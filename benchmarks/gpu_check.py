@@ -40,6 +40,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.provenance import hardware, versions  # noqa: E402
+from experiments.runs.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 from packed_group import group, strong_augment  # noqa: E402
@@ -60,7 +61,6 @@ def part_group(a, device, work: Path, sink) -> None:
     """One packed group of the gpu profile, planned as the sweep plans it, trained and tested by
     fit_packed in this process: compiled on CUDA as the sweep's groups are (compile auto)."""
     from experiments.runs.packed_fit import fit_packed
-    from experiments.runs.record import read_summary
     members = group_plan(a, work)
     planned = {"family": members[0].family, "fraction": members[0].fraction, "members": len(members),
                "steps": members[0].steps, "batch": members[0].batch_size,
@@ -69,7 +69,7 @@ def part_group(a, device, work: Path, sink) -> None:
     t = time.perf_counter()
     statuses = fit_packed([list(r.args) for r in members], compile=None)
     seconds = time.perf_counter() - t
-    summaries = [read_summary(r.run_dir) or {} for r in members]
+    summaries = [RunFolder(r.run_dir).summary() or {} for r in members]
     engine = summaries[0].get("engine") or {}
     sink({**planned, "seconds": round(seconds, 1), "statuses": statuses,
           "tested": sum(s.get("test_acc") is not None for s in summaries),
@@ -163,9 +163,9 @@ def part_fit(a, device, work: Path, sink) -> None:
                         "--trainer.enable_progress_bar", "false"], cwd=ROOT, env=child_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = {"rc": p.returncode, "seconds": round(time.perf_counter() - t, 1), "tail": p.stdout[-1200:]}
-    summaries = list((work / "fit").rglob("summary.json"))
+    summaries = list((work / "fit").rglob(SUMMARY_FILE))
     if summaries:
-        s = json.loads(summaries[0].read_text())
+        s = RunFolder(summaries[0].parent).summary() or {}
         out.update({k: s.get(k) for k in ("status", "steps", "images_per_sec", "wall_time_s", "test_acc")})
     sink(out)
 

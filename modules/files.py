@@ -15,6 +15,7 @@ in it named like a file the suite writes (config.yaml, summary.json.tmp, checkpo
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from contextlib import suppress
@@ -43,6 +44,13 @@ def write_atomic(path, data: bytes | str, durable: bool = False) -> None:
         with suppress(OSError):
             tmp.unlink()
         raise
+
+
+def write_json(path, record, sort_keys: bool = True) -> None:
+    """A JSON record (a run's summary, an experiment's record, a packed group's members): atomic and
+    never through a link, so a killed run or a full disk leaves the old record whole. `sort_keys`
+    False keeps the record's own order (sweep.json's profile reads in the order it was planned)."""
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=sort_keys) + "\n")
 
 
 def open_in_place(path, append: bool = False):

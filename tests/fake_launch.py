@@ -3,7 +3,7 @@ module, so this module imports nothing heavy (a test module importing torch and 
 cost each task ~6 s of start-up)."""
 import time
 
-from experiments.runs.record import write_summary
+from experiments.runs.run_folder import RunFolder
 
 
 def fake_launch(run) -> int:
@@ -16,5 +16,5 @@ def fake_launch(run) -> int:
             log.write("boom: the fake vit run fails\n")
             return 1
         log.write(f"end {time.time()!r}\n")
-    write_summary(run.run_dir, {"run": run.name, "family": run.family, "status": "done", "test_acc": 0.5})
+    RunFolder(run.run_dir).write_summary({"run": run.name, "family": run.family, "status": "done", "test_acc": 0.5})
     return 0

@@ -160,7 +160,7 @@ def test_full_disk_leaves_no_torn_checkpoint_and_resumes(cli, make_dm, tmp_path,
 
 
 def test_json_record_on_a_full_disk_is_one_line_and_keeps_the_old_record(tmp_path):
-    from experiments.runs.record import write_json
+    from modules.files import write_json
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "64k")
     try:

@@ -67,7 +67,7 @@ def _refused(code: int, capsys, link: Path) -> None:
 def test_records_and_checkpoints_replace_a_planted_link_and_leave_its_target(tmp_path, victim, make_dm):
     """write_json (every record), atomic_save (every checkpoint) and the training subset: a link
     under the temporary name or the final name is replaced by the file; its target keeps every byte."""
-    from experiments.runs.record import write_json
+    from modules.files import write_json
     from modules.checkpoint_io import atomic_save, read_checkpoint
     run = tmp_path / "run"
     for name in ("summary.json", "identity.json.tmp", "checkpoints/last.ckpt.tmp", "checkpoints/best.ckpt",

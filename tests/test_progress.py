@@ -11,7 +11,8 @@ from pathlib import Path
 from rich.console import Console
 
 from experiments.runs.progress import SweepProgress
-from experiments.runs.record import read_progress, write_progress, write_summary
+from experiments.runs.record import read_progress, write_progress
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.spec import Run
 from experiments.runs.sweep import run_sweep
 
@@ -36,7 +37,7 @@ def _runs(tmp_path: Path, stage: str, n: int, family: str = "resnet") -> list[Ru
 
 def _done(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_summary(run.run_dir, {"run": run.name, "status": "fitted" if run.stage == "tune" else "done"})
+    RunFolder(run.run_dir).write_summary({"run": run.name, "status": "fitted" if run.stage == "tune" else "done"})
 
 
 def test_one_line_for_the_whole_sweep_with_the_dry_runs_estimate_updated_as_runs_finish(tmp_path):

@@ -125,7 +125,7 @@ def test_a_fit_stopped_at_an_accuracy_keeps_the_validation_closest_to_it(tmp_pat
     from lightning.pytorch.callbacks import EarlyStopping
 
     from experiments.runs.checkpoint import RunCheckpoint
-    from experiments.runs.cli import TargetGap
+    from experiments.runs.checkpoint import TargetGap
     from experiments.runs.record_callback import RunRecord
     from modules.checkpoint_io import read_checkpoint
 

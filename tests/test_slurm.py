@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from experiments.__main__ import main
-from experiments.runs.record import write_summary
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.cluster import ClusterOptions
 from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuning_runs
 from experiments.runs.sweep import run_sweep
@@ -136,7 +136,7 @@ def test_status_of_a_half_finished_sweep(sweep_env, capsys):
                                        trials["vit", 0.003])
     for r, status in ((done, "fitted"), (diverged, "diverged"), (failed, "failed")):
         r.run_dir.mkdir(parents=True)
-        write_summary(r.run_dir, {"run": r.name, "status": status, "val_acc_best": 0.5, "error": "exit status 1"})
+        RunFolder(r.run_dir).write_summary({"run": r.name, "status": status, "val_acc_best": 0.5, "error": "exit status 1"})
     (failed.run_dir / "log.txt").write_text("$ python -m experiments fit ...\nTraceback\nRuntimeError: out of memory\n")
     running.run_dir.mkdir(parents=True)
     with open(running.run_dir / ".lock", "a+") as lock:

@@ -78,20 +78,20 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
 def test_a_runs_status_in_hparams_follows_its_summary(tmp_path):
     """The session file holds the run's hparams with its status, rewritten whole at every summary
     (TensorBoard keeps the first session start it reads: an appended one would never show)."""
-    from experiments.runs.record import write_json, write_summary
+    from experiments.runs.run_folder import RunFolder
     from experiments.runs.tensorboard import SESSION_FILE, session_hparams, write_session
     run_dir = tmp_path / "resnet-x"
     run_dir.mkdir()
-    write_json(run_dir / "identity.json", {"hash": "x", "identity": {"model.family": "resnet", "data.seed": 1}})
+    RunFolder(run_dir).write_identity({"model.family": "resnet", "data.seed": 1}, "x")
     write_session(run_dir, session_hparams({"model.family": "resnet", "data.seed": 1}, "running"))
     assert run_hparams(run_dir) == {"family": "resnet", "seed": 1, "Status": "running"}
     for status in ("interrupted", "done"):
-        write_summary(run_dir, {"status": status, "params": 7, "flops_per_image": None})
+        RunFolder(run_dir).write_summary({"status": status, "params": 7, "flops_per_image": None})
         assert run_hparams(run_dir) == {"family": "resnet", "seed": 1, "params": 7, "Status": status}
     assert [p.name for p in run_dir.glob("*tfevents*")] == [SESSION_FILE]  # one file, replaced
     # a summary without identity.json (a folder that is no run) writes no session
     (tmp_path / "other").mkdir()
-    write_summary(tmp_path / "other", {"status": "failed"})
+    RunFolder(tmp_path / "other").write_summary({"status": "failed"})
     assert not list((tmp_path / "other").glob("*tfevents*"))
 
 

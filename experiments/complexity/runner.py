@@ -21,7 +21,9 @@ import torch
 
 from experiments.runs.names import runs_dir_option
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import read_json, write_json
+from modules.files import write_json
+
+from experiments.runs.record import read_json
 from experiments.runs.spec import Run, Schema, reject_unknown, load_spec
 
 PARTS = ("paper", "scaling", "ours", "interpolation")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from experiments.report.records import Run, read_runs
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.table_format import fmt, write_csv
 from experiments.runs.convergence import judged, plateau_unknown, still_improving
+from experiments.runs.run_folder import Teacher
 
 CLAIMS = load_claims("datascale")  # the claims' fixed words and published results (claims.yaml)
 
@@ -64,20 +64,19 @@ def run_summaries(runs: dict[str, Run]) -> list[dict]:
     for name, run in runs.items():
         s = {**run.summary, "run": name} if "/" in name else run.summary  # a shared run: as the record names it
         ident = run.identity
-        out.append({**s, "identity": grouping_identity(ident), "_seeds": [ident.get(k) for k in SEED_KEYS]}
+        out.append({**s, "identity": grouping_identity(ident, s.get("teacher")), "_seeds": [ident.get(k) for k in SEED_KEYS]}
                    if ident is not None else s)
     return out
 
 
-def grouping_identity(ident: dict) -> dict:
-    """The identity without the seed; a DeiT teacher is named by its family-budget and what its run
-    name holds after the lr (the variant: a matched teacher's '_resnet-at-vit'), not by its own
-    fraction, seed and lr, which follow the student's."""
+def grouping_identity(ident: dict, teacher: dict | None) -> dict:
+    """The identity without the seed; a DeiT teacher is named by the student's record of it
+    (`teacher`, run_folder.Teacher): its family-budget and variant (a matched teacher's
+    'resnet-at-vit'), not by its own fraction, seed and lr, which follow the student's."""
     out = {k: v for k, v in ident.items() if k not in SEED_KEYS}
-    if out.get("model.teacher_checkpoint"):
-        run = re.sub(r"_[0-9a-f]{8}$", "", Path(out["model.teacher_checkpoint"]).parent.parent.name)
-        variant = re.match(r"[^_]+_.*?_lr[0-9.e+-]+(?P<variant>.*)$", run)
-        out["model.teacher_checkpoint"] = run.split("_")[0] + (variant["variant"] if variant else "")
+    named = Teacher.from_record(teacher)
+    if out.get("model.teacher_checkpoint") and named is not None:
+        out["model.teacher_checkpoint"] = named.label()
     return out
 
 

@@ -30,7 +30,10 @@ from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from experiments.distill import MATCHED, matched_name
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import read_json, read_summary, write_json, write_profile_record
+from modules.files import write_json
+
+from experiments.runs.record import read_json, write_profile_record
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.cluster import options_from
 from experiments.runs.shared import entry
 from experiments.runs.slurm import print_status, run_then_tables
@@ -165,7 +168,7 @@ def teacher_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
 
 def target_acc(run: Run) -> float | None:
     """The best validation accuracy of a finished teacher run (what its matched teacher stops at)."""
-    s = read_summary(run.run_dir) or {}
+    s = RunFolder(run.run_dir).summary() or {}
     return s.get("val_acc_best") if s.get("status") in ("fitted", "done") else None
 
 
@@ -211,7 +214,7 @@ def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                     t = teacher_dir.get((teacher, f, s))
                     if t is None:
                         continue  # its teacher has no chosen lr yet
-                    run = replace(run, args=run.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
+                    run = replace(run, args=run.args + ("--model.teacher_checkpoint", str(RunFolder(t).best_checkpoint)),
                                   teacher=entry(t, spec["name"]))
                 runs.append(run)
     return with_folders(runs)

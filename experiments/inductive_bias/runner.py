@@ -33,7 +33,10 @@ from modules.budgets import FAMILIES, distils
 
 from experiments.runs.probe import PARTS, RESULT, probe_run
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import read_json, write_json, write_profile_record
+from modules.files import write_json
+
+from experiments.runs.record import read_json, write_profile_record
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.cluster import options_from
 from experiments.runs.slurm import print_status, run_then_tables
 from experiments.runs.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
@@ -241,7 +244,7 @@ def variant_of(run: Run) -> str:
 def _probed(run_dir: Path, parts: list[str], images: int, patch: int) -> bool:
     """Whether the run's probes.json holds these parts, measured on its current best checkpoint."""
     old = read_json(run_dir / RESULT)
-    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    ckpt = RunFolder(run_dir).best_checkpoint
     want = images if any(p != "pos_embed" for p in parts) else 0
     return (set(parts) <= set(old.get("parts", [])) and old.get("images") == want and old.get("patch") == patch
             and ckpt.is_file() and (run_dir / RESULT).stat().st_mtime >= ckpt.stat().st_mtime)

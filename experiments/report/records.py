@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.report.table_format import one_line, plain
-from experiments.runs.record import IDENTITY_FILE, read_json
-from experiments.runs.shared import SUMMARY, located, shared_entries
+from experiments.runs.record import read_json
+from experiments.runs.run_folder import IDENTITY_FILE, TEACHER_KEYS, RunFolder, migrate_summary
+from experiments.runs.shared import located, shared_entries
 
 
 LARGEST = 1e18  # beyond any count or time the suite records; a float holds it (a longer JSON integer overflows one)
@@ -105,6 +106,11 @@ def _engine(v) -> str | None:
     return None if ok else "a mapping with a text or integer 'group' and an integer 'packed'"
 
 
+def _teacher(v) -> str | None:
+    ok = isinstance(v, dict) and all(v.get(k) is None or isinstance(v[k], str) for k in TEACHER_KEYS)
+    return None if ok else f"a mapping of texts or nulls ({', '.join(TEACHER_KEYS)})"
+
+
 NUMBER, INTEGER, ACCURACY, COUNT = _number(), _number(integer=True), _number(0, 1), _number(0, integer=True)
 # every key of summary.json that a table formats, compares or indexes, and what it must hold (null
 # allowed, as record_summary writes it where it knows nothing); other keys are kept as they are
@@ -116,7 +122,7 @@ SUMMARY_FIELDS = {
     "flops_per_image": _number(0), "devices": COUNT, "steps": COUNT, "epochs": COUNT, "max_steps": INTEGER,
     "wall_time_s": _number(0), "images_per_sec": _number(0), "val_acc_best": ACCURACY, "test_acc": ACCURACY,
     "test": _test, "val_history": _history, "plateau": _plateau, "engine": _engine, "identity": _mapping(),
-    "stopped": _mapping(),
+    "stopped": _mapping(), "schema": COUNT, "teacher": _teacher,
 }
 REQUIRED = ("family", "status")                 # every table groups by them
 REQUIRED_DONE = ("fraction", "train_size")      # and places a finished run by them
@@ -185,8 +191,8 @@ def _load(path: Path):
         raise BadRecord(f"unreadable ({e.strerror or e})") from None
 
 
-def _identity(run_dir: Path) -> dict | None:
-    path = run_dir / IDENTITY_FILE
+def _identity(folder: RunFolder) -> dict | None:
+    path = folder.identity_file
     if not path.exists():
         return None
     ident = _load(path)
@@ -202,8 +208,8 @@ def _identity(run_dir: Path) -> dict | None:
 def read_run(run_dir: Path, name: str | None = None) -> Run | LeftOut | None:
     """The run in `run_dir`, its texts markdown-safe; a LeftOut saying why it cannot be read; None
     for a folder without a summary.json (not a run, or one that has not written its record yet)."""
-    run_dir, name = Path(run_dir), name or Path(run_dir).name
-    path = run_dir / SUMMARY
+    folder, name = RunFolder(run_dir), name or Path(run_dir).name
+    path = folder.summary_file
     if not path.exists() and not path.is_symlink():
         return None
     try:
@@ -211,10 +217,10 @@ def read_run(run_dir: Path, name: str | None = None) -> Run | LeftOut | None:
     except BadRecord as e:
         return LeftOut(name, path, f"{path.name}: {e}")
     try:
-        identity = _identity(run_dir)
+        identity = _identity(folder)
     except BadRecord as e:
-        return LeftOut(name, run_dir / IDENTITY_FILE, f"{IDENTITY_FILE}: {e}")
-    return Run(name, markdown_safe(summary), markdown_safe(identity))
+        return LeftOut(name, folder.identity_file, f"{IDENTITY_FILE}: {e}")
+    return Run(name, markdown_safe(migrate_summary(summary, identity)), markdown_safe(identity))
 
 
 def read_runs(exp_dir: Path) -> tuple[dict[str, Run], list[LeftOut]]:

@@ -1,5 +1,8 @@
-"""RunCheckpoint: the ModelCheckpoint of a run folder, whose files are always checkpoints/best.ckpt
-and checkpoints/last.ckpt, also when the folder was moved or copied elsewhere and resumed there.
+"""The checkpoint callbacks of a run folder: RunCheckpoint, TargetGap (which validation best.ckpt
+keeps when a fit stops at a target accuracy) and FinalCheckpoint (last.ckpt at the final step).
+
+RunCheckpoint is the ModelCheckpoint whose files are always checkpoints/best.ckpt and
+checkpoints/last.ckpt, also when the folder was moved or copied elsewhere and resumed there.
 
 Lightning's ModelCheckpoint restores its best score and paths only when the saved dirpath equals
 the current one, and it appends -v1 to a name whose file already exists; so a moved run folder
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 import os
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -64,3 +69,31 @@ class RunCheckpoint(ModelCheckpoint):
         if "best_k_models" in state:
             state["best_k_models"] = {move(p): v for p, v in state["best_k_models"].items()}
         return state
+
+
+class TargetGap(Callback):
+    """Logs -|val/acc - target| at every validation, for the checkpoint of a run stopped at a target
+    accuracy (fit --stop_at_val_acc) to keep the closest validation: the first one reaching the
+    target can overshoot it by several points (a ResNet early in training jumps 2-6 points between
+    two validations 10 steps apart). Lightning runs checkpoint callbacks after the others, so the
+    value is there when RunCheckpoint looks."""
+    KEY = "val/target_gap"
+
+    def __init__(self, target: float):
+        self.target = float(target)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        acc = trainer.callback_metrics.get("val/acc")
+        if acc is not None and not trainer.sanity_checking:
+            trainer.callback_metrics[self.KEY] = -(acc.detach().float() - self.target).abs()
+
+
+class FinalCheckpoint(Callback):
+    """last.ckpt holds the final step even when training stops between two validations."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if not trainer.interrupted:
+            trainer.save_checkpoint(self.path)

@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, EarlyStopping, RichProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -31,14 +31,14 @@ from modules.classifier import check_teacher_checkpoint
 from modules.files import refuse_links
 from modules.registry import check_options
 
-from experiments.runs.checkpoint import RunCheckpoint
+from experiments.runs.checkpoint import FinalCheckpoint, RunCheckpoint, TargetGap
 from experiments.runs.cli_help import HELP_ALL, asks_help, suite_help
+from experiments.runs.cli_messages import first_line, one_line
 from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.names import checked_name, checked_runs_dir, inside
-from experiments.runs.lock import lock_run_folder
-from experiments.runs.record import IDENTITY_FILE, check_run_files, read_summary, write_json
 from experiments.runs.record_callback import RunRecord
 from experiments.runs.run_config import load_config
+from experiments.runs.run_folder import BEST, RunFolder, run_of_checkpoint
 from experiments.runs.tensorboard import SuiteTensorBoardLogger, session_hparams
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -76,7 +76,7 @@ def with_run_config(args: list[str] | None) -> list[str]:
         return args
     given = {a.split("=", 1)[0].removeprefix("--") for a in args if a.startswith("--")}
     # the checked plain values as the text of a config (jsonargparse reads a --config string as YAML)
-    return [args[0], "--config", yaml.safe_dump(load_config(run, given)), *args[1:]]
+    return [args[0], "--config", yaml.safe_dump(load_config(run.path, given)), *args[1:]]
 
 
 def given_model_keys(args: list[str]) -> list[str]:
@@ -126,8 +126,6 @@ class SuiteCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         """Bad input as one line naming the key, the value and what is allowed, instead of
         jsonargparse's usage text; plus the ranges the parser does not check."""
-        import difflib
-        import re
         import warnings
         from argparse import ArgumentError
         argv = list(sys.argv[1:] if args is None else args)
@@ -139,32 +137,8 @@ class SuiteCLI(LightningCLI):
                 warnings.filterwarnings("ignore", "LightningCLI's args parameter is intended")
                 super().parse_arguments(parser, args)
         except ArgumentError as e:
-            message, argv = str(e), list(sys.argv[1:] if args is None else args)
-            sub = self._subcommand_parsers.get(argv[0] if argv else "", parser)
-            keys = [a.dest for a in sub._actions
-                    if a.option_strings and not a.dest.endswith("help") and a.dest not in ("config", "print_config")]
-            unknown = re.match(r"unrecognized arguments: -*([^\s=]+)", message) \
-                or re.search(r"accept option '([^']+)'", message)
-            typed = re.match(r'Parser key "([^"]+)":\s*(?:Expected a (.*?)\. Got value|.*?Subtypes: \[(.*?)\]\n.*'
-                             r'Given value): (.*)', message, re.S)
-            bad_yaml = message.startswith("Problems parsing config") and _bad_config_file(argv)
-            if bad_yaml:
-                message = bad_yaml
-            elif unknown:
-                key = unknown[1]
-                group = [k for k in keys if k.rpartition(".")[0] == key.rpartition(".")[0]] \
-                    or [k for k in keys if "." not in k]
-                last = {k.rpartition(".")[2]: k for k in group}
-                close = difflib.get_close_matches(key.rpartition(".")[2], last, 1)
-                hint = f" (did you mean {last[close[0]]!r}?)" if close else ""
-                message = f"unknown key {key!r}{hint}: allowed {', '.join(group)}"
-            elif typed:
-                names = {"float": "a float", "int": "an integer", "bool": "true or false", "NoneType": "null",
-                         "str": "a string"}
-                kinds = [names.get(c, c) if c else literal
-                         for c, literal in re.findall(r"<class '(\w+)'>|Literal\[([^\]]*)\]", typed[2] or typed[3])]
-                message = f"{typed[1]}={typed[4]!r} is not valid: allowed {' or '.join(kinds)}"
-            raise ValueError(" ".join(message.split())) from None
+            argv = list(sys.argv[1:] if args is None else args)
+            raise ValueError(one_line(str(e), argv, self._subcommand_parsers.get(argv[0] if argv else "", parser))) from None
         self._check_parsed(self.config[self.config.subcommand] if self.config.get("subcommand") else self.config)
 
     @staticmethod
@@ -238,7 +212,7 @@ class SuiteCLI(LightningCLI):
         c = self._cfg()
         ckpt = run_of_checkpoint(c.get("ckpt_path")) if self.subcommand in ("validate", "test") else None
         if ckpt is not None:
-            return ckpt  # evaluating a run's checkpoint: records go to that run
+            return ckpt.path  # evaluating a run's checkpoint: records go to that run
         readable = c.get("run_name") or run_name(c["model"], c["data"])
         return inside(c["runs_dir"], Path(c["runs_dir"]) / c["experiment"] / folder_name(readable, self.identity()))
 
@@ -267,7 +241,7 @@ class SuiteCLI(LightningCLI):
             super()._parse_ckpt_path()
         except Exception as e:
             raise ValueError(f"ckpt_path {path!r} is not a readable checkpoint of this suite "
-                             f"({_first_line(e)})") from None
+                             f"({first_line(e)})") from None
 
     def _check_model_options_match(self, model, path: str) -> None:
         """validate/test build the model from the checkpoint's hyper-parameters: a model option given
@@ -289,8 +263,8 @@ class SuiteCLI(LightningCLI):
         trainer_cfg = self.config_init[self.subcommand]["trainer"]
         run_dir = self.run_dir()
         if self.subcommand == "fit":  # their lines come before the Trainer's
-            check_run_files(run_dir)
-            refuse_planted(run_dir / "checkpoints")
+            RunFolder(run_dir).check_files()
+            refuse_planted(RunFolder(run_dir))
         if trainer_cfg.get("precision") is None:
             kwargs["precision"] = default_precision()
         if trainer_cfg.get("logger") in (None, True):
@@ -305,10 +279,10 @@ class SuiteCLI(LightningCLI):
         if stop is not None:  # best.ckpt: the validation closest to the target, not the highest one
             callbacks.append(TargetGap(stop))
         if trainer_cfg.get("enable_checkpointing", True) is not False:
-            callbacks += [RunCheckpoint(dirpath=run_dir / "checkpoints", filename="best",
+            callbacks += [RunCheckpoint(dirpath=RunFolder(run_dir).checkpoints, filename=Path(BEST).stem,
                                         monitor="val/acc" if stop is None else TargetGap.KEY,
                                         mode="max", save_last=True, auto_insert_metric_name=False),
-                          FinalCheckpoint(run_dir / "checkpoints" / "last.ckpt")]
+                          FinalCheckpoint(RunFolder(run_dir).last_checkpoint)]
         if trainer_cfg.get("enable_progress_bar", True) is not False and sys.stdout.isatty():
             callbacks.append(RichProgressBar())
         precision = trainer_cfg.get("precision") or kwargs["precision"]
@@ -319,7 +293,7 @@ class SuiteCLI(LightningCLI):
                 callbacks.append(EarlyStopping(monitor="val/acc", mode="max", stopping_threshold=stop - 1e-6,
                                                patience=2**31, check_on_train_epoch_end=False, verbose=False))
             callbacks.append(RunRecord(run_dir, c["experiment"], identity=self.identity(), stop_at_val_acc=stop,
-                                       evaluation=evaluation_identity(c, precision=precision, checkpoint="best.ckpt")))
+                                       evaluation=evaluation_identity(c, precision=precision, checkpoint=BEST)))
         else:  # a checkpoint's run keeps its config.yaml; the result goes beside its summary unless settings match
             self.save_config_callback = None
             ckpt = Path(c["ckpt_path"]).name if c.get("ckpt_path") else "none"
@@ -338,7 +312,7 @@ class SuiteCLI(LightningCLI):
         run_dir = self.run_dir()
         if rank_zero_only.rank != 0:  # a DDP process started by rank 0, which holds the folder
             return self._fit_unless_finished(run_dir)
-        lock = lock_run_folder(run_dir)
+        lock = RunFolder(run_dir).lock()
         try:
             self._fit_unless_finished(run_dir)
         finally:
@@ -346,7 +320,8 @@ class SuiteCLI(LightningCLI):
 
     def _fit_unless_finished(self, run_dir: Path) -> None:
         check_folder_identity(run_dir, self.identity(), write=False)
-        summary = read_summary(run_dir) or {}
+        folder = RunFolder(run_dir)
+        summary = folder.summary() or {}
         status = summary.get("status")
         if status == "done":
             acc = summary.get("test_acc")
@@ -356,12 +331,12 @@ class SuiteCLI(LightningCLI):
         if status == "diverged":
             raise FloatingPointError(f"{run_dir} diverged before ({summary.get('error', '')}): nothing to run")
         if status == "fitted":  # trained, test not yet recorded: only the test is left
-            best = run_dir / "checkpoints" / "best.ckpt"
+            best = folder.best_checkpoint
             read_checkpoint(best)  # a refused file is the only line printed
             print(f"{run_dir} is trained; testing its best checkpoint", file=sys.stderr)
             self.trainer.checkpoint_callback.best_model_path = str(best)
             return self.after_fit()
-        resume = resumable_checkpoint(run_dir / "checkpoints")
+        resume = resumable_checkpoint(folder)
         if resume is not None:
             print(f"resuming from {resume}", file=sys.stderr)
             self.config_init["fit"]["ckpt_path"] = str(resume)
@@ -390,34 +365,6 @@ class SuiteCLI(LightningCLI):
                                  "it was trained on")
 
 
-class TargetGap(Callback):
-    """Logs -|val/acc - target| at every validation, for the checkpoint of a run stopped at a target
-    accuracy (fit --stop_at_val_acc) to keep the closest validation: the first one reaching the
-    target can overshoot it by several points (a ResNet early in training jumps 2-6 points between
-    two validations 10 steps apart). Lightning runs checkpoint callbacks after the others, so the
-    value is there when RunCheckpoint looks."""
-    KEY = "val/target_gap"
-
-    def __init__(self, target: float):
-        self.target = float(target)
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        acc = trainer.callback_metrics.get("val/acc")
-        if acc is not None and not trainer.sanity_checking:
-            trainer.callback_metrics[self.KEY] = -(acc.detach().float() - self.target).abs()
-
-
-class FinalCheckpoint(Callback):
-    """last.ckpt holds the final step even when training stops between two validations."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        if not trainer.interrupted:
-            trainer.save_checkpoint(self.path)
-
-
 def given_plugins(plugins) -> list:
     """trainer.plugins as a list (the option takes one plugin or several)."""
     return list(plugins) if isinstance(plugins, (list, tuple)) else [plugins] if plugins else []
@@ -439,18 +386,11 @@ def world_size(trainer_cfg: dict) -> int:
     return n * nodes
 
 
-def run_of_checkpoint(path) -> Path | None:
-    """The run folder of <run>/checkpoints/<name>.ckpt, or None for a checkpoint elsewhere."""
-    if not path:
-        return None
-    p = Path(path)
-    return p.parent.parent if p.parent.name == "checkpoints" and (p.parent.parent / "config.yaml").exists() else None
-
-
 def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> None:
     """A folder is resumed only by the configuration it was started with; a new folder records it
     (unless `write` is False: the caller records it once it knows the run will go ahead)."""
-    path = run_dir / IDENTITY_FILE
+    folder = RunFolder(run_dir)
+    path = folder.identity_file
     if path.exists():
         try:
             stored = json.loads(path.read_text())["identity"]
@@ -463,29 +403,29 @@ def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> Non
             raise ValueError(f"run folder {str(run_dir)!r} holds another configuration ({k}: {stored.get(k)!r} there, "
                              f"{ident.get(k)!r} here, {len(diff)} key(s) differ): use another --run_name")
     elif write and rank_zero_only.rank == 0:
-        write_json(path, {"hash": config_hash(ident), "identity": ident})  # atomic: a full disk leaves no torn file
+        folder.write_identity(ident, config_hash(ident))  # atomic: a full disk leaves no torn file
 
 
-def refuse_planted(folder: Path) -> None:
+def refuse_planted(folder: RunFolder) -> None:
     """One line for a checkpoint in a run folder that holds code (UnsafeCheckpointError); a torn or
     foreign file passes here: the resume (or the test of a trained run) says what it does about it."""
-    for name in ("last.ckpt", "best.ckpt"):
-        if (folder / name).is_file():
+    for path in (folder.last_checkpoint, folder.best_checkpoint):
+        if path.is_file():
             try:
-                read_checkpoint(folder / name)
+                read_checkpoint(path)
             except UnsafeCheckpointError:
                 raise
             except ValueError:
                 pass
 
 
-def resumable_checkpoint(folder: Path) -> Path | None:
+def resumable_checkpoint(folder: RunFolder) -> Path | None:
     """last.ckpt, or best.ckpt when last.ckpt is unreadable (training is deterministic, so resuming
     from an earlier step reaches the same end); None when neither exists; one clear line when no
     checkpoint there can be read."""
     problems = []
-    for name in ("last.ckpt", "best.ckpt"):
-        path = folder / name
+    for path in (folder.last_checkpoint, folder.best_checkpoint):
+        name = path.name
         if not path.exists():
             continue
         try:
@@ -495,35 +435,16 @@ def resumable_checkpoint(folder: Path) -> Path | None:
         except UnsafeCheckpointError:
             raise  # a planted file, not a torn one: no fallback that would hide it
         except Exception as e:
-            problems.append(f"{name}: {_first_line(e)}")
+            problems.append(f"{name}: {first_line(e)}")
             continue
         if problems:
             print(f"warning: {problems[0]}; resuming from {name} (step {ckpt['global_step']}) instead",
                   file=sys.stderr)
         return path
     if problems:
-        raise ValueError(f"no readable checkpoint in {str(folder)!r} ({'; '.join(problems)}): delete that folder "
+        raise ValueError(f"no readable checkpoint in {str(folder.checkpoints)!r} ({'; '.join(problems)}): delete that folder "
                          "to train this run again from the start")
     return None
-
-
-def _bad_config_file(argv: list[str]) -> str | None:
-    """jsonargparse reports a malformed -c/--config file without its name: find it (first that fails)."""
-    paths = [b for a, b in zip(argv, argv[1:]) if a in ("-c", "--config")] \
-        + [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    for path in paths:
-        try:
-            yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            mark = getattr(e, "problem_mark", None)
-            return (f"--config {path!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
-                    + f": {getattr(e, 'problem', None) or e}; allowed a YAML file of options")
-    return None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 class _ParseOnly(SuiteCLI):

@@ -30,7 +30,7 @@ from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
 from experiments.runs.execute import flops_per_image, gpu_sharing, run_hardware, run_status, units_of
-from experiments.runs.record import read_identity, read_summary
+from experiments.runs.run_folder import RunFolder
 
 STEP_TIMES = Path(__file__).resolve().parents[2] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
@@ -45,7 +45,7 @@ def measured(exp_dirs: list[Path]) -> list[dict]:
     times, where, groups = defaultdict(list), defaultdict(set), set()
     for exp_dir in exp_dirs:
         for run_dir in sorted(p for p in exp_dir.iterdir() if p.is_dir()):
-            s, ident = read_summary(run_dir), read_identity(run_dir)
+            s, ident = RunFolder(run_dir).summary(), RunFolder(run_dir).identity()
             if not s or not ident or s.get("status") not in DONE or not _typed(s):
                 continue
             engine = s.get("engine") or {}

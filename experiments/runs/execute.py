@@ -9,7 +9,6 @@ packed by their cost (run_cost, pack_groups), DeiT students after every teacher 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import queue
 import signal
@@ -24,10 +23,10 @@ from typing import Callable
 import yaml
 
 from modules.budgets import distils, fit_order
-from modules.files import open_in_place, write_atomic
+from modules.files import open_in_place, write_json
 
 from experiments.runs.interruption import SIGNALS, Interrupted, deferred
-from experiments.runs.record import read_summary, write_summary
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.spec import Run
 from experiments.runs.shared import located
 
@@ -40,8 +39,7 @@ def finished(run: Run, status: str | None) -> bool:
 
 
 def run_status(run: Run) -> str | None:
-    s = read_summary(run.run_dir)
-    return s.get("status") if s else None
+    return RunFolder(run.run_dir).status()
 
 
 RUNNING: set[subprocess.Popen] = set()  # the run processes started here and not yet ended (a requeued task stops them)
@@ -234,7 +232,7 @@ def _members_file(group: list[Run], log: Path) -> Path:
     gdir = group_dir([r.run_dir for r in group])
     gdir.mkdir(parents=True, exist_ok=True)
     members = gdir / "members.json"
-    write_atomic(members, json.dumps({"members": [list(r.args) for r in group]}, indent=1) + "\n")
+    write_json(members, {"members": [list(r.args) for r in group]}, sort_keys=False)
     for r in group:
         r.run_dir.mkdir(parents=True, exist_ok=True)
         with open_in_place(r.run_dir / "log.txt", append=True) as f:
@@ -303,18 +301,18 @@ def replace_dir(run: Run, name: str) -> Run:
 
 def record_failure(run: Run, reason: str) -> None:
     """The run's summary says failed, with the error its own fit recorded or else `reason`."""
-    s = read_summary(run.run_dir) or {}
+    s = RunFolder(run.run_dir).summary() or {}
     _record(run, "failed", error=s.get("error") if s.get("status") == "failed" and s.get("error") else reason)
 
 
 def _record(run: Run, status: str, error: str | None = None) -> None:
     """summary.json says `status` (and `error`), the rest of what the run recorded kept."""
-    s = read_summary(run.run_dir) or {"experiment": run.run_dir.parent.name, "run": run.name, "family": run.family,
+    s = RunFolder(run.run_dir).summary() or {"experiment": run.run_dir.parent.name, "run": run.name, "family": run.family,
                                        "fraction": run.fraction, "seed": run.seed, "recipe": run.recipe}
     s.pop("error", None)
     s.update(status=status, **({"error": error} if error else {}))
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_summary(run.run_dir, s)
+    RunFolder(run.run_dir).write_summary(s)
 
 
 def execute_group(group: list[Run], launcher: Callable[[list[Run]], int]) -> dict[str, str]:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from pathlib import PurePath
 
-from datamodules.sources import dataset_identity
+from datamodules.sources import dataset_identity, short_name
 
 IDENTITY_SECTIONS = ("seed_everything", "trainer", "model", "data")
 NOT_IDENTITY = frozenset({
@@ -81,6 +81,12 @@ def config_hash(ident: Mapping) -> str:
 
 def folder_name(readable: str, ident: Mapping) -> str:
     return f"{readable}_{config_hash(ident)}"
+
+
+def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str, lr: float) -> str:
+    """The readable name a spec gives a run: family-budget_dataset_fraction_seed_lr, then its recipe
+    unless it is the default one."""
+    return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
 
 
 def evaluation_identity(cfg: Mapping, *, precision: str, checkpoint: str) -> dict:

@@ -40,12 +40,13 @@ from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import read_checkpoint
 from modules.budgets import distils
-from modules.files import refuse_links, write_atomic
+from modules.files import refuse_links, write_json
 from modules.registry import use_fused_attention
 
 from experiments.runs.identity import config_hash, evaluation_identity
 from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule, limited
-from experiments.runs.record import check_run_files, read_summary, record_summary
+from experiments.runs.record import record_summary
+from experiments.runs.run_folder import BEST, RunFolder
 from experiments.runs.provenance import git_commit
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
@@ -102,26 +103,25 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
     callbacks: hooks for the group's loop (packed_loop.GroupLoop); checkpoint_every: the group
     checkpoint's timer; compile: the step compiled whole (None: on CUDA only, as CUDA graphs)."""
     from experiments.runs.cli import check_folder_identity
-    from experiments.runs.lock import lock_run_folder
     members = resolve_members(arg_lists)
     Schedule(members[0].config["trainer"])  # settings the group's loop cannot honour: one line, nothing written
     _data_modules(members)  # the data's checks (its values, val_size against the pool) before any folder is made
-    locks = [lock_run_folder(m.run_dir) for m in members]
+    locks = [RunFolder(m.run_dir).lock() for m in members]
     try:
         for m in members:
-            check_run_files(m.run_dir)
+            RunFolder(m.run_dir).check_files()
         for m in members:
             check_folder_identity(m.run_dir, m.identity)
-        status = {m.run_dir.name: (read_summary(m.run_dir) or {}).get("status") for m in members}
+        status = {m.run_dir.name: RunFolder(m.run_dir).status() for m in members}
         todo = [m for m in members if status[m.run_dir.name] not in ("fitted", "done", "diverged")]
         if todo:
             _train(todo, callbacks, checkpoint_every, compile)
-        tested = [m for m in members if (read_summary(m.run_dir) or {}).get("status") == "fitted"
+        tested = [m for m in members if RunFolder(m.run_dir).status() == "fitted"
                   and m.config["test_after_fit"]]
         if tested:
             _test(tested)
         for m in members:
-            status[m.run_dir.name] = (read_summary(m.run_dir) or {}).get("status")
+            status[m.run_dir.name] = RunFolder(m.run_dir).status()
         return status
     finally:
         for lock in locks:
@@ -162,8 +162,8 @@ def _train(members: list[Member], callbacks: tuple = (), checkpoint_every: timed
     refuse_links(gdir)  # the group checkpoint is written there; each member's folder was checked when locked
     listed = gdir / "members.json"  # the sweep writes it as this command's input; a direct call gets it here
     if not listed.exists():
-        write_atomic(listed, json.dumps({"members": [m.args for m in members]}, indent=1) + "\n")
-    last = gdir / "checkpoints" / "last.ckpt"
+        write_json(listed, {"members": [m.args for m in members]}, sort_keys=False)
+    last = RunFolder(gdir).last_checkpoint  # the group checkpoint, kept as a run folder keeps its own
     if last.exists():
         read_checkpoint(last)  # one line naming the file, before anything is built from it
     # nothing in the loop draws from the global RNG (batches: each member's loader generator; stochastic
@@ -195,7 +195,7 @@ def _test(members: list[Member]) -> None:
     precision = c["trainer"].get("precision") or default_precision()
     clfs = []
     for m in members:
-        best = m.run_dir / "checkpoints" / "best.ckpt"
+        best = RunFolder(m.run_dir).best_checkpoint
         read_checkpoint(best)  # one line naming the file
         clfs.append(ImageClassifier.load_from_checkpoint(best, map_location="cpu", weights_only=True).eval())
     accelerator = c["trainer"].get("accelerator") or "auto"
@@ -230,7 +230,7 @@ def _test(members: list[Member]) -> None:
         test = {n.removeprefix("test/"): float(v) for coll in clf.test_metrics.values() for n, v in coll.compute().items()}
         test["loss"] = float(loss[k] / count)   # Lightning's epoch mean of the batch losses, weighted by batch size
         record_summary(m.run_dir, "done", experiment=m.config["experiment"], identity=m.identity,
-                       evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
+                       evaluation=evaluation_identity(m.config, precision=precision, checkpoint=BEST),
                        hparams=clf.hparams, complexity=clf.complexity,
                        datamodule=member_dm, precision=str(precision),
                        devices=1, commit=commit, test=test)

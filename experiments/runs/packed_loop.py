@@ -46,6 +46,7 @@ from modules.packed_step import PackedStep
 
 from experiments.runs.packed_records import MemberRecords
 from experiments.runs.record import PROGRESS_EVERY_S
+from experiments.runs.run_folder import RunFolder
 
 GROUP_CHECKPOINT_EVERY = timedelta(minutes=10)   # the group checkpoint's timer (and once at the end)
 PRECISIONS = {"32-true": None, "32": None, "bf16-mixed": torch.bfloat16}
@@ -176,7 +177,7 @@ class GroupLoop:
         self.fabric = Fabric(accelerator=self.schedule.accelerator, devices=1, precision="32-true",
                              plugins=[SafeCheckpointIO()], callbacks=list(callbacks))
         self.members, self.dms, self.packed = members, dms, packed
-        self.ckpt = Path(group_dir) / "checkpoints" / "last.ckpt"
+        self.ckpt = RunFolder(group_dir).last_checkpoint
         self.checkpoint_every = checkpoint_every.total_seconds()
         self.records = MemberRecords(members, dms, commit, Path(group_dir).name)
         self.compile = compile

@@ -17,6 +17,7 @@ from modules.files import write_atomic
 
 from experiments.runs.identity import evaluation_identity
 from experiments.runs.record import record_summary, write_progress
+from experiments.runs.run_folder import BEST, RunFolder
 from experiments.runs.tensorboard import SIZE_TAG, session_hparams, write_session
 
 
@@ -48,10 +49,11 @@ class MemberRecords:
         resumes, each member's config and subset."""
         self._start = time.perf_counter()
         for m, dm in zip(self.members, self.dms):
+            folder = RunFolder(m.run_dir)
             if not resumed:
-                (m.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-                write_atomic(m.run_dir / "config.yaml", m.config_yaml)
-                dm.save_train_indices(m.run_dir / "train_indices.json")
+                folder.checkpoints.mkdir(parents=True, exist_ok=True)
+                write_atomic(folder.config_file, m.config_yaml)
+                dm.save_train_indices(folder.train_indices_file)
             write_session(m.run_dir, session_hparams(m.identity, "running", complexity))  # as a single fit's logger
 
     def trained(self, images: int, seconds: float) -> None:
@@ -80,7 +82,7 @@ class MemberRecords:
             self.history[k] = [v for v in self.history[k] if v[0] != step] + [[step, round(acc, 6)]]
             if self.best[k] is None or acc > self.best[k]:
                 self.best[k] = acc
-                packed.save_member_checkpoint(k, m.run_dir / "checkpoints" / "best.ckpt",
+                packed.save_member_checkpoint(k, RunFolder(m.run_dir).best_checkpoint,
                                               extra={"val_acc_best": acc, "global_step": step})
             w = self.writers()[k]
             w.add_scalar("val/acc", acc, step)
@@ -103,7 +105,7 @@ class MemberRecords:
             extra = {"engine": {**engine, "packed": len(self.members), "member": k, "group": self.group,
                                 "group_images_per_sec": ips * len(self.members) if ips else None}}
             common = dict(experiment=m.config["experiment"], identity=m.identity,
-                          evaluation=evaluation_identity(m.config, precision=precision, checkpoint="best.ckpt"),
+                          evaluation=evaluation_identity(m.config, precision=precision, checkpoint=BEST),
                           hparams={**packed.template.hparams, "lr": packed.member_lr(k)},
                           complexity=packed.complexity, datamodule=dm, precision=precision, devices=1,
                           commit=self.commit, extra=extra)
@@ -111,7 +113,7 @@ class MemberRecords:
             if k in diverged:
                 record_summary(m.run_dir, "diverged", fit=fit, error=f"FloatingPointError: {diverged[k]}", **common)
                 continue
-            packed.save_member_checkpoint(k, m.run_dir / "checkpoints" / "last.ckpt",
+            packed.save_member_checkpoint(k, RunFolder(m.run_dir).last_checkpoint,
                                           extra={"val_acc_best": self.best[k], "global_step": steps})
             fit.update(epochs=epochs, images_per_sec=ips, val_acc_best=self.best[k], max_steps=max_steps,
                        val_history=self.history[k])

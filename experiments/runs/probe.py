@@ -26,7 +26,9 @@ from modules import FAMILIES, probes
 from modules.files import refuse_links
 
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import read_summary, write_json
+from modules.files import write_json
+
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.run_config import load_config
 from experiments.runs.trained import load_classifier, test_images
 from experiments.report.figures import log_figures, save_png
@@ -174,7 +176,7 @@ def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tupl
     classifier = load_classifier(run_dir)
     needs_images = any(p != "pos_embed" for p in parts)  # the position table is read from the weights alone
     x, y = test_images(load_config(run_dir)["data"], images if needs_images else 1)
-    precision = (read_summary(run_dir) or {}).get("precision")
+    precision = (RunFolder(run_dir).summary() or {}).get("precision")
     result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed, parts, precision)
     out = Path(run_dir) / FIGURES
     out.mkdir(exist_ok=True)

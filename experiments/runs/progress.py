@@ -23,7 +23,8 @@ from rich.text import Text
 
 from experiments.runs.estimate import DONE, read_step_times, unit_minutes, wall
 from experiments.runs.execute import finished, run_hardware, run_status, units_of
-from experiments.runs.record import PROGRESS_FILE, read_progress
+from experiments.runs.record import read_progress
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.spec import Run
 
 
@@ -151,6 +152,6 @@ def _fresh(run: Run, since: float) -> bool:
     """Whether the run wrote its progress.json since `since` (wall clock): an older one is another
     invocation's."""
     try:
-        return (run.run_dir / PROGRESS_FILE).stat().st_mtime >= since - 1.0
+        return RunFolder(run.run_dir).progress_file.stat().st_mtime >= since - 1.0
     except OSError:
         return False

@@ -1,51 +1,21 @@
-"""The small records a run leaves beside its checkpoints: identity.json (written by the CLI before
-training), train_indices.json, summary.json, and evaluations/*.json for tests with other settings.
-Reading and writing them needs no torch or Lightning (a scheduler's task process reads them);
-runs.record_callback is the callback that writes them while a run trains."""
+"""What a run records in its folder (runs/run_folder.py names the files): its summary.json after a
+fit or a test (record_summary), progress.json while it trains; and the experiments' own records
+(read_json, write_profile_record). Reading and writing them needs no torch or Lightning (a
+scheduler's task process reads them); runs.record_callback is the callback that writes them while
+a run trains."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from modules.files import write_atomic
+from modules.files import write_atomic, write_json
 
 from experiments.runs.convergence import plateau
 from experiments.runs.provenance import hardware, versions
 from experiments.runs.identity import config_hash
+from experiments.runs.run_folder import RunFolder, teacher_of
 
-IDENTITY_FILE = "identity.json"
-EVALUATIONS = "evaluations"  # test results whose settings differ from the run's own
-PROGRESS_FILE = "progress.json"  # where a training run is: read by the sweep's display, never by the tables
-PROGRESS_EVERY_S = 2.0  # how often a training run renews it between validations
-
-
-# the files a fit writes in its folder, each through a .tmp beside it
-RUN_FILES = ("summary.json", IDENTITY_FILE, "train_indices.json", "config.yaml", "checkpoints/last.ckpt",
-             "checkpoints/best.ckpt")
-
-
-def check_run_files(run_dir: Path) -> None:
-    """One line, before a fit trains, for a folder (or anything but a file) where the run writes one
-    of its files: summary.json's write would otherwise fail only once training is done."""
-    for name in RUN_FILES:
-        for path in (Path(run_dir) / name, Path(run_dir) / f"{name}.tmp"):
-            if path.exists() and not path.is_file():
-                raise ValueError(f"{str(path)!r} is {'a folder' if path.is_dir() else 'not a file'}: the run writes "
-                                 "its file there; allowed a file or nothing (remove it, and run again)")
-
-
-def read_summary(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_identity(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / IDENTITY_FILE).read_text())["identity"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+PROGRESS_EVERY_S = 2.0  # how often a training run renews progress.json between validations
 
 
 def read_json(path: Path, hint: str = "") -> dict:
@@ -57,11 +27,6 @@ def read_json(path: Path, hint: str = "") -> dict:
         return json.loads(path.read_text())
     except ValueError as e:
         raise ValueError(f"{path} is not valid JSON: {e}{hint}") from None
-
-
-def write_json(path: Path, record: dict) -> None:
-    """Atomic, never through a link (files.write_atomic): a killed run or a full disk leaves the old record whole."""
-    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, invocation: dict | None,
@@ -86,7 +51,7 @@ def write_progress(run_dir: Path, step: int, steps: int, val_acc: float | None) 
     sweep's display. A display aid only: a write that fails (a full disk, a folder in its place)
     never stops the training it describes."""
     try:
-        write_atomic(Path(run_dir) / PROGRESS_FILE, json.dumps({"step": step, "steps": steps, "val_acc": val_acc}))
+        write_atomic(RunFolder(run_dir).progress_file, json.dumps({"step": step, "steps": steps, "val_acc": val_acc}))
     except OSError:
         pass
 
@@ -95,7 +60,7 @@ def read_progress(run_dir: Path) -> dict | None:
     """{step, steps, val_acc} as write_progress wrote them, or None (absent, being replaced, or not
     of those types: it is shown, so only numbers pass)."""
     try:
-        p = json.loads((Path(run_dir) / PROGRESS_FILE).read_text())
+        p = json.loads(RunFolder(run_dir).progress_file.read_text())
     except (OSError, ValueError):
         return None
     number = (int, float)
@@ -108,16 +73,8 @@ def read_progress(run_dir: Path) -> dict | None:
 def session_rows(run_dirs: list[Path]) -> list[dict]:
     """HPARAMS' row of each run that has an identity.json (tensorboard.recorded_hparams)."""
     from experiments.runs.tensorboard import recorded_hparams  # TensorBoard: imported when used
-    return [recorded_hparams(i, read_summary(d)) for d in run_dirs if (i := read_identity(d)) is not None]
-
-
-def write_summary(run_dir: Path, summary: dict) -> None:
-    """summary.json; and the run's hparams session follows it (its status a column of HPARAMS)."""
-    write_json(Path(run_dir) / "summary.json", summary)
-    identity = read_identity(run_dir)
-    if identity is not None:
-        from experiments.runs.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used
-        write_session(run_dir, recorded_hparams(identity, summary))
+    folders = [RunFolder(d) for d in run_dirs]
+    return [recorded_hparams(i, f.summary()) for f in folders if (i := f.identity()) is not None]
 
 
 def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dict | None, evaluation: dict,
@@ -127,13 +84,13 @@ def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dic
     """summary.json of a run (RunRecord, and each member of a packed fit): what ran, on what, with
     which code, and its `fit` (steps, wall_time_s; when fitted also epochs, images_per_sec,
     val_acc_best, max_steps, val_history: the plateau is derived here) and `test` results."""
-    run_dir = Path(run_dir)
-    previous = read_summary(run_dir) or {}
+    folder = RunFolder(run_dir)
+    previous = folder.summary() or {}
     dm, h = datamodule, hparams
     dh = dict(dm.hparams) if dm is not None else {}
     summary = {
         **previous,
-        "experiment": experiment, "run": run_dir.name,
+        "experiment": experiment, "run": folder.name,
         "config_hash": config_hash(identity) if identity is not None else previous.get("config_hash"),
         "test_settings": previous.get("test_settings") or config_hash(evaluation),
         "family": h["family"], "budget": h["budget"],
@@ -158,5 +115,10 @@ def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dic
     if test is not None:
         summary["test"] = test
         summary["test_acc"] = test.get("acc")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_summary(run_dir, summary)
+    if identity is not None:  # a fit's: its teacher as a structure (an evaluation keeps the recorded one)
+        teacher = teacher_of(identity, folder.path.parent.parent)
+        summary.pop("teacher", None)
+        if teacher is not None:
+            summary["teacher"] = teacher.record()
+    folder.path.mkdir(parents=True, exist_ok=True)
+    folder.write_summary(summary)

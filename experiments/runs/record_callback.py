@@ -7,10 +7,12 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from modules.files import write_json
+
 from experiments.runs.identity import config_hash
 from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import (EVALUATIONS, PROGRESS_EVERY_S, read_summary, record_summary, write_json,
-                                    write_progress)
+from experiments.runs.record import PROGRESS_EVERY_S, record_summary, write_progress
+from experiments.runs.run_folder import RunFolder
 
 
 class RunRecord(Callback):
@@ -24,7 +26,7 @@ class RunRecord(Callback):
 
     def __init__(self, run_dir: Path, experiment: str, *, evaluation: dict, identity: dict | None = None,
                  stop_at_val_acc: float | None = None):
-        self.run_dir, self.experiment = Path(run_dir), experiment
+        self.run_dir, self.folder, self.experiment = Path(run_dir), RunFolder(run_dir), experiment
         self.stop_at_val_acc = stop_at_val_acc
         self.identity, self.evaluation = identity, evaluation
         self.commit = git_commit()  # the code this process loaded, whatever HEAD becomes later
@@ -74,7 +76,7 @@ class RunRecord(Callback):
         self._start = time.perf_counter()
         if trainer.is_global_zero and trainer.datamodule is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            trainer.datamodule.save_train_indices(self.run_dir / "train_indices.json")
+            trainer.datamodule.save_train_indices(self.folder.train_indices_file)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self._progress(trainer)
@@ -107,11 +109,11 @@ class RunRecord(Callback):
     def on_test_end(self, trainer, pl_module) -> None:
         test = {k.removeprefix("test/"): float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
         settings = config_hash(self.evaluation)
-        own = read_summary(self.run_dir) or {}
+        own = self.folder.summary() or {}
         if self.identity is not None or (own.get("test_settings") == settings and own.get("status") in ("fitted", "done")):
             self._write(trainer, pl_module, status="done", test=test)
         elif trainer.is_global_zero:
-            path = self.run_dir / EVALUATIONS / f"{Path(self.evaluation['checkpoint']).stem}_{settings}.json"
+            path = self.folder.evaluations / f"{Path(self.evaluation['checkpoint']).stem}_{settings}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, {"test": test, "test_acc": test.get("acc"), "settings": self.evaluation,
                               "commit": self.commit, "versions": versions(), "hardware": hardware()})
@@ -120,7 +122,7 @@ class RunRecord(Callback):
         if not trainer.is_global_zero:
             return
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
-        if self.stop_at_val_acc is not None:  # best.ckpt holds the validation closest to the target (cli.TargetGap)
+        if self.stop_at_val_acc is not None:  # best.ckpt holds the validation closest to the target (checkpoint.TargetGap)
             best = self._closest()
         fit = None
         if status in ("fitted", "interrupted") or error is not None:

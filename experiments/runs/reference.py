@@ -18,15 +18,15 @@ from modules.files import write_atomic
 
 from experiments.runs.lock import refuse_experiment_links
 from experiments.runs.names import checked_name
-from experiments.runs.record import PROGRESS_FILE
+from experiments.runs.run_folder import CHECKPOINTS, PROGRESS_FILE, TRAIN_INDICES_FILE
 from experiments.runs.shared import shared_entries
 
 RUNS = Path("results/runs")
 REFERENCE = Path("results/reference")
 # a record is small and plain; checkpoints, event files, logs, locks and drawn probe figures stay behind
 RECORD_SUFFIXES = (".json", ".yaml")
-LEFT_BEHIND = ("train_indices.json", PROGRESS_FILE)
-LEFT_BEHIND_FOLDERS = ("checkpoints", "probes", "tensorboard", "packed")
+LEFT_BEHIND = (TRAIN_INDICES_FILE, PROGRESS_FILE)
+LEFT_BEHIND_FOLDERS = (CHECKPOINTS, "probes", "tensorboard", "packed")
 
 
 class NothingFinished(ValueError):

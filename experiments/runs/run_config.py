@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.trained import FIT
 
 SECTIONS = ("trainer", "model", "data")
@@ -74,7 +75,7 @@ def load_config(run_dir: str | Path, given: typing.Collection[str] = ()) -> dict
     """The kept settings of `run_dir`/config.yaml as nested plain values (its data section
     rebuilds the run's splits); one line refuses a file that is not a suite config, and a note on
     stderr names what was set and left out (not options in `given`, the command line's)."""
-    path = Path(run_dir) / "config.yaml"
+    path = RunFolder(run_dir).config_file
     settings, left_out = {}, []
     for key, value in _entries(path):
         kind, default = options().get(key, (None, None))

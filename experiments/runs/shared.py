@@ -11,13 +11,12 @@ An experiment's record names its own runs by folder name and a shared one as
 """
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 from experiments.runs.names import checked_name, inside
-from experiments.runs.record import read_summary
-
-SUMMARY = "summary.json"  # record.write_summary's file: a folder with one holds a run
+from experiments.runs.run_folder import SUMMARY_FILE, RunFolder
 
 
 def home(run_dir: Path) -> Path:
@@ -27,8 +26,8 @@ def home(run_dir: Path) -> Path:
     if run_dir.exists():
         return run_dir
     others = sorted(run_dir.parent.parent.glob(f"*/{run_dir.name}"))
-    started = [d for d in others if (d / SUMMARY).is_file() or (d / "checkpoints").is_dir()]
-    done = [d for d in started if (read_summary(d) or {}).get("status") == "done"]
+    started = [d for d in others if RunFolder(d).is_run()]
+    done = [d for d in started if RunFolder(d).status() == "done"]
     return (done or started or [run_dir])[0]
 
 
@@ -62,9 +61,26 @@ def located(exp_dir: Path, name: str) -> Path:
 
 
 def shared_entries(exp_dir: Path) -> list[str]:
-    """The entries "<experiment>/<folder>" that the records (*.json) of `exp_dir` name and that hold
-    a run: the other experiments' runs this one reads."""
+    """The entries "<experiment>/<folder>" that the records (*.json) of `exp_dir` name, as a key or a
+    value anywhere in them, and that hold a run: the other experiments' runs this one reads. A record
+    that is not JSON names none (the tables say what is wrong with it when they read it)."""
     exp_dir = Path(exp_dir)
-    text = "".join(p.read_text(errors="replace") for p in sorted(exp_dir.glob("*.json")))
-    return sorted(f"{d.parent.name}/{d.name}" for d in (s.parent for s in exp_dir.parent.glob(f"*/*/{SUMMARY}"))
-                  if d.parent != exp_dir and f'"{d.parent.name}/{d.name}"' in text)
+    named = set()
+    for path in sorted(exp_dir.glob("*.json")):
+        try:
+            named |= _texts(json.loads(path.read_text(errors="replace")))
+        except (OSError, ValueError):
+            continue
+    return sorted(f"{d.parent.name}/{d.name}" for d in (s.parent for s in exp_dir.parent.glob(f"*/*/{SUMMARY_FILE}"))
+                  if d.parent != exp_dir and f"{d.parent.name}/{d.name}" in named)
+
+
+def _texts(record) -> set[str]:
+    """Every text in a JSON record, its keys included."""
+    if isinstance(record, str):
+        return {record}
+    if isinstance(record, dict):
+        return {k for k in record if isinstance(k, str)} | set().union(*map(_texts, record.values()))
+    if isinstance(record, list):
+        return set().union(*map(_texts, record))
+    return set()

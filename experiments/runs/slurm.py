@@ -37,7 +37,8 @@ from typing import Callable
 from modules.files import open_in_place
 
 from experiments.runs.cluster import ClusterOptions, Submitted
-from experiments.runs.lock import SUBMITIT_DIR, held, try_lock
+from experiments.runs.lock import SUBMITIT_DIR, try_lock
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.execute import (FINAL, RUNNING, TUNED, record_failure, execute, execute_group, finished,
                                       launch, launch_packed, run_status)
 
@@ -310,20 +311,20 @@ def report_failed(runs: list, console=None, n: int = 5) -> None:
 # ---------------- --status ----------------
 def run_state(run) -> tuple[str, str]:
     """(done | running | failed | diverged | interrupted | pending, a detail) from the run's folder alone."""
-    from experiments.runs.record import read_summary
-    s = read_summary(run.run_dir) or {}
+    folder = RunFolder(run.run_dir)
+    s = folder.summary() or {}
     status = s.get("status")
     if finished(run, status) and status != "diverged":
         acc = s.get("test_acc") if run.stage != "tune" else s.get("val_acc_best")
         return "done", (f"{'test' if run.stage != 'tune' else 'val'} acc {acc:.4f}" if acc is not None else "")
     if status == "diverged":
         return "diverged", s.get("error", "")
-    if held(run.run_dir / ".lock"):
+    if folder.held():
         return "running", "trained, testing" if status == "fitted" else ""
     if status == "failed":
         return "failed", s.get("error", "")
     if run.run_dir.exists():
-        resumes = "resumes from last.ckpt" if (run.run_dir / "checkpoints" / "last.ckpt").exists() else ""
+        resumes = "resumes from last.ckpt" if folder.last_checkpoint.exists() else ""
         if status == "interrupted":  # by Ctrl-C or SIGTERM (runs.interruption)
             return "interrupted", resumes or "starts again"
         return "pending", "only its test is left" if status == "fitted" else resumes or "started"

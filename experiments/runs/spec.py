@@ -25,10 +25,11 @@ from typing import Callable
 import yaml
 
 from datamodules.splits import resolve_train_size
-from datamodules.sources import short_name
 from modules.budgets import BUDGET_TARGETS, FAMILIES, TEACHER, distils, fit_order
 
+from experiments.runs.identity import run_name
 from experiments.runs.names import checked_name, runs_dir_option
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.cluster import add_options, check_cluster
 from experiments.runs.shared import entry, share
 
@@ -407,10 +408,6 @@ def check_axes(axes: dict) -> None:
             raise ValueError(f"learning rate {lr:g} in lrs: allowed numbers > 0")
 
 
-def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str, lr: float) -> str:
-    return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
-
-
 def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
     """S(n) = max(min_steps, epochs * n / batch_for(n)), at most max_steps where the profile caps it,
     rounded up to a multiple of val_checks so the run validates exactly val_checks times, the last at
@@ -475,7 +472,7 @@ def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
     for r in runs:
         t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if distils(r.family) else None
         if t is not None:
-            r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(t / "checkpoints" / "best.ckpt")),
+            r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(RunFolder(t).best_checkpoint)),
                         teacher=entry(t, r.planned_by))
         out.append(r)
     return with_folders(out)

@@ -34,12 +34,13 @@ from rich.markup import escape
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 from modules.budgets import TEACHER, distils
-from modules.files import write_atomic
+from modules.files import write_json
 
 from experiments.runs.convergence import judged
 from experiments.runs.lock import hold_experiment
 from experiments.runs.names import runs_dir_option
-from experiments.runs.record import read_summary, session_rows, write_json
+from experiments.runs.record import session_rows
+from experiments.runs.run_folder import RunFolder
 from experiments.runs.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
@@ -93,7 +94,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             if status is None or status == "interrupted" and stopping():
                 return  # not started, or stopped with the sweep: its line names them, the display counts them not done
             results[run.name] = status
-            s = read_summary(run.run_dir) or {}
+            s = RunFolder(run.run_dir).summary() or {}
             acc = f", test acc {s['test_acc']:.4f}" if s.get("test_acc") is not None else ""
             val = f", val acc {s['val_acc_best']:.4f}" if run.stage == "tune" and s.get("val_acc_best") else ""
             console.print(escape(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
@@ -175,7 +176,7 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
     (the smaller lr on a tie), and a record of every trial. Only validation is read."""
     best, records = {}, []
     for r in trials:
-        s = read_summary(r.run_dir) or {}
+        s = RunFolder(r.run_dir).summary() or {}
         acc = s.get("val_acc_best") if s.get("status") in TUNED else None
         records.append({"family": r.family, "recipe": r.recipe, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
                         "train_size": s.get("train_size"), "val_size": s.get("val_size"), "status": s.get("status"),
@@ -481,5 +482,5 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
     elif previous.get("last_invocation"):
         record["profiles"][profile]["last_invocation"] = previous["last_invocation"]
     exp_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(sweep_file, json.dumps(record, indent=1) + "\n")
+    write_json(sweep_file, record, sort_keys=False)
     return code

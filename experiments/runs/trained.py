@@ -10,6 +10,8 @@ import torch
 
 from datamodules import ImageClassificationDataModule
 
+from experiments.runs.run_folder import RunFolder
+
 FIT = "`python -m experiments fit`"
 
 
@@ -17,7 +19,7 @@ def load_classifier(run_dir: str | Path):
     """The run's ImageClassifier from checkpoints/best.ckpt, on CPU, in eval mode (no teacher)."""
     from modules import ImageClassifier
     from modules.checkpoint_io import read_checkpoint
-    ckpt = Path(run_dir) / "checkpoints" / "best.ckpt"
+    ckpt = RunFolder(run_dir).best_checkpoint
     if not ckpt.is_file():
         raise ValueError(f"checkpoint {str(ckpt)!r} does not exist: allowed a run folder written by {FIT}")
     read_checkpoint(ckpt)  # weights only: refuses, in one line, a file that holds code

@@ -1,0 +1,200 @@
+"""RunFolder: one run's folder, <runs_dir>/<experiment>/<readable name>_<config hash>, and the files
+the suite keeps in it. Every reader and writer of a run (the CLI, the sweep, the packed engine, the
+pool of shared runs, the tables) names them through here:
+
+- identity.json: the settings the folder's hash covers, written before training;
+- summary.json: what ran and how it ended (its `status`), a record of schema SUMMARY_SCHEMA;
+  summaries written before the schema had a number are brought up to it by `migrate_summary`;
+- config.yaml (Lightning's resolved config), train_indices.json, progress.json, evaluations/;
+- checkpoints/last.ckpt (where a fit resumes) and checkpoints/best.ckpt (what is tested and taught);
+- .lock, held by the one process that trains in the folder (runs/lock.py).
+
+Records are written atomically and never through a link (modules/files.write_atomic). Reading
+needs no torch or Lightning: a scheduler's task process reads these records.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from modules.files import write_json
+
+from experiments.runs.identity import HASH_CHARS, RUN_FOLDER, run_name
+from experiments.runs.lock import held, lock_run_folder
+
+SUMMARY_FILE = "summary.json"
+IDENTITY_FILE = "identity.json"
+CONFIG_FILE = "config.yaml"
+TRAIN_INDICES_FILE = "train_indices.json"
+PROGRESS_FILE = "progress.json"  # where a training run is: read by the sweep's display, never by the tables
+EVALUATIONS = "evaluations"      # test results whose settings differ from the run's own
+CHECKPOINTS = "checkpoints"
+LAST, BEST = "last.ckpt", "best.ckpt"
+LOCK_FILE = ".lock"
+# the files a fit writes in its folder, each through a .tmp beside it
+RUN_FILES = (SUMMARY_FILE, IDENTITY_FILE, TRAIN_INDICES_FILE, CONFIG_FILE, f"{CHECKPOINTS}/{LAST}",
+             f"{CHECKPOINTS}/{BEST}")
+
+# 2: a DeiT student's teacher is recorded as a structure ("teacher": Teacher.record()), and the
+# summary says its schema. 1 (no "schema" key): the teacher only as the checkpoint path in identity.json.
+SUMMARY_SCHEMA = 2
+TEACHER_KEYS = ("run", "family", "budget", "variant", "checkpoint")
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """The run a DeiT student distils from, as the student's summary records it: the teacher's
+    folder name, family, budget and variant (its spec's variant, such as a matched teacher's
+    'resnet-at-vit'; None for the default one), so that no reader parses them out of a path."""
+    run: str | None         # the teacher's folder name; None for a checkpoint outside the suite's run folders
+    family: str | None
+    budget: str | None
+    variant: str | None
+    checkpoint: str         # as the student's identity names it (identity.teacher_identity)
+
+    def label(self) -> str:
+        """How the tables name the teacher of a group of students: family-budget, then its variant
+        (the checkpoint's path for a teacher outside the suite's run folders)."""
+        if self.family is None:
+            return self.checkpoint
+        return "-".join(filter(None, (self.family, self.budget))) + (f"_{self.variant}" if self.variant else "")
+
+    def record(self) -> dict:
+        return {k: getattr(self, k) for k in TEACHER_KEYS}
+
+    @classmethod
+    def from_record(cls, record) -> Teacher | None:
+        if not isinstance(record, dict):
+            return None
+        return cls(**{k: record.get(k) for k in TEACHER_KEYS})
+
+
+def teacher_of(identity: dict | None, runs_dir: Path) -> Teacher | None:
+    """The teacher a student of `identity` distils from, read from the teacher's own run folder
+    (in any experiment of `runs_dir`: the pool shares runs); None for a run without one."""
+    checkpoint = (identity or {}).get("model.teacher_checkpoint")
+    if not checkpoint:  # kept with distillation none too: the checkpoint is part of the identity
+        return None
+    folder = PurePath(checkpoint).parent.parent.name
+    found = sorted(Path(runs_dir).glob(f"*/{folder}")) if RUN_FOLDER.fullmatch(folder) else []
+    ident = RunFolder(found[0]).identity() if found else None
+    if ident is None:
+        return Teacher(None, None, None, None, checkpoint)
+    family, budget = ident.get("model.family"), ident.get("model.budget")
+    # a spec names a run run_name(...) + "_<variant>" (identity.run_name): what is left of the
+    # folder's readable name past the name of the default variant is the teacher's variant
+    readable = folder[:-(HASH_CHARS + 1)]
+    try:
+        default = run_name(family, budget, ident["data.dataset"], ident["data.fraction"], ident["data.seed"],
+                           "default", ident["model.lr"])
+    except (KeyError, TypeError, ValueError):
+        default = None
+    variant = readable[len(default) + 1:] if default and readable.startswith(default + "_") else None
+    return Teacher(folder, family, budget, variant, checkpoint)
+
+
+def migrate_summary(summary: dict, identity: dict | None) -> dict:
+    """A summary of an older schema as SUMMARY_SCHEMA reads it. Schema 1 named a DeiT teacher only
+    by its checkpoint path in the identity (<teacher folder>/checkpoints/best.ckpt): the structure
+    is taken from that folder's name, which a spec wrote as <family>-<budget>_..._lr<lr>[_<variant>]_<hash>."""
+    if not isinstance(summary, dict) or summary.get("schema") == SUMMARY_SCHEMA:
+        return summary
+    out = {**summary, "schema": SUMMARY_SCHEMA}
+    checkpoint = (identity or {}).get("model.teacher_checkpoint")
+    if checkpoint and "teacher" not in out:
+        name = PurePath(checkpoint).parent.parent.name
+        readable = name[:-(HASH_CHARS + 1)] if RUN_FOLDER.fullmatch(name) else name
+        family_budget, _, rest = readable.partition("_")
+        family, _, budget = family_budget.partition("-")
+        lr_at = rest.find("_lr")
+        variant = rest[lr_at + 3:].partition("_")[2] if lr_at >= 0 else ""
+        out["teacher"] = Teacher(name if RUN_FOLDER.fullmatch(name) else None, family, budget or None,
+                                 variant or None, checkpoint).record()
+    return out
+
+
+class RunFolder:
+    """The files of one run folder (see the module's docstring); nothing is read until asked."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.name = self.path.name
+        self.summary_file = self.path / SUMMARY_FILE
+        self.identity_file = self.path / IDENTITY_FILE
+        self.config_file = self.path / CONFIG_FILE
+        self.train_indices_file = self.path / TRAIN_INDICES_FILE
+        self.progress_file = self.path / PROGRESS_FILE
+        self.evaluations = self.path / EVALUATIONS
+        self.checkpoints = self.path / CHECKPOINTS
+        self.last_checkpoint = self.checkpoints / LAST  # where a fit resumes: written at every validation and the end
+        self.best_checkpoint = self.checkpoints / BEST  # what the run is tested with, and what teaches a DeiT student
+        self.lock_file = self.path / LOCK_FILE
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    # ---------------- records ----------------
+    def summary(self) -> dict | None:
+        """summary.json at SUMMARY_SCHEMA (an older one migrated), or None when absent or unreadable."""
+        s = _read_json(self.summary_file)
+        return migrate_summary(s, self.identity()) if isinstance(s, dict) else None
+
+    def status(self) -> str | None:
+        """The summary's status (fitted, done, failed, diverged, interrupted), None for no record."""
+        return (self.summary() or {}).get("status")
+
+    def write_summary(self, summary: dict) -> None:
+        """summary.json; and the run's hparams session follows it (its status a column of HPARAMS)."""
+        summary = {**summary, "schema": SUMMARY_SCHEMA}
+        write_json(self.summary_file, summary)
+        identity = self.identity()
+        if identity is not None:
+            from experiments.runs.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used
+            write_session(self.path, recorded_hparams(identity, summary))
+
+    def identity(self) -> dict | None:
+        record = _read_json(self.identity_file)
+        ident = record.get("identity") if isinstance(record, dict) else None
+        return ident if isinstance(ident, dict) else None
+
+    def write_identity(self, ident: dict, config_hash: str) -> None:
+        write_json(self.identity_file, {"hash": config_hash, "identity": ident})
+
+    def is_run(self) -> bool:
+        """Whether a run started here: it wrote a summary or a checkpoint folder."""
+        return self.summary_file.is_file() or self.checkpoints.is_dir()
+
+    # ---------------- the lock ----------------
+    def lock(self):
+        """The folder's exclusive lock for this process's lifetime (lock.lock_run_folder): close it to release."""
+        return lock_run_folder(self.path)
+
+    def held(self) -> bool:
+        """Whether a live process trains in the folder now."""
+        return held(self.lock_file)
+
+    def check_files(self) -> None:
+        """One line, before a fit trains, for a folder (or anything but a file) where the run writes one
+        of its files: summary.json's write would otherwise fail only once training is done."""
+        for name in RUN_FILES:
+            for path in (self.path / name, self.path / f"{name}.tmp"):
+                if path.exists() and not path.is_file():
+                    raise ValueError(f"{str(path)!r} is {'a folder' if path.is_dir() else 'not a file'}: the run "
+                                     "writes its file there; allowed a file or nothing (remove it, and run again)")
+
+
+def run_of_checkpoint(path) -> RunFolder | None:
+    """The run folder of <run>/checkpoints/<name>.ckpt, or None for a checkpoint elsewhere."""
+    if not path:
+        return None
+    p = Path(path)
+    run = RunFolder(p.parent.parent)
+    return run if p.parent.name == CHECKPOINTS and run.config_file.exists() else None

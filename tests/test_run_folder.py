@@ -1,0 +1,121 @@
+"""RunFolder: the records of a run folder read at today's summary schema (an older one migrated),
+a DeiT teacher recorded as a structure, shared runs found in the records' data, and every JSON
+record written atomically (a planted link replaced, never followed)."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from experiments.datascale.numbers import grouping_identity
+from experiments.runs.identity import config_hash, run_name
+from experiments.runs.run_folder import SUMMARY_SCHEMA, RunFolder, Teacher, migrate_summary, teacher_of
+from experiments.runs.shared import shared_entries
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDENT = ROOT / "results/reference/distill/deit-tiny_fashion_mnist_f0.002_s0_lr0.003_hard-resnet-at-vit_7191c08a"
+SECRET = b"a file outside the experiment folder: not one byte of it may change\n"
+
+
+def test_a_committed_summary_of_the_old_schema_reads_as_today_with_its_teacher_as_a_structure():
+    stored = json.loads((STUDENT / "summary.json").read_text())
+    assert "schema" not in stored and "teacher" not in stored  # written before the schema had a number
+    summary = RunFolder(STUDENT).summary()
+    assert summary["schema"] == SUMMARY_SCHEMA
+    assert summary["teacher"] == {"run": "resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_resnet-at-vit_28174dca",
+                                  "family": "resnet", "budget": "tiny", "variant": "resnet-at-vit",
+                                  "checkpoint": RunFolder(STUDENT).identity()["model.teacher_checkpoint"]}
+    assert {k: v for k, v in summary.items() if k not in ("schema", "teacher")} == stored  # nothing else moves
+    plain = {"status": "done", "family": "vit"}
+    assert migrate_summary(plain, {"model.teacher_checkpoint": None}) == {**plain, "schema": SUMMARY_SCHEMA}
+    today = {**plain, "schema": SUMMARY_SCHEMA}
+    assert migrate_summary(today, {"model.teacher_checkpoint": "x/checkpoints/best.ckpt"}) is today
+
+
+def _teacher_folder(runs: Path, variant: str) -> Path:
+    ident = {"model.family": "resnet", "model.budget": "tiny", "data.dataset": "fashion_mnist",
+             "data.fraction": 0.01, "data.seed": 1, "model.lr": 0.003}
+    name = run_name("resnet", "tiny", "fashion_mnist", 0.01, 1, variant, 0.003)
+    folder = RunFolder(runs / "distill" / f"{name}_{config_hash(ident)}")
+    folder.path.mkdir(parents=True)
+    folder.write_identity(ident, config_hash(ident))
+    return folder.path
+
+
+def test_a_teacher_is_recorded_as_a_structure_and_read_back_as_written(tmp_path):
+    runs = tmp_path / "runs"
+    for variant, label in (("default", "resnet-tiny"), ("resnet-at-vit", "resnet-tiny_resnet-at-vit")):
+        teacher_dir = _teacher_folder(runs, variant)
+        student_ident = {"model.family": "deit", "model.distillation": "hard",
+                         "model.teacher_checkpoint": f"{teacher_dir.name}/checkpoints/best.ckpt"}
+        # the student trains in another experiment: the pool finds its teacher's folder there
+        teacher = teacher_of(student_ident, runs)
+        assert teacher == Teacher(teacher_dir.name, "resnet", "tiny", None if variant == "default" else variant,
+                                  student_ident["model.teacher_checkpoint"])
+        student = RunFolder(runs / "datascale" / f"deit-{variant}")
+        student.path.mkdir(parents=True)
+        student.write_summary({"status": "done", "family": "deit", "teacher": teacher.record()})
+        read = student.summary()
+        assert Teacher.from_record(read["teacher"]) == teacher and read["schema"] == SUMMARY_SCHEMA
+        assert grouping_identity(student_ident, read["teacher"])["model.teacher_checkpoint"] == label
+        # a record of the old schema names the same teacher alike: old and new students group together
+        assert migrate_summary({"status": "done"}, student_ident)["teacher"] == teacher.record()
+    assert teacher_of({"model.family": "vit", "model.teacher_checkpoint": None}, runs) is None
+
+
+def test_shared_runs_are_the_entries_a_record_holds_not_a_substring_of_its_text(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("datascale/a_0123abcd", "datascale/a_0123abcd-b_4567cdef", "datascale/other_89abcdef"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "summary.json").write_text("{}")
+    exp = runs / "distill"
+    exp.mkdir()
+    # "datascale/a_0123abcd" occurs in the text only inside another entry and as part of a longer text
+    (exp / "distill.json").write_text(json.dumps({"students": [{"run": "datascale/a_0123abcd-b_4567cdef"}],
+                                                  "note": "trained after \"datascale/a_0123abcd\" finished",
+                                                  "datascale/other_89abcdef": 1}))
+    (exp / "broken.json").write_text('{"run": "datascale/a_0123abcd"')  # not JSON: names nothing
+    assert shared_entries(exp) == ["datascale/a_0123abcd-b_4567cdef", "datascale/other_89abcdef"]
+
+
+def test_every_json_record_is_written_through_the_atomic_write():
+    """No module writes JSON but through files.write_json or files.write_atomic (a temporary file
+    renamed over the name): json.dump to an open file, or json.dumps into write_text or a file's
+    write, would write through a planted link, and a kill would leave half a record."""
+    offenders = []
+    for path in sorted((*ROOT.glob("experiments/**/*.py"), *ROOT.glob("modules/**/*.py"),
+                        *ROOT.glob("datamodules/**/*.py"))):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            writes = node.func.attr in ("write_text", "write_bytes", "write")
+            dumps = any(isinstance(n, ast.Attribute) and n.attr == "dumps" for a in node.args for n in ast.walk(a))
+            json_dump = node.func.attr == "dump" and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"
+            if json_dump or writes and dumps:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    # the decoded-data cache's row counts: the user's own cache folder, not a record (docs/safety.md)
+    assert offenders == ["datamodules/sources.py:69"], offenders
+
+
+def test_sweep_tuning_and_members_records_replace_a_planted_link(tmp_path):
+    from modules.files import write_json
+    from experiments.runs.execute import _members_file
+    from experiments.runs.spec import Run
+    victim = tmp_path / "outside" / "victim.txt"
+    victim.parent.mkdir()
+    victim.write_bytes(SECRET)
+    exp = tmp_path / "runs" / "datascale"
+    group = [Run(k, f"r{k}", "vit", 0.1, k, "default", ("--seed_everything", str(k)), run_dir=exp / f"r{k}_0000000{k}")
+             for k in range(2)]
+    from experiments.runs.packed_fit import group_dir
+    members = group_dir([r.run_dir for r in group]) / "members.json"
+    for link in (exp / "sweep.json", exp / "tuning.json", members):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(victim)
+    write_json(exp / "sweep.json", {"spec": "datascale", "profiles": {}}, sort_keys=False)
+    write_json(exp / "tuning.json", {"spec": "datascale", "profiles": {}})
+    assert _members_file(group, tmp_path / "log.txt") == members
+    assert victim.read_bytes() == SECRET
+    for record in (exp / "sweep.json", exp / "tuning.json", members):
+        assert not record.is_symlink() and json.loads(record.read_text())
+    assert json.loads(members.read_text()) == {"members": [list(r.args) for r in group]}
