@@ -33,7 +33,7 @@ class Wording:
     """A claim's fixed words: the Findings row's question and published cell, the words of each
     direction of our estimate (`higher`: the interval lies above 0; `expected`, the one the paper
     found, which the Findings row says is "as published"; a reading may add `same` after
-    "no difference" and `unsure` after "cannot tell", and say the claim as a sentence, `said`, its
+    "no difference", `unsure` after "cannot tell" and `apart` after a direction, and say the claim as a sentence, `said`, its
     {names} filled by `filled`), and the kind of quantity (verdicts.MARGINS) whose margin reads it;
     `size`, the published difference (or one per published model) where the paper gives one, and
     `source`, where the paper says it."""
@@ -44,6 +44,7 @@ class Wording:
     expected: str = ""
     same: str = ""
     unsure: str = ""
+    apart: str = ""
     said: str = ""
     margin: str = "accuracy"
     size: float | tuple[float, ...] | None = None
@@ -54,8 +55,10 @@ class Wording:
         return MARGINS[self.margin].value
 
     def filled(self, **names: str) -> "Wording":
-        """The wording with the {names} of its sentence (`said`) filled: the runs a reading compares."""
-        return replace(self, said=self.said.format(**names))
+        """The wording with the {names} of its sentence (`said`) and of its directions filled: the runs
+        a reading compares."""
+        return replace(self, said=self.said.format(**names), higher=self.higher.format(**names),
+                       lower=self.lower.format(**names))
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,19 @@ class Claim:
         return verdict(self.estimate, higher or self.wording.higher, lower or self.wording.lower,
                        self.wording.margin_value)
 
+    def read(self) -> str:
+        """The verdict in the claim's words where converged, else the clause saying why it is not read."""
+        return self.said() if self.converged else self.not_read_clause()
+
+    def reasoned(self) -> str:
+        """The verdict and what follows from it in the wording's words for its category (": same" after
+        "no difference", ": unsure" after "cannot tell", ", apart" after a direction); the not-read
+        clause while a run behind it still improved."""
+        if not self.converged:
+            return self.not_read_clause()
+        then = {"no difference": f": {self.wording.same}", "cannot tell": f": {self.wording.unsure}"}
+        return self.said() + then.get(self.category, f", {self.wording.apart}")
+
     def not_read(self) -> str | None:
         """The sentence a reading says instead of the verdict while a run behind it still improved."""
         return not_read(self.improving, self.runs, self.unknown)
@@ -93,6 +109,12 @@ class Claim:
         """The same, as the clause of a bullet that names its comparison."""
         return (f"not read: {self.improving} of the {self.runs} runs behind it {were_improving(self.unknown)} "
                 f"({STILL_IMPROVING})")
+
+    def silence(self) -> str | None:
+        """A bullet's short form of the not-read clause (None when converged)."""
+        if self.converged:
+            return None
+        return f"not read, {self.improving} of the {self.runs} runs behind it still improving ({STILL_IMPROVING})"
 
     def cell(self) -> str:
         """The Findings row's verdict: "not read" while not converged; else the verdict, and where a
