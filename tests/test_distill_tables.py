@@ -256,6 +256,13 @@ def test_runs_outside_the_plan_are_left_out_and_named(made):
     assert {r["profile"] for r in made["rows"]} == {"cpu"}
 
 
+def _teacher_claims(made: dict) -> dict:
+    """fraction -> the claim that the resnet and vit teachers match in accuracy."""
+    from experiments.distill.numbers import claims, load
+    (p,) = load(made["exp"])[2]
+    return {c["fraction"]: c["teachers"] for c in claims(p) if c["claim"] == "c"}
+
+
 def test_reading_says_confounds_and_cannot_tell(converged):
     reading = section(converged["md"], "What the numbers say")
     soft = diffs(REPORTED["soft/resnet", 0.01], REPORTED["none", 0.01])     # 0.01, 0.02, 0.00: includes 0
@@ -268,18 +275,20 @@ def test_reading_says_confounds_and_cannot_tell(converged):
     (at_590,) = [ln for ln in reading.splitlines() if ln.startswith("- CNN against") and "590 images" in ln]
     cnn = diffs(REPORTED["hard/resnet", 0.01], REPORTED["hard/vit", 0.01])
     assert f"{statistics.fmean(cnn):+.4f} ± {ci(cnn):.4f} (3 pairs)" in at_590
-    assert ("+0.2000 ± 0.0000, the teachers differ in accuracy: the 95% interval [+0.2000, +0.2000] excludes 0 and "
-            "reaches beyond ±0.0100") in at_590
-    assert "confounds the teacher's inductive bias with its accuracy" in at_590
+    matched = _teacher_claims(converged)
+    assert matched[0.01].estimate == Estimate(pytest.approx(0.2), pytest.approx(0), 3)
+    assert matched[0.01].category == "higher" and matched[0.01].runs == 6
+    assert f"+0.2000 ± 0.0000, {matched[0.01].reasoned()}." in at_590
+    assert matched[0.01].reasoned().endswith(", " + CLAIMS["teacher_accuracy"].apart)
     (at_2950,) = [ln for ln in reading.splitlines() if ln.startswith("- CNN against") and "2,950 images" in ln]
     teachers = diffs(TEACHERS["resnet", 0.05], TEACHERS["vit", 0.05])       # 0.005, 0.005, -0.005
     cnn = diffs(REPORTED["hard/resnet", 0.05], REPORTED["hard/vit", 0.05])  # 0.01, 0.02, 0.00
     # teachers within a point of each other on average, but their interval reaches past the accuracy margin
-    assert "teachers of similar accuracy" not in at_2950 and "may confound" in at_2950
+    assert matched[0.05].estimate.value == pytest.approx(statistics.fmean(teachers))
+    assert matched[0.05].estimate.ci95 == pytest.approx(ci(teachers)) and matched[0.05].category == "cannot tell"
     assert f"{statistics.fmean(cnn):+.4f} ± {ci(cnn):.4f} (3 pairs)" in at_2950
-    low, high = statistics.fmean(teachers) - ci(teachers), statistics.fmean(teachers) + ci(teachers)
-    assert (f"{statistics.fmean(teachers):+.4f} ± {ci(teachers):.4f}, cannot tell: the 95% interval "
-            f"[{low:+.4f}, {high:+.4f}] includes 0 and reaches beyond ±0.0100: whether the teachers match") in at_2950
+    assert (f"{statistics.fmean(teachers):+.4f} ± {ci(teachers):.4f}, {matched[0.05].reasoned()}." in at_2950
+            and matched[0.05].reasoned().endswith(": " + CLAIMS["teacher_accuracy"].unsure))
     assert "Not read" not in converged["md"]
 
 
@@ -362,14 +371,30 @@ def test_teachers_match_only_when_their_whole_interval_lies_inside_the_accuracy_
     difference: similar only inside ±0.01 (the accuracy margin, as every accuracy difference), different when it excludes 0, else cannot tell (a mean
     of +0.016 whose interval reaches +0.032 is not a match)."""
     from experiments.distill.words import confound
+
+    def teachers(diff: Estimate, improving: int = 0) -> Claim:
+        return Claim(CLAIMS["teacher_accuracy"], diff, runs=6, improving=improving)
     c = {"cnn": "resnet-at-vit", "transformer": "vit"}
-    assert "teachers of similar accuracy" in confound({**c, "teacher_diff": Estimate(0.005, 0.005, 3)})
+    similar = teachers(Estimate(0.005, 0.005, 3))
+    assert similar.category == "no difference" and similar.reasoned().endswith(": " + CLAIMS["teacher_accuracy"].same)
+    assert confound({**c, "teachers": similar}) == (
+        f"The resnet-at-vit teacher minus the vit teacher: +0.0050 ± 0.0050, {similar.reasoned()}.")
     for diff in (Estimate(0.005, 0.014, 3), Estimate(0.0161, 0.0162, 3)):   # past the accuracy margin
-        unsettled = confound({**c, "teacher_diff": diff})
-        assert ("includes 0 and reaches beyond ±0.0100" in unsettled
-                and "similar accuracy" not in unsettled and "may confound" in unsettled)
-    assert "the teachers differ in accuracy" in confound({**c, "teacher_diff": Estimate(0.03, 0.02, 3)})
-    assert "the teachers differ in accuracy" in confound({**c, "teacher_diff": Estimate(0.015, 0.01, 3)})
+        unsettled = teachers(diff)
+        assert unsettled.category == "cannot tell" and unsettled.reasoned() in confound({**c, "teachers": unsettled})
+    for diff in (Estimate(0.03, 0.02, 3), Estimate(0.015, 0.01, 3)):
+        apart = teachers(diff)
+        assert apart.category == "higher" and apart.reasoned() in confound({**c, "teachers": apart})
+    assert confound({**c, "teachers": teachers(None)}) == "The teachers' accuracies can't be paired with it."
+
+
+def test_the_teachers_match_is_not_read_while_a_teacher_still_improves():
+    """Converged or silent: the teachers' claim says no verdict while a run behind it still improved."""
+    from experiments.distill.words import confound
+    still = Claim(CLAIMS["teacher_accuracy"], Estimate(0.03, 0.02, 3), runs=6, improving=1)
+    said = confound({"cnn": "resnet", "transformer": "vit", "teachers": still})
+    assert still.category is None and still.not_read_clause() in said
+    assert "differ in accuracy" not in said and "confounds" not in said
 
 
 def test_regeneration_is_byte_identical(made, tmp_path):

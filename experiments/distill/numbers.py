@@ -306,7 +306,8 @@ def _behind(p: Profile, fraction: float, students: tuple = (), teachers: tuple =
 def claims(p: Profile) -> list[dict]:
     """DeiT's three claims per fraction, each a paired difference by seed (its Claim, "read"): (a)
     each distilled student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both;
-    (c) a CNN teacher's hard student minus a transformer teacher's, with the two teachers' accuracies."""
+    (c) a CNN teacher's hard student minus a transformer teacher's, with the two teachers' accuracies
+    and the claim that they match ("teachers")."""
     out, names = [], p.student_names
     # the family the student is without its distillation token (DeiT: ViT), trained alone at the lr the
     # students take: DeiT's own no-distillation baseline, a teacher run of the same subset and seed
@@ -340,7 +341,8 @@ def claims(p: Profile) -> list[dict]:
                 ca, va = teacher_accs(p, c, f), teacher_accs(p, v, f)
                 out.append({"claim": "c", "fraction": f, "label": f"hard/{c} − hard/{v} (cls+dist)", "cnn": c,
                             "transformer": v, "cnn_acc": estimate_of(ca), "transformer_acc": estimate_of(va),
-                            "teacher_diff": paired_difference(ca, va),
+                            "teachers": Claim(CLAIMS["teacher_accuracy"], paired_difference(ca, va),
+                                              **_behind(p, f, teachers=(c, v))),
                             "read": _claim("teacher", paired_difference(student_accs(p, f"hard/{c}", f, "both"),
                                                                         student_accs(p, f"hard/{v}", f, "both")),
                                            # a matched teacher stops on purpose: its plateau is not asked (record_summary)

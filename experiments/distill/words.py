@@ -18,8 +18,7 @@ from experiments.report.claim import Claim
 from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
-from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, cannot_tell, category, direction, equivalent,
-                                         no_difference, not_read, side, size_against, verdict)
+from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, category, not_read, side, size_against, verdict)
 from experiments.runs.convergence import still_improving
 from experiments.runs.reference import whose_runs
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
@@ -176,7 +175,7 @@ def claims_tables(cl: list[dict]) -> list[str]:
                        "teacher difference"],
                       [[c["label"], f"{c['fraction']:g}", _claim_text(c), _pairs(c),
                         f"{c['cnn']} {_est_text(c['cnn_acc'], False)}",
-                        f"{c['transformer']} {_est_text(c['transformer_acc'], False)}", _est_text(c["teacher_diff"])]
+                        f"{c['transformer']} {_est_text(c['transformer_acc'], False)}", _est_text(c["teachers"].estimate)]
                        for c in third])
     if any(c["read"].estimate is not None and not c["read"].converged for c in cl):
         out += ["", f"{STILL_IMPROVING} rests on a run still improving at its last validation: shown, not read."]
@@ -256,20 +255,14 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
 
 
 def confound(c: dict) -> str:
-    """Whether the CNN-transformer comparison is one of teachers of similar accuracy, read from the
-    interval of the teachers' paired difference in the shared vocabulary, with the accuracy margin
-    (experiments/report/verdicts.py)."""
-    td = c["teacher_diff"]
+    """Whether the CNN-transformer comparison is one of teachers of similar accuracy: the teachers'
+    claim (their paired difference) with what follows from its verdict."""
+    claim = c["teachers"]
+    td = claim.estimate
     if td is None:
         return "The teachers' accuracies can't be paired with it."
-    said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
-    if equivalent(td):
-        return f"{said}, {no_difference(td)}: teachers of similar accuracy, as DeiT's claim requires."
-    if side(td):
-        return (f"{said}, {direction(td, 'the teachers differ in accuracy')}, so the comparison confounds the "
-                "teacher's inductive bias with its accuracy.")
-    return (f"{said}, {cannot_tell(td)}: whether the teachers match in accuracy is not settled, so "
-            "the comparison may confound the teacher's inductive bias with its accuracy.")
+    return (f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
+            f", {claim.reasoned()}.")
 
 
 def soft_weighting(p: Profile) -> list[str]:
