@@ -85,9 +85,11 @@ def test_a_claim_s_verdict_passes_its_one_converged_check_in_every_form():
     assert Claim(filled, up, runs=6).reasoned() == Claim(filled, up, runs=6).said() + ", so apart"
     assert Claim(filled, flat, runs=6).reasoned().endswith("±0.0100: alike")
     assert Claim(filled, open_, runs=6).reasoned().endswith("±0.0100: unsettled")
-    assert Claim(filled, up, runs=6).silence() is None
+    assert Claim(filled, up, runs=6).silence() is None and Claim(filled, up, runs=6).not_read_at("here") is None
     improving = Claim(filled, up, runs=6, improving=2)
     for said in (improving.read(), improving.reasoned(), improving.silence()):
         assert "vit above" not in said and "2 of the 6 runs behind it" in said
     assert improving.read() == improving.reasoned() == improving.not_read_clause()
     assert improving.silence() == "not read, 2 of the 6 runs behind it still improving (†)"
+    assert improving.not_read_at("100 images") == (
+        "Not read at 100 images: 2 of the runs there were still improving at their last validation (†).")

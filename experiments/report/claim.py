@@ -110,6 +110,13 @@ class Claim:
         return (f"not read: {self.improving} of the {self.runs} runs behind it {were_improving(self.unknown)} "
                 f"({STILL_IMPROVING})")
 
+    def not_read_at(self, where: str) -> str | None:
+        """The not-read sentence of a reading made at `where` (its sizes), counting the runs there
+        (None when converged)."""
+        if self.converged:
+            return None
+        return f"Not read at {where}: {self.improving} of the runs there {were_improving(self.unknown)} ({STILL_IMPROVING})."
+
     def silence(self) -> str | None:
         """A bullet's short form of the not-read clause (None when converged)."""
         if self.converged:
