@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modules.budgets import kind_of
@@ -360,6 +360,29 @@ def head_effects(p: Profile, head: str) -> list[dict]:
              "read": _claim("heads", paired_difference(student_accs(p, s, f, head), student_accs(p, s, f, "cls")),
                             _behind(p, f, (s,)), head=HEAD_LABEL[head])}
             for s in p.student_names if variant_of(s) == "hard" for f in p.fractions]
+
+
+def published_effects(p: Profile, cl: list[dict]) -> list[tuple[str, tuple[float, ...], list[tuple[dict, Claim]]]]:
+    """Each of DeiT's published effects (claims.yaml: published, effects): what it is, its points one
+    per published model, and each of our claims that estimates it, worded against it."""
+    ours = {"distillation": [c for c in cl if c["claim"] == "a" and variant_of(c["student"]) == "hard"],
+            "soft": [c for c in cl if c["claim"] == "a" and variant_of(c["student"]) == "soft"],
+            "hard_soft": [c for c in cl if c["claim"] == "b"], "dist_head": head_effects(p, "dist"),
+            "both_heads": head_effects(p, "both"), "teacher": [c for c in cl if c["claim"] == "c"]}
+    out = []
+    for name, (what, taken, taken_from) in DEIT_PUBLISHED["effects"].items():
+        points = _points(taken, taken_from)
+        words = replace(CLAIMS["published_effect"], question=what, size=tuple(x / 100 for x in points))
+        out.append((what, points, [(c, replace(c["read"], wording=words)) for c in ours[name]]))
+    return out
+
+
+def _points(taken: str, taken_from: str) -> tuple[float, ...]:
+    """DeiT's effect in points, one per model: row `taken` − row `taken_from` (a range of teachers
+    against one teacher: each against it)."""
+    table = {**DEIT_PUBLISHED["rows"], **DEIT_PUBLISHED["teacher_choice"]}
+    a, b = (tuple(v) if isinstance(v, list) else (v,) for v in (table[taken], table[taken_from]))
+    return tuple(round(x - y, 1) for x, y in zip(a, b * len(a) if len(b) == 1 else b))
 
 
 def csv_value(v) -> str:

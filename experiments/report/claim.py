@@ -20,8 +20,8 @@ import yaml
 from experiments.report.findings import Finding, estimate_text
 from experiments.report.statistics import Estimate
 from experiments.runs.spec import spec_path
-from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, size_against, verdict,
-                                         were_improving)
+from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, side, size_against,
+                                         verdict, were_improving)
 
 CLAIMS_FILE = "claims.yaml"
 AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
@@ -134,6 +134,29 @@ class Claim:
         if self.wording.size is None:
             return said
         return f"in direction: {said}; {size_against(self.estimate, self.wording.size)}"
+
+    def against_published(self) -> str:
+        """Ours against the published effect (`size`, one per published model), in direction and in
+        size apart. Direction in the shared vocabulary: a published "no difference" (every effect 0) is
+        agreed with only when our whole interval lies inside the margin; an effect the paper finds is
+        contradicted by our "no difference" as by the opposite direction. The not-read clause while a
+        run behind it still improved."""
+        est = self.estimate
+        if not self.converged:
+            return self.not_read_clause()
+        if est is None:
+            return "no pair"
+        if est.ci95 is None:
+            return "one pair, no interval"
+        published = self.wording.size if isinstance(self.wording.size, tuple) else (self.wording.size,)
+        said = self.category
+        if set(published) == {0}:
+            agrees = "agree" if said == "no difference" else "cannot tell" if said == "cannot tell" else "disagree"
+            return f"in direction: {agrees}, ours {self.said()}"
+        sign = 1 if min(published) > 0 else -1 if max(published) < 0 else None
+        agrees = ("cannot tell" if said == "cannot tell" or sign is None else
+                  "agree" if said != "no difference" and side(est) == sign else "disagree")
+        return f"in direction: {agrees}, ours {self.said()}; {size_against(est, published)}"
 
     @property
     def agrees(self) -> bool | None:
