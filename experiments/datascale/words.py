@@ -182,7 +182,7 @@ def _each_transformer(trend: GapTrend, name) -> str:
     text = (f" Each transformer minus the best CNN, {c0['train_size']:,} to {c1['train_size']:,} images, and the change "
             "paired by seed: " + ", ".join(
                 f"{name(t0)} {t0['test_acc_mean'] - c0['test_acc_mean']:+.4f} to "
-                f"{t1['test_acc_mean'] - c1['test_acc_mean']:+.4f} ({_signed(claim.estimate)}: {claim.said()})"
+                f"{t1['test_acc_mean'] - c1['test_acc_mean']:+.4f} ({_signed(claim.estimate)}: {claim.read()})"
                 for t0, t1, claim in trend.each) + ".")
     if {claim.category for *_, claim in trend.each} >= {"higher", "lower"}:
         text += " They disagree: the best transformer's trend is not every transformer's."

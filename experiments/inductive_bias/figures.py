@@ -132,7 +132,7 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                   or said == {"no difference"}
                   else "cannot tell")
         return (f"in direction {agrees} with the paper's loss without a position embedding; none − learn "
-                + "; ".join(f"at {_size_label(p, r['fraction'])}: {c.said()}, "
+                + "; ".join(f"at {_size_label(p, r['fraction'])}: {c.read()}, "
                             f"{size_against(c.estimate, c.wording.size)} (ViT-B/16, ImageNet 5-shot)" for r, c in claims)
                 + ".")
     if name == "attention_distance":

@@ -176,7 +176,7 @@ def locality_text(p: Profile, loc: dict, claim: Claim) -> str:
     per = "; ".join(f"{_size_label(p, f)} {_pm(e, 3)}" for f, e in loc["per_size"].items())
     return (f"{loc['family']}'s mean attention distance over the uniform-attention distance (mean of its layers; "
             f"1: uniform, below 1: local): {per}. Change from {_size_label(p, loc['small'])} to "
-            f"{_size_label(p, loc['large'])}, paired by seed: {_pm(claim.estimate, 3, signed=True)}: " + claim.said())
+            f"{_size_label(p, loc['large'])}, paired by seed: {_pm(claim.estimate, 3, signed=True)}: " + claim.read())
 
 
 def growth_text(p: Profile, r: dict, at: str) -> str:
@@ -245,7 +245,7 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
     if none:
         out.append("- **ViT without a position embedding** (none − learn, paired by seed): " + "; ".join(
             f"at {_size_label(p, r['fraction'])} {_pm(c.estimate, signed=True)}{_pairs(r)} "
-            f"({c.said()}; {size_against(c.estimate, c.wording.size)}{_steps_apart(ablations, r)})"
+            f"({c.read()}; {size_against(c.estimate, c.wording.size)}{_steps_apart(ablations, r)})"
             for r, c in none)
             + f". The ViT paper: {none[0][1].wording.size:+.4f} (none − learned 1D, ImageNet 5-shot).")
     loc = locality(p)

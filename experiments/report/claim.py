@@ -3,10 +3,12 @@
 direction, the kind of quantity whose margin reads it), and our estimate of it from the run records
 (Claim: a paired difference with its 95% interval, and the runs behind it).
 
-One Claim renders each place a claim is read: the README's Findings row (`row`), the verdict of a
-reading's bullet or a figure (`said`), and the sentence that stands in for them while a run behind it
-was still improving (`not_read`). Every one of them goes through the shared vocabulary
-(report/verdicts.py) and the one converged-or-silent check (`converged`).
+One Claim renders each place a claim is read: the README's Findings row (`row`, `cell`), the verdict
+of a reading's bullet or a figure (`read`; with what follows from it, `reasoned`; against a published
+effect, `against_published`), and the sentences that stand in for them while a run behind it was
+still improving (`not_read`, `not_read_clause`, `not_read_at`, `silence`). Every one of them goes
+through the shared vocabulary (report/verdicts.py) and the one converged-or-silent check
+(`converged`); `said` is the bare verdict, for a caller that has checked it.
 
 claims.yaml is read with yaml.safe_load: data only, nothing in it runs.
 """
