@@ -459,3 +459,29 @@ def test_growth_and_robustness_claims_are_silent_while_a_run_behind_them_still_i
         assert claims and all(claim.improving == 1 and claim.category is None for _, _, claim in claims)
         assert "keeps more" not in robustness_text(claims) and "not read: 1 of the 6 runs" in robustness_text(claims)
         assert robustness_verdict(claims) == ""
+
+
+def test_locality_is_not_read_while_a_run_behind_it_still_improves():
+    """The locality bullet says its claim's short not-read form, with no verdict, while one of the vit
+    runs at its two sizes still improves; read once they all plateaued."""
+    from experiments.inductive_bias.numbers import Profile, locality, locality_claim
+    from experiments.inductive_bias.words import reading
+    rec, runs, probes = {"families": []}, {}, {}
+    for f, ratio in ((0.002, 1.0), (0.01, 0.9)):
+        for seed in SEEDS:
+            name = f"vit_f{f}_s{seed}"
+            rec["families"].append({"family": "vit", "fraction": f, "seed": seed, "run": name})
+            runs[name] = {"train_size": int(f * 59000), "status": "done", "test_acc": 0.8, "identity": {}, "steps": 200,
+                          "val_history": val_curve(200, plateaued=(f, seed) != (0.01, 2))}
+            probes[name] = {"attention_distance": [[10 * (ratio + 0.01 * seed)] * 2] * 2,
+                            "attention_distance_uniform": [[10.0, 10.0], [10.0, 10.0]]}
+    p = Profile("cpu", rec, Path("."), runs=runs, probes=probes)
+    claim = locality_claim(p, locality(p))
+    assert (claim.runs, claim.improving, claim.category) == (6, 1, None)
+    said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))
+    assert said == f"- **Locality against training-set size**: {claim.silence()}."
+    runs["vit_f0.01_s2"]["val_history"] = val_curve(200)
+    claim = locality_claim(p, locality(p))
+    assert claim.converged and claim.category == "lower"
+    said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))
+    assert claim.said() in said and "not read" not in said
