@@ -72,3 +72,24 @@ def test_vit_s_findings_quote_the_table_8_they_sit_beside():
     words, table8 = load_claims("inductive_bias")["position_embedding"], load_published("inductive_bias")["rows"]
     assert words.size == pytest.approx(table8["none"] - table8["learn"], abs=5e-5)
     assert f"none {table8['none']:.4f} against learned 1D {table8['learn']:.4f}" in words.published
+
+
+def test_a_claim_s_verdict_passes_its_one_converged_check_in_every_form():
+    """read, reasoned and silence say the verdict only while every run behind it plateaued; a
+    wording's directions take the names of the runs it compares."""
+    words = Wording("q", "p", "{a} above", "{b} above", same="alike", unsure="unsettled", apart="so apart")
+    filled = words.filled(a="vit", b="resnet")
+    assert (filled.higher, filled.lower) == ("vit above", "resnet above")
+    up, flat, open_ = Estimate(0.05, 0.01, 3), Estimate(0.001, 0.002, 3), Estimate(0.02, 0.05, 3)
+    assert Claim(filled, up, runs=6).read() == Claim(filled, up, runs=6).said() and "vit above" in Claim(filled, up, 6).read()
+    assert Claim(filled, up, runs=6).reasoned() == Claim(filled, up, runs=6).said() + ", so apart"
+    assert Claim(filled, flat, runs=6).reasoned().endswith("±0.0100: alike")
+    assert Claim(filled, open_, runs=6).reasoned().endswith("±0.0100: unsettled")
+    assert Claim(filled, up, runs=6).silence() is None and Claim(filled, up, runs=6).not_read_at("here") is None
+    improving = Claim(filled, up, runs=6, improving=2)
+    for said in (improving.read(), improving.reasoned(), improving.silence()):
+        assert "vit above" not in said and "2 of the 6 runs behind it" in said
+    assert improving.read() == improving.reasoned() == improving.not_read_clause()
+    assert improving.silence() == "not read, 2 of the 6 runs behind it still improving (†)"
+    assert improving.not_read_at("100 images") == (
+        "Not read at 100 images: 2 of the runs there were still improving at their last validation (†).")

@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,10 @@ import pytest
 from experiments.__main__ import main
 from experiments.distill.numbers import CLAIMS, NAME, RECORD
 from experiments.distill.tables import make_tables
-from experiments.distill.words import against_published, judge
+from experiments.distill.words import judge
 from experiments.report.claim import Claim
 from experiments.report.statistics import Estimate
+from experiments.report.verdicts import size_against
 
 from .test_tensorboard import events
 from .conftest import val_curve
@@ -256,6 +258,13 @@ def test_runs_outside_the_plan_are_left_out_and_named(made):
     assert {r["profile"] for r in made["rows"]} == {"cpu"}
 
 
+def _teacher_claims(made: dict) -> dict:
+    """fraction -> the claim that the resnet and vit teachers match in accuracy."""
+    from experiments.distill.numbers import claims, load
+    (p,) = load(made["exp"])[2]
+    return {c["fraction"]: c["teachers"] for c in claims(p) if c["claim"] == "c"}
+
+
 def test_reading_says_confounds_and_cannot_tell(converged):
     reading = section(converged["md"], "What the numbers say")
     soft = diffs(REPORTED["soft/resnet", 0.01], REPORTED["none", 0.01])     # 0.01, 0.02, 0.00: includes 0
@@ -268,18 +277,20 @@ def test_reading_says_confounds_and_cannot_tell(converged):
     (at_590,) = [ln for ln in reading.splitlines() if ln.startswith("- CNN against") and "590 images" in ln]
     cnn = diffs(REPORTED["hard/resnet", 0.01], REPORTED["hard/vit", 0.01])
     assert f"{statistics.fmean(cnn):+.4f} ± {ci(cnn):.4f} (3 pairs)" in at_590
-    assert ("+0.2000 ± 0.0000, the teachers differ in accuracy: the 95% interval [+0.2000, +0.2000] excludes 0 and "
-            "reaches beyond ±0.0100") in at_590
-    assert "confounds the teacher's inductive bias with its accuracy" in at_590
+    matched = _teacher_claims(converged)
+    assert matched[0.01].estimate == Estimate(pytest.approx(0.2), pytest.approx(0), 3)
+    assert matched[0.01].category == "higher" and matched[0.01].runs == 6
+    assert f"+0.2000 ± 0.0000, {matched[0.01].reasoned()}." in at_590
+    assert matched[0.01].reasoned().endswith(", " + CLAIMS["teacher_accuracy"].apart)
     (at_2950,) = [ln for ln in reading.splitlines() if ln.startswith("- CNN against") and "2,950 images" in ln]
     teachers = diffs(TEACHERS["resnet", 0.05], TEACHERS["vit", 0.05])       # 0.005, 0.005, -0.005
     cnn = diffs(REPORTED["hard/resnet", 0.05], REPORTED["hard/vit", 0.05])  # 0.01, 0.02, 0.00
     # teachers within a point of each other on average, but their interval reaches past the accuracy margin
-    assert "teachers of similar accuracy" not in at_2950 and "may confound" in at_2950
+    assert matched[0.05].estimate.value == pytest.approx(statistics.fmean(teachers))
+    assert matched[0.05].estimate.ci95 == pytest.approx(ci(teachers)) and matched[0.05].category == "cannot tell"
     assert f"{statistics.fmean(cnn):+.4f} ± {ci(cnn):.4f} (3 pairs)" in at_2950
-    low, high = statistics.fmean(teachers) - ci(teachers), statistics.fmean(teachers) + ci(teachers)
-    assert (f"{statistics.fmean(teachers):+.4f} ± {ci(teachers):.4f}, cannot tell: the 95% interval "
-            f"[{low:+.4f}, {high:+.4f}] includes 0 and reaches beyond ±0.0100: whether the teachers match") in at_2950
+    assert (f"{statistics.fmean(teachers):+.4f} ± {ci(teachers):.4f}, {matched[0.05].reasoned()}." in at_2950
+            and matched[0.05].reasoned().endswith(": " + CLAIMS["teacher_accuracy"].unsure))
     assert "Not read" not in converged["md"]
 
 
@@ -315,37 +326,59 @@ def test_published_comparison(converged):
                                                                "DeiT-S": "81.2", "DeiT-B": "83.4"}
     lines = {ln.split(":")[0][2:]: ln for ln in published.splitlines() if ln.startswith("- ")}
     assert "published +2.3 / +1.4 / +1.6 points" in lines["hard distillation with token (cls+dist) − no distillation"]
-    assert ("hard/resnet (cls+dist) − none (cls) at 0.01: +0.0600 ± 0.0497 (in direction: agree, ours higher: the "
-            "95% interval [+0.0103, +0.1097] excludes 0 and reaches beyond ±0.0100; in size: consistent, the published "
-            "+0.0140 to +0.0230 lies within our interval [+0.0103, +0.1097])") in \
+    from experiments.distill.numbers import load, published_effects, claims
+    (p,) = load(converged["exp"])[2]
+    effects = {what: (points, ours) for what, points, ours in published_effects(p, claims(p))}
+    points, ours = effects["hard distillation with token (cls+dist) − no distillation"]
+    hard = next(claim for c, claim in ours if c["label"] == "hard/resnet (cls+dist) − none (cls)" and c["fraction"] == 0.01)
+    assert points == (2.3, 1.4, 1.6) and hard.wording.size == pytest.approx((0.023, 0.014, 0.016))
+    assert hard.estimate.value == pytest.approx(0.06) and hard.category == "higher"
+    assert hard.against_published() == (f"in direction: agree, ours {hard.said()}; in size: consistent, the published "
+                                        "+0.0140 to +0.0230 lies within our interval [+0.0103, +0.1097]")
+    assert f"hard/resnet (cls+dist) − none (cls) at 0.01: +0.0600 ± 0.0497 ({hard.against_published()})" in \
         lines["hard distillation with token (cls+dist) − no distillation"]
     # soft − none: differences 0.01, 0.02, 0.00, an interval that includes 0 but reaches past ±0.01: cannot tell
     soft = diffs(REPORTED["soft/resnet", 0.01], REPORTED["none", 0.01])
-    assert (f"at 0.01: +0.0100 ± 0.0248 (in direction: cannot tell, ours cannot tell: the 95% interval "
-            f"[{0.01 - ci(soft):+.4f}, {0.01 + ci(soft):+.4f}] includes 0 and reaches beyond ±0.0100)") \
+    points, ours = effects["soft distillation − no distillation"]
+    (claim,) = [claim for c, claim in ours if c["fraction"] == 0.01]
+    assert points == (0.0, 0.0, 0.0) and claim.category == "cannot tell"
+    assert claim.estimate.value == pytest.approx(0.01) and claim.estimate.ci95 == pytest.approx(ci(soft))
+    assert f"at 0.01: +0.0100 ± 0.0248 (in direction: cannot tell, ours {claim.said()})" \
         in lines["soft distillation − no distillation"]
-    assert "published +0.8 / +1.2 points" in lines["convnet teacher − transformer teacher (DeiT-B student)"]
-    assert "(in direction: cannot tell, ours cannot tell: the 95% interval" in \
-        lines["convnet teacher − transformer teacher (DeiT-B student)"]
+    points, ours = effects["convnet teacher − transformer teacher (DeiT-B student)"]
+    assert points == (0.8, 1.2) and "published +0.8 / +1.2 points" in lines[
+        "convnet teacher − transformer teacher (DeiT-B student)"]
+    assert ours and all(claim.category == "cannot tell" and f"({claim.against_published()})" in lines[
+        "convnet teacher − transformer teacher (DeiT-B student)"] for _, claim in ours)
 
 
 def test_no_difference_agrees_with_deit_only_inside_the_margin():
     """DeiT's "soft distillation makes no difference": agreed with only when our whole interval
     lies within ±0.01; an interval that excludes 0 outside the margin disagrees. An effect DeiT
     finds is read in direction and in size apart."""
+    def against(est: Estimate | None, published: tuple, improving: int = 0) -> Claim:
+        words = replace(CLAIMS["published_effect"], size=tuple(x / 100 for x in published))
+        return Claim(words, est, runs=6, improving=improving)
     none = (0.0, 0.0, 0.0)
-    assert against_published(Estimate(0.002, 0.005, 3), none) == (
-        "in direction: agree, ours no difference: the whole 95% interval [-0.0030, +0.0070] lies within ±0.0100")
-    assert against_published(Estimate(0.002, 0.0081, 3), none).startswith(
-        "in direction: cannot tell, ours cannot tell: the 95% interval [-0.0061, +0.0101]")
-    assert against_published(Estimate(0.05, 0.02, 3), none).startswith("in direction: disagree, ours higher")
-    assert against_published(Estimate(0.05, None, 1), none) == "one pair, no interval"
+    inside = against(Estimate(0.002, 0.005, 3), none)
+    assert inside.category == "no difference" and inside.against_published() == f"in direction: agree, ours {inside.said()}"
+    beyond = against(Estimate(0.002, 0.0081, 3), none)
+    assert beyond.category == "cannot tell" and beyond.against_published() == (
+        f"in direction: cannot tell, ours {beyond.said()}")
+    apart = against(Estimate(0.05, 0.02, 3), none)
+    assert apart.category == "higher" and apart.against_published() == f"in direction: disagree, ours {apart.said()}"
+    assert against(Estimate(0.05, None, 1), none).against_published() == "one pair, no interval"
+    assert against(None, none).against_published() == "no pair"
     # DeiT's +1.4 to +2.3 points: the same direction but a larger size, or "no difference" against it
-    larger = against_published(Estimate(0.1, 0.02, 3), (2.3, 1.4, 1.6))
-    assert larger.startswith("in direction: agree, ours higher") and larger.endswith(
-        "in size: disagrees, our interval [+0.0800, +0.1200] lies wholly above the published +0.0140 to +0.0230")
-    assert against_published(Estimate(0.001, 0.002, 3), (2.3, 1.4, 1.6)).startswith(
-        "in direction: disagree, ours no difference")
+    larger = against(Estimate(0.1, 0.02, 3), (2.3, 1.4, 1.6))
+    assert larger.against_published() == (f"in direction: agree, ours {larger.said()}; "
+                                           f"{size_against(larger.estimate, (0.023, 0.014, 0.016))}")
+    assert size_against(larger.estimate, (0.023, 0.014, 0.016)).startswith("in size: disagrees")
+    flat = against(Estimate(0.001, 0.002, 3), (2.3, 1.4, 1.6))
+    assert flat.category == "no difference" and flat.against_published().startswith("in direction: disagree, ours")
+    # converged or silent: no agreement is read while a run behind ours still improves
+    still = against(Estimate(0.1, 0.02, 3), (2.3, 1.4, 1.6), improving=1)
+    assert still.against_published() == still.not_read_clause() and "agree" not in still.against_published()
     # the readings' sentence: "no difference" said only inside the margin
     words = CLAIMS["hard_soft"].filled(teacher="x")
     inside, beyond = (Claim(words, Estimate(0.002, ci, 3), runs=6) for ci in (0.005, 0.0081))
@@ -362,14 +395,30 @@ def test_teachers_match_only_when_their_whole_interval_lies_inside_the_accuracy_
     difference: similar only inside ±0.01 (the accuracy margin, as every accuracy difference), different when it excludes 0, else cannot tell (a mean
     of +0.016 whose interval reaches +0.032 is not a match)."""
     from experiments.distill.words import confound
+
+    def teachers(diff: Estimate, improving: int = 0) -> Claim:
+        return Claim(CLAIMS["teacher_accuracy"], diff, runs=6, improving=improving)
     c = {"cnn": "resnet-at-vit", "transformer": "vit"}
-    assert "teachers of similar accuracy" in confound({**c, "teacher_diff": Estimate(0.005, 0.005, 3)})
+    similar = teachers(Estimate(0.005, 0.005, 3))
+    assert similar.category == "no difference" and similar.reasoned().endswith(": " + CLAIMS["teacher_accuracy"].same)
+    assert confound({**c, "teachers": similar}) == (
+        f"The resnet-at-vit teacher minus the vit teacher: +0.0050 ± 0.0050, {similar.reasoned()}.")
     for diff in (Estimate(0.005, 0.014, 3), Estimate(0.0161, 0.0162, 3)):   # past the accuracy margin
-        unsettled = confound({**c, "teacher_diff": diff})
-        assert ("includes 0 and reaches beyond ±0.0100" in unsettled
-                and "similar accuracy" not in unsettled and "may confound" in unsettled)
-    assert "the teachers differ in accuracy" in confound({**c, "teacher_diff": Estimate(0.03, 0.02, 3)})
-    assert "the teachers differ in accuracy" in confound({**c, "teacher_diff": Estimate(0.015, 0.01, 3)})
+        unsettled = teachers(diff)
+        assert unsettled.category == "cannot tell" and unsettled.reasoned() in confound({**c, "teachers": unsettled})
+    for diff in (Estimate(0.03, 0.02, 3), Estimate(0.015, 0.01, 3)):
+        apart = teachers(diff)
+        assert apart.category == "higher" and apart.reasoned() in confound({**c, "teachers": apart})
+    assert confound({**c, "teachers": teachers(None)}) == "The teachers' accuracies can't be paired with it."
+
+
+def test_the_teachers_match_is_not_read_while_a_teacher_still_improves():
+    """Converged or silent: the teachers' claim says no verdict while a run behind it still improved."""
+    from experiments.distill.words import confound
+    still = Claim(CLAIMS["teacher_accuracy"], Estimate(0.03, 0.02, 3), runs=6, improving=1)
+    said = confound({"cnn": "resnet", "transformer": "vit", "teachers": still})
+    assert still.category is None and still.not_read_clause() in said
+    assert "differ in accuracy" not in said and "confounds" not in said
 
 
 def test_regeneration_is_byte_identical(made, tmp_path):

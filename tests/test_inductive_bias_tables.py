@@ -16,7 +16,8 @@ import torch
 
 from experiments.__main__ import main
 from experiments.inductive_bias.figures import verdict
-from experiments.inductive_bias.numbers import FIGURES, NAME, RECORD
+from experiments.inductive_bias.numbers import (FIGURES, NAME, RECORD, family_rows, growth_claim,
+                                                robustness_claims)
 from experiments.inductive_bias.tables import make_tables
 from experiments.report.statistics import Estimate
 from modules.probes import pos_embed_2d_structure
@@ -141,6 +142,12 @@ def _rows(out: Path) -> dict:
     return {(r["table"], r["name"], float(r["fraction"])): r for r in csv.DictReader(open(out / f"{NAME}.csv"))}
 
 
+def _profile(experiment: Path):
+    from experiments.inductive_bias.numbers import load_profiles
+    (p,) = load_profiles("cpu", json.loads((experiment / RECORD).read_text())["profiles"]["cpu"], experiment)
+    return p
+
+
 def test_tables_from_hand_written_records(converged, tmp_path):
     experiment, out = converged, tmp_path / "results"
     make_tables(experiment, out)
@@ -181,9 +188,18 @@ def test_tables_from_hand_written_records(converged, tmp_path):
     assert "resnet 0.26" in text and "vit 0.73" in text
     # read from the paired interval of the shares by seed: vit (0.50 + 0.01 s) / 0.70 − resnet (0.20 + 0.01 s) / 0.80
     kept_diff = [(DROP["vit"] + 0.01 * s) / CLEAN["vit"] - (DROP["resnet"] + 0.01 * s) / CLEAN["resnet"] for s in SEEDS]
-    assert (f"vit − resnet, paired by seed: +{statistics.fmean(kept_diff):.3f} ± {ci(kept_diff):.3f}: vit keeps more: "
-            "the 95% interval") in text
-    assert "vit +4.0 ± 0.0 px (grows: the 95% interval [+4.0000, +4.0000] excludes 0 and reaches beyond ±1.0000" in text
+    p = _profile(experiment)
+    claims = {(t, c): claim for t, c, claim in robustness_claims(p, 1.0, "patchdrop")}
+    vit_resnet = claims["vit", "resnet"]
+    assert vit_resnet.estimate.value == pytest.approx(statistics.fmean(kept_diff))
+    assert vit_resnet.estimate.ci95 == pytest.approx(ci(kept_diff))
+    assert vit_resnet.category == "higher" and vit_resnet.runs == 6 and vit_resnet.wording.margin == "robustness"
+    assert (f"vit − resnet, paired by seed: +{statistics.fmean(kept_diff):.3f} ± {ci(kept_diff):.3f}: "
+            f"{vit_resnet.said()}") in text and vit_resnet.said().startswith("vit keeps more: ")
+    growth = growth_claim(next(r for r in family_rows(p) if r["name"] == "vit" and r["fraction"] == 1.0))
+    assert growth.estimate.value == pytest.approx(4) and growth.estimate.ci95 == pytest.approx(0)
+    assert growth.category == "higher" and growth.wording.margin == "attention growth"
+    assert f"vit +4.0 ± 0.0 px ({growth.said()}" in text
     # layer means over uniform attention's 16 px: (8, 9, 10) / 16 and (12, 13, 14) / 16
     assert "layer 1 at 0.56 and the last layer at 0.81 of the uniform-attention distance" in text
     assert "9.0 ± 2.5 (16.0)" in text and "**Caveat**" not in text   # 0.56 of uniform: attention learned
@@ -421,3 +437,51 @@ def test_uniform_attention_caveat_names_each_family_once_with_its_sizes():
             row("deit", 118, 0.80), row("deit", 295, 1.00)]
     assert still_uniform(rows) == ["vit (at 118 and 295 images)", "deit (at 295 images)"]
     assert still_uniform([row("vit", 590, 0.99)]) == ["vit"]
+
+
+def test_growth_and_robustness_claims_are_silent_while_a_run_behind_them_still_improves(converged):
+    """Converged or silent, per claim: a vit run still improving leaves vit's attention growth and
+    each vit − CNN robustness claim unread, in the reading's words and in the figures' verdicts alike
+    (whatever the profile's own gate says)."""
+    from experiments.inductive_bias.words import growth_text, robustness_text, robustness_verdict
+    summary = next(converged.glob("vit_f1_s1_*")) / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "val_history": val_curve(200, False)}))
+    p = _profile(converged)
+    families = family_rows(p)
+    vit = next(r for r in families if r["name"] == "vit" and r["fraction"] == 1.0)
+    growth = growth_claim(vit)
+    assert (growth.runs, growth.improving, growth.category) == (3, 1, None)
+    said = growth_text(p, vit, "vit")
+    assert growth.not_read_clause() in said and "grows" not in said
+    assert verdict(p, "attention_distance", [], families) == ""
+    for key in ("patchdrop", "shuffle4"):
+        claims = [(t, c, claim) for t, c, claim in robustness_claims(p, 1.0, key) if t == "vit"]
+        assert claims and all(claim.improving == 1 and claim.category is None for _, _, claim in claims)
+        assert "keeps more" not in robustness_text(claims) and "not read: 1 of the 6 runs" in robustness_text(claims)
+        assert robustness_verdict(claims) == ""
+
+
+def test_locality_is_not_read_while_a_run_behind_it_still_improves():
+    """The locality bullet says its claim's short not-read form, with no verdict, while one of the vit
+    runs at its two sizes still improves; read once they all plateaued."""
+    from experiments.inductive_bias.numbers import Profile, locality, locality_claim
+    from experiments.inductive_bias.words import reading
+    rec, runs, probes = {"families": []}, {}, {}
+    for f, ratio in ((0.002, 1.0), (0.01, 0.9)):
+        for seed in SEEDS:
+            name = f"vit_f{f}_s{seed}"
+            rec["families"].append({"family": "vit", "fraction": f, "seed": seed, "run": name})
+            runs[name] = {"train_size": int(f * 59000), "status": "done", "test_acc": 0.8, "identity": {}, "steps": 200,
+                          "val_history": val_curve(200, plateaued=(f, seed) != (0.01, 2))}
+            probes[name] = {"attention_distance": [[10 * (ratio + 0.01 * seed)] * 2] * 2,
+                            "attention_distance_uniform": [[10.0, 10.0], [10.0, 10.0]]}
+    p = Profile("cpu", rec, Path("."), runs=runs, probes=probes)
+    claim = locality_claim(p, locality(p))
+    assert (claim.runs, claim.improving, claim.category) == (6, 1, None)
+    said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))
+    assert said == f"- **Locality against training-set size**: {claim.silence()}."
+    runs["vit_f0.01_s2"]["val_history"] = val_curve(200)
+    claim = locality_claim(p, locality(p))
+    assert claim.converged and claim.category == "lower"
+    said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))
+    assert claim.said() in said and "not read" not in said

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments.report.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
-from experiments.datascale.numbers import aggregate, collect, gap_trend
+from experiments.datascale.numbers import aggregate, collect, gap_trend, winner_claim
 from experiments.datascale.tables import make_tables
 from experiments.datascale.words import scaling_reading
 from .conftest import val_curve
@@ -155,7 +155,9 @@ def test_reading_flags_unconverged_runs():
     assert not gap_trend(rows).claim.converged and gap_trend(rows).claim.category is None
     (text,) = scaling_reading(rows)
     assert "still improving at their last validation" in text and "unconverged" in text
-    assert "Not read at 1,000 images" in text and "narrows" not in text and "widens" not in text  # converged or silent
+    winner = winner_claim(rows, [1000])
+    assert (winner.runs, winner.improving, winner.converged) == (2, 1, False)
+    assert winner.not_read_at("1,000 images") in text and "narrows" not in text and "widens" not in text  # converged or silent
 
 
 def test_reading_draws_no_gap_from_a_still_improving_run_at_one_size():
@@ -165,7 +167,8 @@ def test_reading_draws_no_gap_from_a_still_improving_run_at_one_size():
     assert "Best transformer minus best CNN (each chosen by mean validation accuracy): -0.0300 at 1,000 images" in text
     rows[0]["still_improving"] = 1  # the resnet
     (text,) = scaling_reading(rows)
-    assert "Not read at 1,000 images" in text and "Best transformer minus best CNN" not in text and "-0.0300" not in text
+    assert winner_claim(rows, [1000]).not_read_at("1,000 images") in text
+    assert "Best transformer minus best CNN" not in text and "-0.0300" not in text
 
 
 def test_reading_chooses_the_best_of_a_kind_on_validation_and_waits_for_all_of_them():
@@ -186,7 +189,7 @@ def test_reading_chooses_the_best_of_a_kind_on_validation_and_waits_for_all_of_t
     assert "(hybrid 0.7000 vs resnet 0.8000)" in text and "swin -0.2000 to -0.2000" in text
     next(r for r in rows if r["family"] == "swin" and r["train_size"] == 1000)["still_improving"] = 1
     (text,) = scaling_reading(rows)
-    assert "Not read at 1,000 images" in text
+    assert winner_claim(rows, [1000]).not_read_at("1,000 images") in text
     assert "Best transformer" not in text and "narrows" not in text and "Each transformer" not in text
 
 
@@ -207,6 +210,24 @@ def test_reading_says_plainly_when_the_gap_widens():
     (text,) = scaling_reading(rows)
     assert "widens from 0.0500 to 0.1800" in text and f"opposite of the paper's claim that {trend.claim.wording.published}" \
         in text
+
+
+def test_no_winner_is_read_at_a_size_while_a_run_there_still_improves():
+    """Converged or silent, per size: the winner claim at 1,000 images rests on every run there; one
+    still improving (or too few validations to tell) leaves that size's winner unread, not the
+    other's, and the sizes not read are named once with the runs behind them."""
+    rows = _rows({("resnet", 100): 0.80, ("resnet", 1000): 0.85, ("resnet", 10000): 0.86,
+                  ("vit", 100): 0.55, ("vit", 1000): 0.90, ("vit", 10000): 0.91}, seeds=3)
+    for r in rows:
+        r["seeds"] = 3
+    rows[1]["still_improving"], rows[5]["still_improving"], rows[5]["_plateau_unknown"] = 1, 2, 2
+    assert winner_claim(rows, [100]).converged and winner_claim(rows, [1000]).category is None
+    silent = winner_claim(rows, [1000, 10000])
+    assert (silent.runs, silent.improving, silent.unknown) == (12, 3, 2)
+    (text,) = scaling_reading(rows)
+    assert text.startswith(f"Highest mean test accuracy: resnet at 100 images (0.8000). "
+                           f"{silent.not_read_at('1,000, 10,000 images')}")
+    assert "vit at" not in text and "or had too few validations to tell" in text
 
 
 def test_reading_names_the_winner_at_each_size():

@@ -293,6 +293,15 @@ class GapTrend:
         return said
 
 
+def winner_claim(rows: list[dict], sizes: list[int]) -> Claim:
+    """Which family has the highest mean test accuracy at `sizes`: a ranking of means, no paired
+    difference, resting on every run of those sizes (a winner is known only when all plateaued)."""
+    there = [r for r in rows if r["train_size"] in sizes]
+    return Claim(CLAIMS["winner"], None, runs=sum(r.get("seeds", 1) for r in there),
+                 improving=sum(r.get("still_improving") or 0 for r in there),
+                 unknown=sum(r.get("_plateau_unknown") or 0 for r in there))
+
+
 def gap_trend(rows: list[dict]) -> GapTrend | None:
     """The transformer − CNN gap of one comparison scope's rows and its change with data (None where
     no size has both kinds). Its claims rest on every row of either kind at both ends: the best of a

@@ -11,16 +11,18 @@ from pathlib import Path
 
 from modules.budgets import FAMILIES, kind_of, reading_order
 
-from experiments.datascale.numbers import (REFERENCE, SHOWN_COMMON, GapTrend, best_row, efficiency_threshold, error_slopes, gap_trend,
-                                           sample_efficiency, same_value, settings_label, shared_value, short_key,
-                                           tuning_trials, values_of, varying_keys, varying_settings)
+from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapTrend, best_row, efficiency_threshold,
+                                           error_slopes, gap_trend, sample_efficiency, same_value, settings_label,
+                                           shared_value, short_key, tuning_trials, values_of, varying_keys,
+                                           varying_settings, winner_claim)
 from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
-from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, were_improving
+from experiments.report.verdicts import STILL_IMPROVING, cannot_tell
 from experiments.runs.convergence import plateau_unknown, still_improving
 from experiments.runs.reference import whose_runs
 
+WINNER = CLAIMS["winner"].said  # the words before each size's winner
 
 def _provenance(summaries: list[dict]) -> list[str]:
     def values(key):
@@ -91,25 +93,22 @@ def _reading(rows: list[dict]) -> str:
 
     def _name(row):  # its settings only where the family has several in this scope
         return f"{row['family']} ({row['settings']})" if len(settings[row["family"]]) > 1 else row["family"]
-    improving = {n: sum(r.get("still_improving") or 0 for r in rows if r["train_size"] == n) for n in sizes}
-    silent = [n for n in sizes if improving[n]]  # converged or silent: no winner read at these sizes
+    silent = [n for n in sizes if not winner_claim(rows, [n]).converged]  # converged or silent: no winner read here
     wins = []
-    for n in (n for n in sizes if not improving[n]):
+    for n in (n for n in sizes if n not in silent):
         at = [r for r in rows if r["train_size"] == n]
         best = best_row(at)
         tied = [r for r in at if r["test_acc_mean"] == best["test_acc_mean"]]
         wins.append((" and ".join(_name(r) for r in tied), n, best["test_acc_mean"]))
     if len(sizes) > 1 and not silent and len({w for w, _, _ in wins}) == 1:
-        text = (f"Highest mean test accuracy: {wins[0][0]} at every training-set size ("
+        text = (f"{WINNER}: {wins[0][0]} at every training-set size ("
                 + ", ".join(f"{a:.4f} at {n:,} images" for _, n, a in wins) + ").")
     else:
-        text = ("Highest mean test accuracy: " + "; ".join(f"{w} at {n:,} images ({a:.4f})" for w, n, a in wins) + "."
+        text = (f"{WINNER}: " + "; ".join(f"{w} at {n:,} images ({a:.4f})" for w, n, a in wins) + "."
                 if wins else "")
     if silent:
-        unknown = sum(r.get("_plateau_unknown") or 0 for r in rows if r["train_size"] in silent)
-        text += (" Not read at " + ", ".join(f"{n:,}" for n in silent) + " images: "
-                 + f"{sum(improving[n] for n in silent)} of the runs there {were_improving(unknown)} ({STILL_IMPROVING}).")
-        text = text.strip()
+        where = ", ".join(f"{n:,}" for n in silent) + " images"
+        text = f"{text} {winner_claim(rows, silent).not_read_at(where)}".strip()
     kinds = {kind_of(r["family"]) for r in rows} - {None}
     if kinds != {"transformer", "CNN"}:
         have = ", ".join(sorted({r["family"] for r in rows if kind_of(r["family"])}))
@@ -183,7 +182,7 @@ def _each_transformer(trend: GapTrend, name) -> str:
     text = (f" Each transformer minus the best CNN, {c0['train_size']:,} to {c1['train_size']:,} images, and the change "
             "paired by seed: " + ", ".join(
                 f"{name(t0)} {t0['test_acc_mean'] - c0['test_acc_mean']:+.4f} to "
-                f"{t1['test_acc_mean'] - c1['test_acc_mean']:+.4f} ({_signed(claim.estimate)}: {claim.said()})"
+                f"{t1['test_acc_mean'] - c1['test_acc_mean']:+.4f} ({_signed(claim.estimate)}: {claim.read()})"
                 for t0, t1, claim in trend.each) + ".")
     if {claim.category for *_, claim in trend.each} >= {"higher", "lower"}:
         text += " They disagree: the best transformer's trend is not every transformer's."

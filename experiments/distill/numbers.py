@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modules.budgets import kind_of
@@ -306,7 +306,8 @@ def _behind(p: Profile, fraction: float, students: tuple = (), teachers: tuple =
 def claims(p: Profile) -> list[dict]:
     """DeiT's three claims per fraction, each a paired difference by seed (its Claim, "read"): (a)
     each distilled student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both;
-    (c) a CNN teacher's hard student minus a transformer teacher's, with the two teachers' accuracies."""
+    (c) a CNN teacher's hard student minus a transformer teacher's, with the two teachers' accuracies
+    and the claim that they match ("teachers")."""
     out, names = [], p.student_names
     # the family the student is without its distillation token (DeiT: ViT), trained alone at the lr the
     # students take: DeiT's own no-distillation baseline, a teacher run of the same subset and seed
@@ -340,7 +341,8 @@ def claims(p: Profile) -> list[dict]:
                 ca, va = teacher_accs(p, c, f), teacher_accs(p, v, f)
                 out.append({"claim": "c", "fraction": f, "label": f"hard/{c} − hard/{v} (cls+dist)", "cnn": c,
                             "transformer": v, "cnn_acc": estimate_of(ca), "transformer_acc": estimate_of(va),
-                            "teacher_diff": paired_difference(ca, va),
+                            "teachers": Claim(CLAIMS["teacher_accuracy"], paired_difference(ca, va),
+                                              **_behind(p, f, teachers=(c, v))),
                             "read": _claim("teacher", paired_difference(student_accs(p, f"hard/{c}", f, "both"),
                                                                         student_accs(p, f"hard/{v}", f, "both")),
                                            # a matched teacher stops on purpose: its plateau is not asked (record_summary)
@@ -358,6 +360,29 @@ def head_effects(p: Profile, head: str) -> list[dict]:
              "read": _claim("heads", paired_difference(student_accs(p, s, f, head), student_accs(p, s, f, "cls")),
                             _behind(p, f, (s,)), head=HEAD_LABEL[head])}
             for s in p.student_names if variant_of(s) == "hard" for f in p.fractions]
+
+
+def published_effects(p: Profile, cl: list[dict]) -> list[tuple[str, tuple[float, ...], list[tuple[dict, Claim]]]]:
+    """Each of DeiT's published effects (claims.yaml: published, effects): what it is, its points one
+    per published model, and each of our claims that estimates it, worded against it."""
+    ours = {"distillation": [c for c in cl if c["claim"] == "a" and variant_of(c["student"]) == "hard"],
+            "soft": [c for c in cl if c["claim"] == "a" and variant_of(c["student"]) == "soft"],
+            "hard_soft": [c for c in cl if c["claim"] == "b"], "dist_head": head_effects(p, "dist"),
+            "both_heads": head_effects(p, "both"), "teacher": [c for c in cl if c["claim"] == "c"]}
+    out = []
+    for name, (what, taken, taken_from) in DEIT_PUBLISHED["effects"].items():
+        points = _points(taken, taken_from)
+        words = replace(CLAIMS["published_effect"], question=what, size=tuple(x / 100 for x in points))
+        out.append((what, points, [(c, replace(c["read"], wording=words)) for c in ours[name]]))
+    return out
+
+
+def _points(taken: str, taken_from: str) -> tuple[float, ...]:
+    """DeiT's effect in points, one per model: row `taken` − row `taken_from` (a range of teachers
+    against one teacher: each against it)."""
+    table = {**DEIT_PUBLISHED["rows"], **DEIT_PUBLISHED["teacher_choice"]}
+    a, b = (tuple(v) if isinstance(v, list) else (v,) for v in (table[taken], table[taken_from]))
+    return tuple(round(x - y, 1) for x, y in zip(a, b * len(a) if len(b) == 1 else b))
 
 
 def csv_value(v) -> str:

@@ -42,8 +42,8 @@ def findings(exp_dir: Path) -> list[Finding]:
                 or next((c for c in cl if c["claim"] == claim), None)  # c: teachers of matched accuracy first
             if c is not None:
                 row = c["read"].row(f"{c['label']} at {p.size_label(f)}", where)
-                if claim == "c" and c["teacher_diff"] is not None:
-                    row = replace(row, ours=f"{row.ours}; teachers differ by {estimate_text(c['teacher_diff'])}")
+                if claim == "c" and c["teachers"].estimate is not None:
+                    row = replace(row, ours=f"{row.ours}; teachers differ by {estimate_text(c['teachers'].estimate)}")
                 out.append(row)
     return out
 

@@ -11,15 +11,14 @@ from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.distill import MATCHED, family_of
 from experiments.distill.numbers import (CLAIMS, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
-                                         Profile, agreement, claims, estimate_of, head_effects, heads_of,
+                                         Profile, agreement, claims, estimate_of, heads_of,
                                          improving_runs, reported, shared_value, student_accs, teacher_accs,
-                                         teacher_accs_runs, teacher_of, token_cosine, variant_of)
+                                         teacher_accs_runs, teacher_of, token_cosine, variant_of, published_effects)
 from experiments.report.claim import Claim
 from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
-from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, cannot_tell, category, direction, equivalent,
-                                         no_difference, not_read, side, size_against, verdict)
+from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, not_read)
 from experiments.runs.convergence import still_improving
 from experiments.runs.reference import whose_runs
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
@@ -176,7 +175,7 @@ def claims_tables(cl: list[dict]) -> list[str]:
                        "teacher difference"],
                       [[c["label"], f"{c['fraction']:g}", _claim_text(c), _pairs(c),
                         f"{c['cnn']} {_est_text(c['cnn_acc'], False)}",
-                        f"{c['transformer']} {_est_text(c['transformer_acc'], False)}", _est_text(c["teacher_diff"])]
+                        f"{c['transformer']} {_est_text(c['transformer_acc'], False)}", _est_text(c["teachers"].estimate)]
                        for c in third])
     if any(c["read"].estimate is not None and not c["read"].converged for c in cl):
         out += ["", f"{STILL_IMPROVING} rests on a run still improving at its last validation: shown, not read."]
@@ -256,20 +255,14 @@ def reading(p: Profile, cl: list[dict]) -> list[str]:
 
 
 def confound(c: dict) -> str:
-    """Whether the CNN-transformer comparison is one of teachers of similar accuracy, read from the
-    interval of the teachers' paired difference in the shared vocabulary, with the accuracy margin
-    (experiments/report/verdicts.py)."""
-    td = c["teacher_diff"]
+    """Whether the CNN-transformer comparison is one of teachers of similar accuracy: the teachers'
+    claim (their paired difference) with what follows from its verdict."""
+    claim = c["teachers"]
+    td = claim.estimate
     if td is None:
         return "The teachers' accuracies can't be paired with it."
-    said = f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
-    if equivalent(td):
-        return f"{said}, {no_difference(td)}: teachers of similar accuracy, as DeiT's claim requires."
-    if side(td):
-        return (f"{said}, {direction(td, 'the teachers differ in accuracy')}, so the comparison confounds the "
-                "teacher's inductive bias with its accuracy.")
-    return (f"{said}, {cannot_tell(td)}: whether the teachers match in accuracy is not settled, so "
-            "the comparison may confound the teacher's inductive bias with its accuracy.")
+    return (f"The {c['cnn']} teacher minus the {c['transformer']} teacher: {plus_minus(td.value, td.ci95, signed=True)}"
+            f", {claim.reasoned()}.")
 
 
 def soft_weighting(p: Profile) -> list[str]:
@@ -307,49 +300,12 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
     if gate:
         out += [gate, ""]
 
-    def diff(a, b):
-        return tuple(round(x - y, 1) for x, y in zip(pub[a], pub[b]))
-    effects = [("hard distillation with token (cls+dist) − no distillation",
-                diff("hard, with token: cls+dist", "no distillation"), [c for c in cl if c["claim"] == "a"
-                                                                         and variant_of(c["student"]) == "hard"]),
-               ("soft distillation − no distillation", diff("usual soft distillation", "no distillation"),
-                [c for c in cl if c["claim"] == "a" and variant_of(c["student"]) == "soft"]),
-               ("hard (cls+dist) − soft", diff("hard, with token: cls+dist", "usual soft distillation"),
-                [c for c in cl if c["claim"] == "b"]),
-               ("dist head − cls head (hard)", diff("hard, with token: dist head", "hard, with token: cls head"),
-                head_effects(p, "dist")),
-               ("cls+dist − cls head (hard)", diff("hard, with token: cls+dist", "hard, with token: cls head"),
-                head_effects(p, "both")),
-               ("convnet teacher − transformer teacher (DeiT-B student)", (round(lo - tr, 1), round(hi - tr, 1)),
-                [c for c in cl if c["claim"] == "c"])]
-    for label, published, ours in effects:
+    for what, published, ours in published_effects(p, cl):
         pub_text = " / ".join(f"{x:+.1f}" for x in published)
-        said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(c['read'].estimate)}"
-                         + ("" if gate else f" ({against_published(c['read'].estimate, published)})") for c in ours) \
-            or "not run here"
-        out.append(f"- {label}: published {pub_text} points; ours: {said}")
+        said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(claim.estimate)}"
+                         + ("" if gate else f" ({claim.against_published()})") for c, claim in ours) or "not run here"
+        out.append(f"- {what}: published {pub_text} points; ours: {said}")
     return out
-
-
-def against_published(est: Estimate | None, published: tuple[float, ...]) -> str:
-    """Ours against a published effect (DeiT's points, one per model), in direction and in size
-    apart. Direction in the shared vocabulary: DeiT's "no difference" (every published effect 0) is
-    agreed with only when our whole interval lies inside the margin; an effect DeiT finds is
-    contradicted by our "no difference" as by the opposite direction. Size: whether DeiT's effects
-    (as accuracy, points / 100) meet our interval."""
-    if est is None:
-        return "no pair"
-    if est.ci95 is None:
-        return "one pair, no interval"
-    ours = verdict(est)
-    said, s = category(est), side(est)
-    if set(published) == {0}:
-        agrees = "agree" if said == "no difference" else "cannot tell" if said == "cannot tell" else "disagree"
-        return f"in direction: {agrees}, ours {ours}"
-    sign = 1 if min(published) > 0 else -1 if max(published) < 0 else None
-    agrees = ("cannot tell" if said == "cannot tell" or sign is None else
-              "agree" if said != "no difference" and s == sign else "disagree")
-    return f"in direction: {agrees}, ours {ours}; {size_against(est, tuple(x / 100 for x in published))}"
 
 
 def render_profile(p: Profile, png: str) -> list[str]:

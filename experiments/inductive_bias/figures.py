@@ -8,14 +8,14 @@ import math
 
 from modules.budgets import kind_of, reading_order
 
-from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, GROWTH_MARGIN, PUBLISHED_KEPT, STRUCTURE_MIN_GAP,
-                                                TABLES, Profile, _at, _concentration, _layer_means, ablation_rows,
-                                                kept, position_claims, robustness_pairs, still_uniform)
+from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN_GAP, TABLES, Profile, _at,
+                                                _concentration, _layer_means, ablation_rows, growth_claim, kept,
+                                                position_claims, robustness_claims, still_uniform)
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
                                               robustness_text, robustness_verdict, structure_text, unsettled)
 from experiments.report.figures import family_colour
 from experiments.report.statistics import mean_ci
-from experiments.report.verdicts import category, size_against
+from experiments.report.verdicts import size_against
 FIGURE_TEXT = {  # name -> (caption, what it measures, what the literature found)
     "ablation": ("ViT ablations: test accuracy per variant and fraction",
                  "ViT's test accuracy with each position embedding, with average pooling instead of [CLS], and at "
@@ -88,7 +88,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
             rel, words = kept([r for r in families if r["fraction"] == size], key)
             parts.append(f"at {_size_label(p, size)}, each family keeps this {words}: "
                          + ", ".join(f"{f} {v:.2f}" for f, v in rel.items())
-                         + f"; {robustness_text(robustness_pairs(p, size, key))}")
+                         + f"; {robustness_text(robustness_claims(p, size, key))}")
         return f"with {what}: " + "; ".join(parts) + f".{single}{caveat}"
     if name == "shift":
         parts = []
@@ -132,7 +132,7 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                   or said == {"no difference"}
                   else "cannot tell")
         return (f"in direction {agrees} with the paper's loss without a position embedding; none − learn "
-                + "; ".join(f"at {_size_label(p, r['fraction'])}: {c.said()}, "
+                + "; ".join(f"at {_size_label(p, r['fraction'])}: {c.read()}, "
                             f"{size_against(c.estimate, c.wording.size)} (ViT-B/16, ImageNet 5-shot)" for r, c in claims)
                 + ".")
     if name == "attention_distance":
@@ -140,8 +140,7 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
         if flat:
             return (f"disagrees: {', '.join(flat)} show no local heads and no growth with depth, the pattern the "
                     "paper describes (a reading of distance: how concentrated their attention is, is read apart).")
-        grows = [r["name"] for r in families if r["name"] != "swin"
-                 and category(r["dist_growth"], GROWTH_MARGIN) == "higher"]
+        grows = [r["name"] for r in families if r["name"] != "swin" and growth_claim(r).category == "higher"]
         return (f"agrees for {', '.join(grows)}: distance grows with depth." if grows else "")
     if name == "pos_embed_similarity":
         learned = [r for r in ablations if r["name"] == BASELINE and r["two_d"]]
@@ -157,7 +156,7 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                 + ".")
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
-        said = [(size, robustness_verdict(robustness_pairs(p, size, key), PUBLISHED_KEPT[key]))
+        said = [(size, robustness_verdict(robustness_claims(p, size, key)))
                 for size in sorted({r["fraction"] for r in families})]
         return " ".join(f"At {_size_label(p, size)}: {v}." for size, v in said if v)
     return ""

@@ -14,7 +14,6 @@ from modules.budgets import kind_of, reading_order
 from experiments.report.claim import Claim, load_claims, load_published
 from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
-from experiments.report.verdicts import MARGINS
 from experiments.runs.convergence import still_improving
 from experiments.runs.reference import NothingFinished
 from experiments.runs.shared import located
@@ -319,7 +318,6 @@ def still_uniform(families: list[dict]) -> list[str]:
     several = len({r.get("train_size") for r in families}) > 1
     return [name + (f" (at {' and '.join(f'{n:,}' for n in found)} images)" if several and None not in found else "")
             for name, found in sizes.items()]
-LOCALITY_MARGIN = MARGINS["locality"].value
 
 
 
@@ -337,8 +335,10 @@ def locality(p: Profile, family: str = "vit") -> dict | None:
     small, large = sizes[0], sizes[-1]
     return {"family": family, "small": small, "large": large, "per_size": {f: _est(by[f].values()) for f in sizes},
             "change": paired_difference(by[large], by[small])}
-GROWTH_MARGIN = MARGINS["attention growth"].value
-
+def growth_claim(r: dict) -> Claim:
+    """Whether a family row's mean attention distance grows from its first layer to its last,
+    resting on the row's runs."""
+    return Claim(CLAIMS["attention_growth"], r["dist_growth"], runs=r["seeds"], improving=r["still_improving"])
 
 
 def position_claims(p: Profile, ablations: list[dict]) -> list[tuple[dict, Claim]]:
@@ -399,10 +399,6 @@ def kept(families: list[dict], key: str) -> tuple[dict[str, float], str]:
              if corrected else "share of its clean accuracy, acc / clean (uncorrected for chance: these probe records "
              "predate the majority-class rate, so 0 is not where a model answering one class lands)")
     return shares, words
-ROBUSTNESS_MARGIN = MARGINS["robustness"].value
-
-
-
 def kept_by_seed(p: Profile, family: str, fraction: float, key: str) -> dict[int, float]:
     """seed -> the share `kept` gives, for one run's probe: (acc − m) / (clean − m) with that run's
     own majority-class rate m (runs whose clean accuracy is not above m are left out)."""
@@ -416,18 +412,22 @@ def kept_by_seed(p: Profile, family: str, fraction: float, key: str) -> dict[int
     return out
 
 
-def robustness_pairs(p: Profile, fraction: float, key: str, among: set[str] | None = None
-                     ) -> list[tuple[str, str, Estimate | None]]:
-    """(transformer, CNN, paired difference of their kept shares by seed) for every transformer and
-    CNN family probed at `fraction` (those in `among`, where given: the reading's plateaued rows):
-    the interval a robustness verdict is read from."""
+def robustness_claims(p: Profile, fraction: float, key: str, among: set[str] | None = None
+                      ) -> list[tuple[str, str, Claim]]:
+    """(transformer, CNN, the claim that the transformer keeps more under the probe `key`: the paired
+    difference of their kept shares by seed) for every transformer and CNN family probed at
+    `fraction` (those in `among`, where given: the reading's plateaued rows), each resting on the two
+    families' runs at that size."""
     fams = [f for f in p.families() if p.probe_cell(f, fraction) and (among is None or f in among)]
-    return [(t, c, paired_difference(kept_by_seed(p, t, fraction, key), kept_by_seed(p, c, fraction, key)))
+    return [(t, c, _robustness_claim(p, fraction, key, t, c))
             for t in fams if kind_of(t) == "transformer" for c in fams if kind_of(c) == "CNN"]
-# Naseer et al. 2021 at 50% of the patches dropped: DeiT-S keeps ~70% ImageNet top-1 of its 79.8%, ResNet50
-# ~0.1% (chance): a transformer − CNN difference of kept shares above chance of about +0.88. Their shuffle
-# finding ("far less hurt") gives no number.
-PUBLISHED_KEPT = {"patchdrop": round((70 - 0.1) / (79.8 - 0.1), 2), "shuffle4": None}
+
+
+def _robustness_claim(p: Profile, fraction: float, key: str, transformer: str, cnn: str) -> Claim:
+    behind = [s for f in (transformer, cnn) for s in p.cell("families", "family", f, fraction).values()]
+    return Claim(CLAIMS[f"robustness_{key}"].filled(transformer=transformer, cnn=cnn),
+                 paired_difference(kept_by_seed(p, transformer, fraction, key), kept_by_seed(p, cnn, fraction, key)),
+                 runs=len(behind), improving=sum(still_improving(s) for s in behind))
 
 
 

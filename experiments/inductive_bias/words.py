@@ -6,17 +6,16 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, GROWTH_MARGIN, ROBUSTNESS_MARGIN, SINGLE_CLASS,
-                                                STRUCTURE_MIN_GAP, TABLE8, TABLES, UNIFORM_TOLERANCE, VERSIONS,
-                                                Profile, _concentration, _one, _test_acc, kept, locality,
-                                                locality_claim, position_claims, robustness_pairs, settled_rows,
-                                                single_class, still_uniform)
+from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, SINGLE_CLASS, STRUCTURE_MIN_GAP, TABLE8,
+                                                TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration, _one,
+                                                _test_acc, growth_claim, kept, locality, locality_claim,
+                                                position_claims, robustness_claims, settled_rows, single_class,
+                                                still_uniform)
 from experiments.report.claim import Claim
 from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import fmt, markdown_table, plus_minus
-from experiments.report.verdicts import STILL_IMPROVING, category, not_read, size_against
-from experiments.report.verdicts import verdict as interval_verdict
+from experiments.report.verdicts import STILL_IMPROVING, not_read, size_against
 from experiments.runs.convergence import still_improving
 
 
@@ -177,12 +176,17 @@ def locality_text(p: Profile, loc: dict, claim: Claim) -> str:
     per = "; ".join(f"{_size_label(p, f)} {_pm(e, 3)}" for f, e in loc["per_size"].items())
     return (f"{loc['family']}'s mean attention distance over the uniform-attention distance (mean of its layers; "
             f"1: uniform, below 1: local): {per}. Change from {_size_label(p, loc['small'])} to "
-            f"{_size_label(p, loc['large'])}, paired by seed: {_pm(claim.estimate, 3, signed=True)}: " + claim.said())
+            f"{_size_label(p, loc['large'])}, paired by seed: {_pm(claim.estimate, 3, signed=True)}: " + claim.read())
 
 
-def growth_verdict(est: Estimate | None) -> str:
-    """Whether mean attention distance grows from the first layer to the last, in the shared vocabulary."""
-    return "not measured" if est is None else interval_verdict(est, "grows", "shrinks", GROWTH_MARGIN)
+def growth_text(p: Profile, r: dict, at: str) -> str:
+    """A family row's attention growth with depth, its claim's verdict, its layer-1 heads' spread and
+    its layers against uniform attention."""
+    heads = r["first_heads"]
+    spread = f"; layer-1 heads {min(heads):.1f}-{max(heads):.1f} px" if heads else ""
+    rel = (f"; layer 1 at {r['rel_first'].value:.2f} and the last layer at {r['rel_last'].value:.2f} of "
+           "the uniform-attention distance" if r["rel_first"] is not None else "")
+    return f"{at} {_pm(r['dist_growth'], 1, signed=True)} px ({growth_claim(r).read()}{spread}{rel})"
 
 
 def unsettled(p: Profile) -> str | None:
@@ -206,15 +210,8 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
     # 1. attention distance against depth
     att = [r for r in families if r["dist_growth"] is not None]
     if att:
-        parts = []
-        for r in att:
-            heads = r["first_heads"]
-            spread = f"; layer-1 heads {min(heads):.1f}-{max(heads):.1f} px" if heads else ""
-            rel = (f"; layer 1 at {r['rel_first'].value:.2f} and the last layer at {r['rel_last'].value:.2f} of "
-                   "the uniform-attention distance" if r["rel_first"] is not None else "")
-            parts.append(f"{at(r)} {_pm(r['dist_growth'], 1, signed=True)} px "
-                         f"({growth_verdict(r['dist_growth'])}{spread}{rel})")
-        out.append("- **Attention distance with depth** (last layer − first, mean over heads): " + "; ".join(parts)
+        out.append("- **Attention distance with depth** (last layer − first, mean over heads): "
+                   + "; ".join(growth_text(p, r, at(r)) for r in att)
                    + ". Near 1.00 of the uniform distance a layer's heads attend as far on average as uniform "
                    "attention would, below 1 they attend locally: a reading of distance only, which says nothing of "
                    "how concentrated attention is (read apart below). Swin's windows span 7, 14 and 28 pixels in its three stages, so its "
@@ -225,10 +222,7 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
     if concentrated:
         out.append(f"- **Concentration of attention**, apart from its distance: {concentrated}")
     # 2. occlusion and shuffling: transformers against CNNs
-    for key, what, published in (("patchdrop", f"PatchDrop {DROP_AT:g}", "at 50% dropped ResNet50 keeps ~0.1% "
-                                  "ImageNet top-1 and DeiT-S ~70% (Naseer et al. 2021)"),
-                                 ("shuffle4", "4x4 shuffle", "transformers are far less hurt by shuffling than CNNs "
-                                  "(Naseer et al. 2021)")):
+    for key, what in (("patchdrop", f"PatchDrop {DROP_AT:g}"), ("shuffle4", "4x4 shuffle")):
         for size in sizes:  # families compared at one training-set size at a time
             rows = [r for r in families if r["fraction"] == size]
             rel, words = kept(rows, key)
@@ -236,8 +230,9 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
                 where = f" at {_size_label(p, size)}" if len(sizes) > 1 else ""
                 out.append(f"- **Robustness to {what}**{where} ({words}): "
                            + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + ". Transformers more robust than "
-                           f"CNNs? {robustness_text(robustness_pairs(p, size, key, {r['name'] for r in rows}))}."
-                           f"{_single_class_text(rows) if key == 'patchdrop' else ''} Published: {published}.")
+                           f"CNNs? {robustness_text(robustness_claims(p, size, key, {r['name'] for r in rows}))}."
+                           f"{_single_class_text(rows) if key == 'patchdrop' else ''} "
+                           f"Published: {CLAIMS[f'robustness_{key}'].published}.")
     # 3. 2D structure of the learned tables
     learned = [r for r in ablations if r["name"] in ("learn", "learn2d") and r["two_d"]]
     if learned:
@@ -250,14 +245,13 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
     if none:
         out.append("- **ViT without a position embedding** (none − learn, paired by seed): " + "; ".join(
             f"at {_size_label(p, r['fraction'])} {_pm(c.estimate, signed=True)}{_pairs(r)} "
-            f"({c.said()}; {size_against(c.estimate, c.wording.size)}{_steps_apart(ablations, r)})"
+            f"({c.read()}; {size_against(c.estimate, c.wording.size)}{_steps_apart(ablations, r)})"
             for r, c in none)
             + f". The ViT paper: {none[0][1].wording.size:+.4f} (none − learned 1D, ImageNet 5-shot).")
     loc = locality(p)
     claim = locality_claim(p, loc) if loc else None
     if claim and not claim.converged:
-        out.append(f"- **Locality against training-set size**: not read, {claim.improving} of the "
-                   f"{claim.runs} runs behind it still improving ({STILL_IMPROVING}).")
+        out.append(f"- **Locality against training-set size**: {claim.silence()}.")
     elif loc:
         out.append(f"- **Locality against training-set size**: {locality_text(p, loc, claim)}. The ViT paper (Fig. 7 "
                    "right, JFT-300M) finds local heads in the lower layers; Raghu et al. 2021 find that with less "
@@ -292,31 +286,32 @@ def concentration_text(p: Profile, families: list[dict]) -> str:
                f"(0.10: uniform): {', '.join(shares)}" if shares else "") + ".")
 
 
-def robustness_text(pairs: list[tuple[str, str, Estimate | None]]) -> str:
-    """Each transformer − CNN difference of kept shares with its interval, in the shared vocabulary."""
-    if not pairs:
+def robustness_text(claims: list[tuple[str, str, Claim]]) -> str:
+    """Each transformer − CNN difference of kept shares with its interval, its claim's verdict."""
+    if not claims:
         return "no transformer-CNN comparison (a group is missing)"
-    return "; ".join(f"{t} − {c}, paired by seed: {_pm(est, 3, signed=True)}: "
-                     + interval_verdict(est, f"{t} keeps more", f"{c} keeps more", ROBUSTNESS_MARGIN)
-                     for t, c, est in pairs)
+    return "; ".join(f"{t} − {c}, paired by seed: {_pm(claim.estimate, 3, signed=True)}: {claim.read()}"
+                     for t, c, claim in claims)
 
 
-def robustness_verdict(pairs: list[tuple[str, str, Estimate | None]], published: float | None = None) -> str:
-    """In direction: agrees when every transformer − CNN difference reads "higher" in the shared
+def robustness_verdict(claims: list[tuple[str, str, Claim]]) -> str:
+    """In direction: agrees when every transformer − CNN claim reads "higher" in the shared
     vocabulary, disagrees when every one reads "lower" or "no difference", else cannot tell; in size,
-    apart: each difference against the published one, where one exists."""
-    said = [category(est, ROBUSTNESS_MARGIN) for _, _, est in pairs]
-    if not said:
+    apart: each difference against the published one, where one exists. Silent ('') unless every
+    claim is converged."""
+    if not claims or not all(claim.converged for _, _, claim in claims):
         return ""
+    said = [claim.category for _, _, claim in claims]
     if all(s == "higher" for s in said):
         out = "agrees in direction: every transformer keeps more of its accuracy than every CNN"
     elif all(s in ("lower", "no difference") for s in said):
         out = "disagrees in direction: no transformer keeps more of its accuracy than a CNN"
     else:
         out = "cannot tell in direction: some transformer − CNN difference cannot be told or they point different ways"
+    published = claims[0][2].wording.size
     if published is None:
         return f"{out}; in size: the paper gives no number to hold ours against"
-    return f"{out}; " + "; ".join(f"{t} − {c} {size_against(est, published)}" for t, c, est in pairs)
+    return f"{out}; " + "; ".join(f"{t} − {c} {size_against(claim.estimate, published)}" for t, c, claim in claims)
 
 
 def _single_class_text(families: list[dict]) -> str:

@@ -3,10 +3,12 @@
 direction, the kind of quantity whose margin reads it), and our estimate of it from the run records
 (Claim: a paired difference with its 95% interval, and the runs behind it).
 
-One Claim renders each place a claim is read: the README's Findings row (`row`), the verdict of a
-reading's bullet or a figure (`said`), and the sentence that stands in for them while a run behind it
-was still improving (`not_read`). Every one of them goes through the shared vocabulary
-(report/verdicts.py) and the one converged-or-silent check (`converged`).
+One Claim renders each place a claim is read: the README's Findings row (`row`, `cell`), the verdict
+of a reading's bullet or a figure (`read`; with what follows from it, `reasoned`; against a published
+effect, `against_published`), and the sentences that stand in for them while a run behind it was
+still improving (`not_read`, `not_read_clause`, `not_read_at`, `silence`). Every one of them goes
+through the shared vocabulary (report/verdicts.py) and the one converged-or-silent check
+(`converged`); `said` is the bare verdict, for a caller that has checked it.
 
 claims.yaml is read with yaml.safe_load: data only, nothing in it runs.
 """
@@ -20,8 +22,8 @@ import yaml
 from experiments.report.findings import Finding, estimate_text
 from experiments.report.statistics import Estimate
 from experiments.runs.spec import spec_path
-from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, size_against, verdict,
-                                         were_improving)
+from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, side, size_against,
+                                         verdict, were_improving)
 
 CLAIMS_FILE = "claims.yaml"
 AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
@@ -33,7 +35,7 @@ class Wording:
     """A claim's fixed words: the Findings row's question and published cell, the words of each
     direction of our estimate (`higher`: the interval lies above 0; `expected`, the one the paper
     found, which the Findings row says is "as published"; a reading may add `same` after
-    "no difference" and `unsure` after "cannot tell", and say the claim as a sentence, `said`, its
+    "no difference", `unsure` after "cannot tell" and `apart` after a direction, and say the claim as a sentence, `said`, its
     {names} filled by `filled`), and the kind of quantity (verdicts.MARGINS) whose margin reads it;
     `size`, the published difference (or one per published model) where the paper gives one, and
     `source`, where the paper says it."""
@@ -44,6 +46,7 @@ class Wording:
     expected: str = ""
     same: str = ""
     unsure: str = ""
+    apart: str = ""
     said: str = ""
     margin: str = "accuracy"
     size: float | tuple[float, ...] | None = None
@@ -54,8 +57,10 @@ class Wording:
         return MARGINS[self.margin].value
 
     def filled(self, **names: str) -> "Wording":
-        """The wording with the {names} of its sentence (`said`) filled: the runs a reading compares."""
-        return replace(self, said=self.said.format(**names))
+        """The wording with the {names} of its sentence (`said`) and of its directions filled: the runs
+        a reading compares."""
+        return replace(self, said=self.said.format(**names), higher=self.higher.format(**names),
+                       lower=self.lower.format(**names))
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,19 @@ class Claim:
         return verdict(self.estimate, higher or self.wording.higher, lower or self.wording.lower,
                        self.wording.margin_value)
 
+    def read(self) -> str:
+        """The verdict in the claim's words where converged, else the clause saying why it is not read."""
+        return self.said() if self.converged else self.not_read_clause()
+
+    def reasoned(self) -> str:
+        """The verdict and what follows from it in the wording's words for its category (": same" after
+        "no difference", ": unsure" after "cannot tell", ", apart" after a direction); the not-read
+        clause while a run behind it still improved."""
+        if not self.converged:
+            return self.not_read_clause()
+        then = {"no difference": f": {self.wording.same}", "cannot tell": f": {self.wording.unsure}"}
+        return self.said() + then.get(self.category, f", {self.wording.apart}")
+
     def not_read(self) -> str | None:
         """The sentence a reading says instead of the verdict while a run behind it still improved."""
         return not_read(self.improving, self.runs, self.unknown)
@@ -93,6 +111,19 @@ class Claim:
         """The same, as the clause of a bullet that names its comparison."""
         return (f"not read: {self.improving} of the {self.runs} runs behind it {were_improving(self.unknown)} "
                 f"({STILL_IMPROVING})")
+
+    def not_read_at(self, where: str) -> str | None:
+        """The not-read sentence of a reading made at `where` (its sizes), counting the runs there
+        (None when converged)."""
+        if self.converged:
+            return None
+        return f"Not read at {where}: {self.improving} of the runs there {were_improving(self.unknown)} ({STILL_IMPROVING})."
+
+    def silence(self) -> str | None:
+        """A bullet's short form of the not-read clause (None when converged)."""
+        if self.converged:
+            return None
+        return f"not read, {self.improving} of the {self.runs} runs behind it still improving ({STILL_IMPROVING})"
 
     def cell(self) -> str:
         """The Findings row's verdict: "not read" while not converged; else the verdict, and where a
@@ -105,6 +136,29 @@ class Claim:
         if self.wording.size is None:
             return said
         return f"in direction: {said}; {size_against(self.estimate, self.wording.size)}"
+
+    def against_published(self) -> str:
+        """Ours against the published effect (`size`, one per published model), in direction and in
+        size apart. Direction in the shared vocabulary: a published "no difference" (every effect 0) is
+        agreed with only when our whole interval lies inside the margin; an effect the paper finds is
+        contradicted by our "no difference" as by the opposite direction. The not-read clause while a
+        run behind it still improved."""
+        est = self.estimate
+        if not self.converged:
+            return self.not_read_clause()
+        if est is None:
+            return "no pair"
+        if est.ci95 is None:
+            return "one pair, no interval"
+        published = self.wording.size if isinstance(self.wording.size, tuple) else (self.wording.size,)
+        said = self.category
+        if set(published) == {0}:
+            agrees = "agree" if said == "no difference" else "cannot tell" if said == "cannot tell" else "disagree"
+            return f"in direction: {agrees}, ours {self.said()}"
+        sign = 1 if min(published) > 0 else -1 if max(published) < 0 else None
+        agrees = ("cannot tell" if said == "cannot tell" or sign is None else
+                  "agree" if said != "no difference" and side(est) == sign else "disagree")
+        return f"in direction: {agrees}, ours {self.said()}; {size_against(est, published)}"
 
     @property
     def agrees(self) -> bool | None:
