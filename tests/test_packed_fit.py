@@ -277,6 +277,29 @@ def test_pack_groups_by_everything_but_the_seed_and_lr():
     assert [len(g) for g in pack_groups(runs, 1)] == [1] * 6
 
 
+def test_a_run_only_tested_joins_the_packed_group_of_its_configuration(monkeypatch):
+    """Packing, a tuning winner (fitted: only its test left) goes into the group of its configuration
+    without taking a trained member's place, or into a group of its own, never a `fit` process of
+    its own; without packing it stays a run alone, first, as before."""
+    import experiments.runs.execute as execute
+    from experiments.runs.execute import packed_process, phase_units
+    from experiments.runs.spec import Run
+
+    def run(seed, fraction="1"):
+        args = ("--run_name", f"x_s{seed}_{fraction}", "--seed_everything", str(seed), "--data.fraction", fraction)
+        return Run(0, f"x_s{seed}_{fraction}", "vit", float(fraction), seed, "default", args)
+    runs = [run(1), run(2), run(0), run(1, "0.5"), run(0, "0.5"), run(0, "0.2")]
+    fitted = {"x_s0_1", "x_s0_0.5", "x_s0_0.2"}
+    monkeypatch.setattr(execute, "run_status", lambda r: "fitted" if r.name in fitted else None)
+    units = phase_units(runs, 2)
+    assert [[r.name for r in u] for u in units] == [
+        ["x_s0_1", "x_s1_1", "x_s2_1"], ["x_s0_0.5", "x_s1_0.5"], ["x_s0_0.2"]]
+    assert all(packed_process(u, 2) for u in units)
+    alone = phase_units(runs, 1)
+    assert [u[0].name for u in alone] == ["x_s0_1", "x_s0_0.5", "x_s0_0.2", "x_s1_1", "x_s2_1", "x_s1_0.5"]
+    assert not any(packed_process(u, 1) for u in alone)
+
+
 def test_compiled_group_trains_as_the_eager_group(fmnist_dir, tmp_path, monkeypatch):
     """The group's loop with its step compiled whole (torch.compile(fullgraph=True): a graph break,
     such as a host sync inside the step, fails) leaves the members the eager loop leaves. A ResNet
@@ -409,3 +432,51 @@ def test_a_stage_compiles_once_per_family_and_member_count(fmnist_dir, tmp_path,
         torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
                                    rtol=1e-5, atol=1e-6)
     torch._dynamo.reset()
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_a_packed_sweep_tests_its_tuning_winners_in_its_packed_groups(fmnist_dir, tmp_path, monkeypatch,
+                                                                      in_process_launches):
+    """pack 2, both stages, one run at a time (a GPU's default): every process is a `fit_packed`.
+    Each tuning winner, a main run trained in the tune stage, is tested in the main stage's group
+    of its configuration beside the seeds it trains (no process only tests), and records what its
+    single test process (`fit` of the trained folder) records; every main run ends done with the
+    test of a single `test` of its best checkpoint."""
+    import shutil
+
+    import experiments.runs.execute as execute
+    path = _packed_spec(fmnist_dir, tmp_path, monkeypatch, "tested", ["resnet", "vit"], jobs=1)
+    launched, logged = [], execute._run_logged
+    monkeypatch.setattr(execute, "_run_logged", lambda command, *a: launched.append(command[3]) or logged(command, *a))
+    runs, single = tmp_path / "runs", tmp_path / "single"
+    assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs), "--stage", "tune"]) == 0
+    shutil.copytree(runs, single)   # the winners trained, only their tests left: as the main stage finds them
+    assert main(["sweep", "--spec", str(path), "--runs_dir", str(runs)]) == 0
+    assert launched == ["fit_packed", "fit_packed"]   # the tune stage's process, then the main stage's
+    mains = sorted(json.loads((runs / "tested" / "sweep.json").read_text())["profiles"]["cpu"]["main_runs"].values())
+    winners = [n for n in mains if (single / "tested" / n).exists() and _summary(single / "tested" / n)["status"] == "fitted"]
+    assert len(mains) == 6 and len(winners) == 2   # one winner per family, tested in its family's main group
+    main_args = {a[a.index("--run_name") + 1]: a for f in (runs / "tested" / "packed").glob("*/members.json")
+                 for a in json.loads(f.read_text())["members"] if "--test_after_fit" not in a}
+    for name in winners:   # the single test process each winner had: its `fit`, which finds it trained
+        args = main_args[name.rsplit("_", 1)[0]]
+        args[args.index("--runs_dir") + 1] = str(single)
+        assert main(["fit", *args]) == 0
+        packed, alone = _summary(runs / "tested" / name), _summary(single / "tested" / name)
+        assert {k: v for k, v in packed.items() if k not in ("test", "test_acc")} == \
+            {k: v for k, v in alone.items() if k not in ("test", "test_acc")}
+    checked = tmp_path / "checked"
+    shutil.copytree(runs, checked)
+    for name in mains:   # every main run: its packed test against a single test of its best checkpoint
+        packed = _summary(runs / "tested" / name)
+        assert packed["status"] == "done" and packed["engine"]["packed"] == 2, name
+        assert main(["test", "--ckpt_path", str(checked / "tested" / name / "checkpoints" / "best.ckpt"),
+                     "--trainer.enable_progress_bar", "false"]) == 0
+        alone = _summary(checked / "tested" / name)
+        assert not (checked / "tested" / name / "evaluations").exists()   # the test is the run's own: in its summary
+        assert alone["test"].keys() == packed["test"].keys() and {"acc", "acc_top5", "ece", "loss"} <= set(packed["test"])
+        for key in packed["test"]:
+            assert abs(alone["test"][key] - packed["test"][key]) <= 0.011, (name, key)

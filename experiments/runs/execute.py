@@ -203,21 +203,49 @@ def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
     """Runs that differ only in what packed members may differ in (their seed, lr, augmentation and
     DeiT's teacher: packed_fit.MEMBER_KEYS), in groups of at most `size`, in the order of their first
     run; everything else alone."""
-    from experiments.runs.packed_fit import MEMBER_KEYS
-    per_member = {"--run_name", *(f"--{k}" for k in MEMBER_KEYS)}
     groups: dict[tuple, list[list[Run]]] = {}
     order: list[list[Run]] = []
     for r in runs:
-        a = list(r.args)
-        key = (r.stage, tuple(x for i, x in enumerate(a) if x not in per_member
-                              and (i == 0 or a[i - 1] not in per_member)))
-        open_groups = groups.setdefault(key, [])
+        open_groups = groups.setdefault(pack_key(r), [])
         if size > 1 and open_groups and len(open_groups[-1]) < size:
             open_groups[-1].append(r)
         else:
             open_groups.append([r])
             order.append(open_groups[-1])
     return order
+
+
+def pack_key(run: Run) -> tuple:
+    """What the runs of one packed group share: their stage and every argument outside MEMBER_KEYS."""
+    from experiments.runs.packed_fit import MEMBER_KEYS
+    per_member = {"--run_name", *(f"--{k}" for k in MEMBER_KEYS)}
+    a = list(run.args)
+    return run.stage, tuple(x for i, x in enumerate(a) if x not in per_member and (i == 0 or a[i - 1] not in per_member))
+
+
+def phase_units(phase: list[Run], pack: int) -> list[list[Run]]:
+    """What runs as one process in a phase of runs to do. A run whose training is done (a tuning
+    winner: only its test is left) comes first, alone (its `fit` tests it), without packing; with
+    pack > 1 it joins the packed group of its configuration (pack_key), which tests it with the
+    members it trains (fit_packed trains only the others), so no process only tests. It does not
+    count towards `pack` (it trains nothing); with no such group to join, the tested runs of one
+    configuration are a group of their own (packed_process)."""
+    trained = [r for r in phase if run_status(r) == "fitted"]
+    groups = pack_groups([r for r in phase if r not in trained], pack)
+    if pack <= 1:
+        return [[r] for r in trained] + groups
+    for tested in pack_groups(trained, len(trained)):
+        home = next((g for g in groups if pack_key(g[0]) == pack_key(tested[0])), None)
+        if home is None:
+            groups.append(tested)
+        else:
+            home[:0] = tested
+    return groups
+
+
+def packed_process(unit: list[Run], pack: int) -> bool:
+    """Whether a unit runs as a `fit_packed` process: a group, or, packing, a run that is only tested."""
+    return len(unit) > 1 or pack > 1 and run_status(unit[0]) == "fitted"
 
 
 def units_of(runs: list[Run], pack: int) -> list[list[Run]]:
@@ -236,7 +264,8 @@ def _members_file(group: list[Run], log: Path) -> Path:
     for r in group:
         r.run_dir.mkdir(parents=True, exist_ok=True)
         with open_in_place(r.run_dir / "log.txt", append=True) as f:
-            f.write(f"\ntrained packed with {len(group) - 1} other run(s): see {log}\n")
+            done = "tested" if run_status(r) == "fitted" else "trained"   # a tuning winner is only tested
+            f.write(f"\n{done} packed with {len(group) - 1} other run(s): see {log}\n")
     return members
 
 
@@ -377,14 +406,10 @@ WATCH_EVERY_S = 5.0   # how often a stage process's groups are checked for membe
 
 
 def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
-    """The units (a run, or a packed group) of the runs to do, in two phases: every run without a
-    teacher, then the DeiT students (after every teacher). A run whose training is done (a tuning
-    trial; only its test is left) is not packed."""
-    out = []
-    for phase in ([r for r in todo if r.teacher is None], [r for r in todo if r.teacher is not None]):
-        trained = [r for r in phase if run_status(r) == "fitted"]
-        out.append([[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack))
-    return out
+    """The units (a run, or a packed group: phase_units) of the runs to do, in two phases: every run
+    without a teacher, then the DeiT students (after every teacher)."""
+    return [phase_units(phase, pack) for phase in ([r for r in todo if r.teacher is None],
+                                                   [r for r in todo if r.teacher is not None])]
 
 
 def family_phases(todo: list[Run], jobs: int) -> list[list[Run]]:

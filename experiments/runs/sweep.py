@@ -5,7 +5,8 @@
    <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
 2. main: every family x fraction x seed x recipe at the learning rate chosen at the nearest tuned
    fraction; the best-validation checkpoint is tested. The tuning run that won is the same run
-   (same configuration, same folder): only its test is left to do.
+   (same configuration, same folder): only its test is left to do, by its own `fit`, or, packed,
+   in the group of its configuration (execute.phase_units).
 
 Run again, the same command skips finished (and diverged) runs, resumes interrupted ones from their
 last checkpoint and retries failed ones; one failing run never stops the sweep. A rerun that finds
@@ -45,8 +46,8 @@ from experiments.runs.spec import (Run, load_spec, main_runs, nearest_tuned, res
                    tuning_runs)
 from experiments.runs.cluster import Submitted, add_options, options_from
 from experiments.runs.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
-                                      family_phases, launch_packed, launch_packed_stage, pack_groups, phases, run_cost, run_status,
-                                      stoppable, stopping)
+                                      family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
+                                      phase_units, phases, run_cost, run_status, stoppable, stopping)
 from experiments.runs.slurm import print_status, regenerate_tables
 from experiments.runs.tensorboard import write_sweep_view
 from experiments.runs.estimate import estimate
@@ -105,7 +106,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                 return  # nothing starts once the sweep is stopping
             start = time.perf_counter()
             progress.started(unit)
-            if len(unit) == 1:
+            if not packed_process(unit, pack):
                 statuses = {unit[0].name: execute(unit[0], launcher)}
             else:
                 statuses = execute_group(unit, packed_launcher)
@@ -114,15 +115,13 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
 
         # family by family, students after every teacher: a stopped sweep leaves whole families
         for phase in family_phases(todo, jobs):
-            # a run whose training is done (a tuning trial; only its test is left) is not packed
-            trained = [r for r in phase if run_status(r) == "fitted"]
-            units = [[r] for r in trained] + pack_groups([r for r in phase if r not in trained], pack)
-            groups = [u for u in units if len(u) > 1]
+            units = phase_units(phase, pack)
+            groups = [u for u in units if packed_process(u, pack)]
             if jobs <= 1 and len(groups) > 1 and stage_launcher is not None:
                 # every packed group of the phase in one process (execute.launch_packed_stage), each
                 # reported as it ends; the runs alone before them
                 for u in units:
-                    if len(u) == 1:
+                    if u not in groups:
                         one(u)
                 if not stopping():
                     progress.started([r for g in groups for r in g], queued=True)
@@ -134,7 +133,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                     one(u)
             else:
                 # the costliest first, so that no long run starts last while the other workers idle
-                units.sort(key=lambda u: -(0 if u[0] in trained else sum(run_cost(r) for r in u)))
+                units.sort(key=lambda u: -sum(run_cost(r) for r in u if run_status(r) != "fitted"))
                 with ThreadPoolExecutor(jobs) as pool:
                     list(pool.map(one, units))
     return results
