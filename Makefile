@@ -23,7 +23,7 @@ PACK ?=
 # the offline install (make wheelhouse, make install WHEELS=): the folder, and the Python it is for
 WHEELS ?=
 PY_VERSION ?=
-# the launcher of exp-datascale, exp-distill and exp-inductive-bias (experiments/runs/slurm.py):
+# the launcher of exp-datascale, exp-distill and exp-inductive-bias (experiments/runs/sweep/slurm.py):
 # local (default), slurm or submitit-local; PARTITION= ACCOUNT= GPUS= CPUS= MEM_GB= TIME_MIN=
 # ARRAY_PARALLELISM= RETRIES= override the profile's cluster: mapping; NO_WAIT=1 returns at once
 LAUNCHER ?=

@@ -3,7 +3,7 @@ backward, clipping, AdamW + warmup/cosine) eager, against the same step with the
 (`torch.compile(model)`, inductor: what a user would switch on), in the suite's precision.
 
 Then a packed group of K members (--members, default 4): modules/packed_step.PackedStep, the step
-a packed group trains with (experiments/runs/packed_loop.py), eager against compiled whole with
+a packed group trains with (experiments/runs/packed/loop.py), eager against compiled whole with
 `torch.compile(step, fullgraph=True)` (packed_group.group, in the suite's precision: bf16 autocast
 where the hardware has native bf16), and the group length from which compiling pays.
 
@@ -33,8 +33,8 @@ _CACHE = tempfile.TemporaryDirectory(prefix="compiled_step-inductor-")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
 import torch  # noqa: E402
 
-from experiments.runs.cli import default_precision
-from experiments.runs.provenance import hardware, versions
+from experiments.runs.run.cli import default_precision
+from experiments.runs.run.provenance import hardware, versions
 from family_throughput import single_step, sync, timed
 from packed_group import group
 from modules import FAMILIES

@@ -31,7 +31,7 @@ _CACHE = tempfile.TemporaryDirectory(prefix="cpu_levers-inductor-")  # a cold co
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
 import torch  # noqa: E402
 
-from experiments.runs.provenance import hardware, versions  # noqa: E402
+from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from family_throughput import matmul_peak, mfu, single_step, training_flops  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 
@@ -79,7 +79,7 @@ def eval_images_per_s(family: str, budget: str, batch: int, steps: int) -> float
 
 def validation_share(family: str, train_per_s: dict[int, float], eval_per_s: float) -> str:
     """'118 images: 12%; 2,950: 3%' for exp-datascale's cpu profile: validation seconds over a run's seconds."""
-    from experiments.runs.spec import batch_for, load_spec, resolve_axes, steps_for
+    from experiments.runs.sweep.spec import batch_for, load_spec, resolve_axes, steps_for
     axes = resolve_axes(load_spec("datascale"), "cpu")
     out = []
     for fraction in (axes["fractions"][0], axes["fractions"][-1]):

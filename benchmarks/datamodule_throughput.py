@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from torchvision import transforms as T
 
 from datamodules import ImageClassificationDataModule
-from experiments.runs.provenance import hardware, versions
+from experiments.runs.run.provenance import hardware, versions
 
 
 def ours(dm: ImageClassificationDataModule) -> tuple[float, int]:

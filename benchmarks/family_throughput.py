@@ -4,7 +4,7 @@ with model FLOPs utilisation (MFU) against this device's measured matmul peak.
 Each family at its budget (default tiny), batch 128 (GPU) or 32 (CPU: the cpu profiles') of
 28x28x1 images (synthetic, already on the device: the model is timed, not the loader), in the
 precision the suite trains in
-(experiments.runs.cli.default_precision: bf16 autocast where the hardware has native bf16, else fp32).
+(experiments.runs.run.cli.default_precision: bf16 autocast where the hardware has native bf16, else fp32).
   single : a plain loop over ImageClassifier.training_loss + AdamW/warmup-cosine + clipping, with the
            attention kernel the suite trains with (explicit matmuls on every device:
            ImageClassifier.setup); "other kernel": the same with fused SDPA
@@ -25,8 +25,8 @@ import warnings
 
 import torch
 
-from experiments.runs.cli import default_precision
-from experiments.runs.provenance import hardware, versions
+from experiments.runs.run.cli import default_precision
+from experiments.runs.run.provenance import hardware, versions
 from modules import FAMILIES, ImageClassifier
 from modules.optim import adamw_warmup_cosine
 from modules.registry import use_fused_attention

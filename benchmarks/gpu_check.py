@@ -9,7 +9,7 @@ Parts, in this order (the most telling first), each in a process of its own kill
   compile  the packed step (modules/packed_step.PackedStep, bf16 autocast on CUDA) as a group calls it
            (the strong recipe's augmentation inside) per member count of the gpu profile's groups
            (8, 6, 4) and family: compile time (compile, capture, replay once) and ms per captured
-           step; the dry run reads these rows (experiments/runs/estimate.py)
+           step; the dry run reads these rows (experiments/runs/sweep/estimate.py)
   syncs    host synchronisations per captured step, and per step of the strong recipe's draws
            (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
   fit      one single run through `python -m experiments fit` (vit, tiny, 10% of Fashion-MNIST):
@@ -39,8 +39,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-from experiments.runs.provenance import hardware, versions  # noqa: E402
-from experiments.runs.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
+from experiments.runs.run.provenance import hardware, versions  # noqa: E402
+from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 from packed_group import group, strong_augment  # noqa: E402
@@ -60,7 +60,7 @@ warnings.filterwarnings("ignore", "There is a performance drop")
 def part_group(a, device, work: Path, sink) -> None:
     """One packed group of the gpu profile, planned as the sweep plans it, trained and tested by
     fit_packed in this process: compiled on CUDA as the sweep's groups are (compile auto)."""
-    from experiments.runs.packed_fit import fit_packed
+    from experiments.runs.packed.fit import fit_packed
     members = group_plan(a, work)
     planned = {"family": members[0].family, "fraction": members[0].fraction, "members": len(members),
                "steps": members[0].steps, "batch": members[0].batch_size,
@@ -82,8 +82,8 @@ def group_plan(a, work: Path) -> list:
     """The first packed group of the gpu profile's main stage for a.group_family at its smallest
     fraction, its seeds widened to fill a.members[0] members (both recipes); in miniature with --smoke."""
     from datamodules import ImageClassificationDataModule
-    from experiments.runs.execute import pack_groups
-    from experiments.runs.spec import load_spec, main_runs, resolve_axes
+    from experiments.runs.sweep.execute import pack_groups
+    from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes
     spec = load_spec("datascale")
     axes = resolve_axes(spec, "gpu", families=[a.group_family], fractions=[a.group_fraction] if a.smoke else None,
                         seeds=list(range(a.members[0])))

@@ -18,8 +18,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from datamodules import ImageClassificationDataModule
-from experiments.runs.cli import default_precision
-from experiments.runs.provenance import hardware, versions
+from experiments.runs.run.cli import default_precision
+from experiments.runs.run.provenance import hardware, versions
 from modules import ImageClassifier, build_model
 from modules.optim import adamw_warmup_cosine
 from modules.registry import use_fused_attention

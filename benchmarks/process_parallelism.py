@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from experiments.runs.cli import default_precision
-from experiments.runs.provenance import hardware, versions
+from experiments.runs.run.cli import default_precision
+from experiments.runs.run.provenance import hardware, versions
 from family_throughput import single_step  # benchmarks/ is on the path of the script and of its spawned workers
 from modules import FAMILIES
 

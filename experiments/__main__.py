@@ -27,20 +27,20 @@ COMMANDS = ("families", "fit", "fit_packed", "run_dir", "validate", "test", "swe
 
 def runners() -> list[str]:
     """The commands of the experiments that have a runner of their own, from their specs."""
-    from experiments.runs.spec import declared_runners
+    from experiments.runs.sweep.spec import declared_runners
     return [r for r in declared_runners() if r not in COMMANDS]
 
 
 def runners_help() -> str:
     """One line per runner: its command and its spec."""
-    from experiments.runs.spec import declared_runners
+    from experiments.runs.sweep.spec import declared_runners
     return "".join(f"  {r:<10} runs experiments/{d.name}/spec.yaml (make {d.make_target}), resumably\n"
                    for r, d in declared_runners().items() if r in runners())
 
 
 def main(argv: list[str]) -> int:
     """Runs one command; returns its exit status (128 + the signal's number when interrupted)."""
-    from experiments.runs.interruption import catching, received
+    from experiments.runs.run.interruption import catching, received
     with catching():
         try:
             return _command(argv)
@@ -62,25 +62,25 @@ def _command(argv: list[str]) -> int:
             from .families import main as families
             families(rest)
         elif command == "run_dir":
-            from experiments.runs.cli import resolve_run_dir_checked
+            from experiments.runs.run.cli import resolve_run_dir_checked
             print(resolve_run_dir_checked(rest))
         elif command == "fit_packed":
-            from experiments.runs.packed_fit import main as fit_packed
+            from experiments.runs.packed.fit import main as fit_packed
             return fit_packed(rest)
         elif command == "sweep":
-            from experiments.runs.sweep import main as sweep
+            from experiments.runs.sweep.sweep import main as sweep
             return sweep(rest)
         elif command == "probe":
-            from experiments.runs.probe import main as probe
+            from experiments.runs.run.probe import main as probe
             return probe(rest)
         elif command == "reference":
-            from experiments.runs.reference import main as reference
+            from experiments.runs.sweep.reference import main as reference
             return reference(rest)
         elif command == "tables":
             from .tables import main as tables
             return tables(rest)
         elif command in ("fit", "validate", "test"):
-            from experiments.runs.cli import SuiteCLI
+            from experiments.runs.run.cli import SuiteCLI
             # "Seed set to N" would precede a bad-input error line; the seed is in the run's config.yaml
             logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
             SuiteCLI(args=None if argv == sys.argv[1:] else argv)
@@ -115,5 +115,5 @@ def _command(argv: list[str]) -> int:
 if __name__ == "__main__":
     # defence in depth: any torch.load in this process, even one that asks otherwise, reads weights only
     os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    from experiments.runs.interruption import end_process
+    from experiments.runs.run.interruption import end_process
     end_process(main(sys.argv[1:]))

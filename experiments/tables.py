@@ -29,12 +29,12 @@ from experiments.report.table_format import write_csv
 from experiments.report import runtimes
 from experiments.report.readme import read_block, update_block
 from experiments.report.records import LeftOut, read_record, read_runs
-from experiments.runs import reference
-from experiments.runs.estimate import COLUMNS, STEP_TIMES, measured
-from experiments.runs.lock import refuse_experiment_links
-from experiments.runs.names import checked_name
-from experiments.runs.reference import NothingFinished, experiments_in, has_records
-from experiments.runs.spec import declared, spec_path
+from experiments.runs.sweep import reference
+from experiments.runs.sweep.estimate import COLUMNS, STEP_TIMES, measured
+from experiments.runs.run.lock import refuse_experiment_links
+from experiments.runs.run.names import checked_name
+from experiments.runs.sweep.reference import NothingFinished, experiments_in, has_records
+from experiments.runs.sweep.spec import declared, spec_path
 
 README = Path("README.md")  # its block between <!-- tables:findings --> and <!-- /tables:findings --> is regenerated
 SWEEP_TABLES = "datascale"  # whose make_tables serves every experiment the sweep runs

@@ -51,7 +51,7 @@ class Case:
         """The folder this case's command writes in: the run folder of a fit, the experiment folder of a sweep."""
         if self.command == "sweep":
             return scene.paths["runs"] / TINY_SPEC["name"]
-        from experiments.runs.cli import resolve_run_dirs
+        from experiments.runs.run.cli import resolve_run_dirs
         return resolve_run_dirs([self.argv(scene)[1:]])[0]
 
     def argv(self, scene: "Scene") -> list[str]:
@@ -188,7 +188,7 @@ SWEEP = [
     Case("sweep", ("--seeds", "-1"), ("seed -1 is negative: allowed integers >= 0",)),
     Case("sweep", ("--runs_dir", "{file}/runs"), ("cannot write to runs_dir '{file}/runs'", "is not a folder")),
     Case("sweep", ("--runs_dir", ""), ("runs_dir='': allowed a folder path",)),
-    # the launcher (experiments/runs/slurm.py)
+    # the launcher (experiments/runs/sweep/slurm.py)
     Case("sweep", ("--launcher", "pbs"), ("argument --launcher: invalid choice: 'pbs'", "slurm", "submitit-local")),
     Case("sweep", ("--no_wait",), ("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local",)),
     Case("sweep", ("--launcher", "slurm", "--retries", "-1"), ("--retries -1: allowed an integer >= 0",)),

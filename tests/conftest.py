@@ -33,7 +33,7 @@ def pytest_collection_finish(session):
 
 def val_curve(steps: int, plateaued: bool = True, acc: float = 0.8) -> list[list]:
     """A run's validations, [step, accuracy] at every eighth of `steps`, ending at `acc`: flat over
-    the last half (plateaued by experiments/runs/convergence.py), or climbing 2 points a quarter."""
+    the last half (plateaued by experiments/runs/run/convergence.py), or climbing 2 points a quarter."""
     rise = 0.0 if plateaued else 0.02 / (steps / 4)
     return [[steps * i // 8, round(acc - rise * (steps - steps * i // 8), 6)] for i in range(1, 9)]
 
@@ -141,7 +141,7 @@ def in_process_launches(monkeypatch):
     import contextlib
     import threading
 
-    import experiments.runs.execute as execute
+    import experiments.runs.sweep.execute as execute
     from experiments.__main__ import main
     one_at_a_time = threading.Lock()
 

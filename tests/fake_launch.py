@@ -3,7 +3,7 @@ module, so this module imports nothing heavy (a test module importing torch and 
 cost each task ~6 s of start-up)."""
 import time
 
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.run.run_folder import RunFolder
 
 
 def fake_launch(run) -> int:

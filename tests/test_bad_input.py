@@ -130,7 +130,7 @@ def test_tables_experiment_is_one_folder(tmp_path, capsys):
 
 
 def test_inside():
-    from experiments.runs.names import inside
+    from experiments.runs.run.names import inside
     assert inside("runs", "runs/a/b") == Path("runs/a/b")
     with pytest.raises(ValueError, match="is outside"):
         inside("runs", "runs/../x")

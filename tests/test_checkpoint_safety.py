@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from experiments.__main__ import main
-from experiments.runs.packed_fit import group_dir, resolve_members
+from experiments.runs.packed.fit import group_dir, resolve_members
 
 from .conftest import ROOT, SMOKE
 
@@ -101,7 +101,7 @@ def test_planted_checkpoint_for_test_probe_and_interpolation(trained, marker, tm
 
 
 def test_planted_packed_group_checkpoint(fmnist_dir, marker, tmp_path, capsys):
-    from experiments.runs.packed_fit import fit_packed
+    from experiments.runs.packed.fit import fit_packed
     args = [["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir", str(tmp_path / "runs"),
              "--experiment", "p", "--seed_everything", str(s), "--data.seed", str(s),
              "--trainer.enable_progress_bar", "false"] for s in (0, 1)]

@@ -89,12 +89,12 @@ def test_a_declared_experiment_s_findings_row_reaches_the_readme_in_its_place(th
     assert rows[0].startswith(f"| {QUESTION} | yes (nobody) | value 7 | yes | [throwaway](results/throwaway.md)")
     assert rows[1:] == before  # every other experiment's rows kept as they were
     assert (throwaway / "out" / "throwaway.md").read_text().endswith("value 7\n")
-    from experiments.runs.spec import declared
+    from experiments.runs.sweep.spec import declared
     assert [d.name for d in declared()][:2] == ["throwaway", "datascale"]  # order 0: before datascale's 1
 
 
 def test_a_declared_runner_is_a_command_of_its_own(throwaway):
-    from experiments.runs.spec import declared_runners
+    from experiments.runs.sweep.spec import declared_runners
     assert declared_runners()["throwaway"].path.parent.name == "throwaway"
     out = throwaway / "ran.txt"
     assert main(["throwaway", "--profile", "cpu", str(out)]) == 0
@@ -143,7 +143,7 @@ def test_make_runs_a_declared_experiment_with_its_spec_s_runner_options_and_help
 def test_a_bad_declaration_is_one_line(throwaway, capsys, line, message):
     """A declaration the Makefile would read otherwise than the YAML says is refused too; the
     commands that list the runners say so in one line."""
-    from experiments.runs.spec import declared
+    from experiments.runs.sweep.spec import declared
     spec = throwaway / "more_experiments" / "throwaway" / "spec.yaml"
     key = line.split(":")[0]
     spec.write_text("".join(x for x in spec.read_text().splitlines(keepends=True) if not x.startswith(key)) + line + "\n")
@@ -161,7 +161,7 @@ def test_a_bad_declaration_is_one_line(throwaway, capsys, line, message):
 
 
 def test_every_runner_s_spec_is_read_by_the_one_loader_with_its_schema():
-    from experiments.runs.spec import declared, load_spec
+    from experiments.runs.sweep.spec import declared, load_spec
     from experiments.complexity.runner import SCHEMA as COMPLEXITY
     from experiments.distill.runner import SCHEMA as DISTILL
     from experiments.inductive_bias.runner import SCHEMA as INDUCTIVE_BIAS
@@ -194,7 +194,7 @@ def test_a_narrow_tables_call_changes_only_its_experiment(tmp_path):
 
 
 def test_every_committed_spec_s_make_options_are_variables_the_makefile_maps():
-    from experiments.runs.spec import declared, read_spec
+    from experiments.runs.sweep.spec import declared, read_spec
     makefile = (ROOT / "Makefile").read_text()
     block = re.search(r"^OPTIONS := ((?:.*\\\n)*.*)$", makefile, re.M).group(1)
     mapped = {"LAUNCHER", *re.findall(r"([A-Z_]+):[a-z_]+", block)}

@@ -63,7 +63,7 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     """The patterns catch the forms the project once had."""
     assert OUTSIDE.search("The H200 figures in `../shared/notes/gpu-device.md`")
     assert OUTSIDE.search("definitions in shared/notes/references.md")
-    assert not OUTSIDE.search("experiments/runs/shared.py and the shared pool")
+    assert not OUTSIDE.search("experiments/runs/sweep/shared.py and the shared pool")
     assert README_SECTION.findall('gpu profile: not yet run; README "Data scale" gives the estimate') == ["Data scale"]
     assert slug("Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)") == \
         "resolution-change-by-position-embedding-interpolation-vit-paper-sec-32"

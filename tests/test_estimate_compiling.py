@@ -1,4 +1,4 @@
-"""The dry run's compile term (experiments/runs/estimate.py, #44 item 4): where the engine compiles a
+"""The dry run's compile term (experiments/runs/sweep/estimate.py, #44 item 4): where the engine compiles a
 packed group's step (on a GPU), the estimate adds the compile times `make gpu-check` measured, counted
 as the engine compiles (once per family, member count and batch in a stage's one process; once per
 group where each group is a process of its own), says how much of it is compiling and where each
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from experiments.runs.estimate import compilations, estimate, read_compile_times
-from experiments.runs.execute import flops_per_image, units_of
-from experiments.runs.spec import Run
+from experiments.runs.sweep.estimate import compilations, estimate, read_compile_times
+from experiments.runs.sweep.execute import flops_per_image, units_of
+from experiments.runs.sweep.spec import Run
 
 GPU = "NVIDIA H200 x1, 16 CPU cores (X)"
 CPU = "2 CPU cores (dev, AVX2), no GPU"

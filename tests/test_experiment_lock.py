@@ -1,4 +1,4 @@
-"""The distill and inductive_bias runners plan under the experiment's lock (experiments/runs/lock.py):
+"""The distill and inductive_bias runners plan under the experiment's lock (experiments/runs/run/lock.py):
 while another invocation holds it, a runner prints that it waits, has planned nothing and made no run
 folder. With the sweep's test of two real sweeps started together (test_sweep.py), which shows the
 second then finds every run finished, this is what keeps two invocations from training a run twice."""

@@ -62,7 +62,7 @@ def test_a_model_knows_its_family():
 
 def test_a_registered_family_trains_and_the_dry_run_prices_it(gapvit, cli, monkeypatch, capsys, tmp_path):
     from experiments.__main__ import main
-    from experiments.runs import estimate
+    from experiments.runs.sweep import estimate
     code, run_dir = cli("fit", "--model.family", gapvit, "--data.batch_size", "32")
     assert code == 0
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -105,7 +105,7 @@ def test_a_registered_family_is_in_every_report(gapvit, capsys):
 def test_a_registered_family_gets_every_probe_its_attention_allows(gapvit):
     from types import SimpleNamespace
 
-    from experiments.runs.probe import _applicable
+    from experiments.runs.run.probe import _applicable
     from modules.probes import attention_entropy, cls_attention, layer_features, mean_attention_distance
     from modules.probes import pos_embed_similarity
     torch.manual_seed(0)

@@ -82,8 +82,8 @@ def test_its_member_counts_are_the_gpu_profiles_group_sizes(tmp_path):
     """The compile part measures the group sizes the gpu profile's sweep trains: its tuning groups
     (4 lrs x 2 recipes), its main groups (3 seeds x 2 recipes) and those at the tuned fractions,
     whose first seed's runs are the tuning trials (trained already, only tested)."""
-    from experiments.runs.execute import pack_groups
-    from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
+    from experiments.runs.sweep.execute import pack_groups
+    from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
     spec = load_spec("datascale")
     axes = resolve_axes(spec, "gpu", families=["vit"])
     trials = tuning_runs(spec, axes, tmp_path, 59_000, axes["families"])

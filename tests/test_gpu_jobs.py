@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from experiments.runs import execute
-from experiments.runs.estimate import estimate
-from experiments.runs.execute import flops_per_image
-from experiments.runs.spec import Run
-from experiments.runs.sweep import run_sweep
+from experiments.runs.sweep import execute
+from experiments.runs.sweep.estimate import estimate
+from experiments.runs.sweep.execute import flops_per_image
+from experiments.runs.sweep.spec import Run
+from experiments.runs.sweep.sweep import run_sweep
 
 
 class RecordedProcesses:
@@ -62,7 +62,7 @@ def hardware_asked(monkeypatch) -> list:
         asked.append(gpus)
         return f"NVIDIA H200 x{gpus or 2}, 16 CPU cores (X)"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr("experiments.runs.provenance.hardware", hardware)
+    monkeypatch.setattr("experiments.runs.run.provenance.hardware", hardware)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return asked
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.runs.spec import declared, read_spec
+from experiments.runs.sweep.spec import declared, read_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

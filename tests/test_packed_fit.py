@@ -14,9 +14,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.__main__ import main
-from experiments.runs.packed_fit import fit_packed
-from experiments.runs.execute import pack_groups
-from experiments.runs.record import read_progress
+from experiments.runs.packed.fit import fit_packed
+from experiments.runs.sweep.execute import pack_groups
+from experiments.runs.run.record import read_progress
 from modules import ImageClassifier
 
 from .conftest import SMOKE
@@ -265,7 +265,7 @@ def test_sweep_packs_seeds_and_learning_rates(fmnist_dir, tmp_path, monkeypatch,
 
 
 def test_pack_groups_by_everything_but_the_seed_and_lr():
-    from experiments.runs.spec import Run
+    from experiments.runs.sweep.spec import Run
     def run(seed, lr="0.003", fraction="1"):
         args = ("--run_name", f"x_s{seed}", "--seed_everything", str(seed), "--data.seed", str(seed),
                 "--model.lr", lr, "--data.fraction", fraction)
@@ -281,9 +281,9 @@ def test_a_run_only_tested_joins_the_packed_group_of_its_configuration(monkeypat
     """Packing, a tuning winner (fitted: only its test left) goes into the group of its configuration
     without taking a trained member's place, or into a group of its own, never a `fit` process of
     its own; without packing it stays a run alone, first, as before."""
-    import experiments.runs.execute as execute
-    from experiments.runs.execute import packed_process, phase_units
-    from experiments.runs.spec import Run
+    import experiments.runs.sweep.execute as execute
+    from experiments.runs.sweep.execute import packed_process, phase_units
+    from experiments.runs.sweep.spec import Run
 
     def run(seed, fraction="1"):
         args = ("--run_name", f"x_s{seed}_{fraction}", "--seed_everything", str(seed), "--data.fraction", fraction)
@@ -400,7 +400,7 @@ def test_a_stage_compiles_once_per_family_and_member_count(fmnist_dir, tmp_path,
     import modules.budgets as budgets
     from torch._dynamo.testing import CompileCounter
 
-    import experiments.runs.packed_loop as packed_loop
+    import experiments.runs.packed.loop as packed_loop
     for family in ("resnet", "vit"):
         row = {"depths": (1, 1, 1)} if family == "resnet" else {"depth": 1}
         monkeypatch.setitem(budgets.ARCHS, (family, "tiny"), {**budgets.ARCHS[family, "tiny"], **row})
@@ -418,8 +418,8 @@ def test_a_stage_compiles_once_per_family_and_member_count(fmnist_dir, tmp_path,
         frames.append(counter.frame_count)
     assert frames == [1, 1, 2, 3]
     # the dry run counts the compilations of such a stage as the engine made them (estimate.compilations)
-    from experiments.runs.estimate import compilations
-    from experiments.runs.spec import Run
+    from experiments.runs.sweep.estimate import compilations
+    from experiments.runs.sweep.spec import Run
     units = [[Run(0, f"{family}_s{s}", family, 1.0, s, "default", (), batch_size=32) for s in seeds]
              for family, seeds, _ in groups]
     assert len(compilations(units, 1)) == frames[-1]
@@ -447,7 +447,7 @@ def test_a_packed_sweep_tests_its_tuning_winners_in_its_packed_groups(fmnist_dir
     test of a single `test` of its best checkpoint."""
     import shutil
 
-    import experiments.runs.execute as execute
+    import experiments.runs.sweep.execute as execute
     path = _packed_spec(fmnist_dir, tmp_path, monkeypatch, "tested", ["resnet", "vit"], jobs=1)
     launched, logged = [], execute._run_logged
     monkeypatch.setattr(execute, "_run_logged", lambda command, *a: launched.append(command[3]) or logged(command, *a))

@@ -61,7 +61,7 @@ def _lightning_steps(family: str, augments=(AUGMENT,) * K):
     """PackedClassifier's step as Lightning takes it: forward, backward of the summed losses,
     per-member clipping at 1, AdamW at lr 1 with the lerp to each member's lr, then the schedule.
     Member k's batches are augmented by augments[k]."""
-    from experiments.runs.packed_loop import _targets
+    from experiments.runs.packed.loop import _targets
     ref = PackedClassifier(seeds=[0, 1], lrs=LRS, **_config(family)).double().train()
     opt = ref.configure_optimizers(total_steps=TOTAL)
     optimizer, schedule = opt["optimizer"], opt["lr_scheduler"]["scheduler"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.runs.reference import REFERENCE, RUNS
+from experiments.runs.sweep.reference import REFERENCE, RUNS
 
 from .test_tables import _run
 
@@ -101,7 +101,7 @@ def test_the_user_s_step_times_go_to_their_own_file(checkout):
 
 
 def test_the_dry_run_reads_the_reference_s_step_time_where_both_have_one(tmp_path, monkeypatch):
-    from experiments.runs import estimate
+    from experiments.runs.sweep import estimate
     head = ",".join(estimate.COLUMNS)
     for name, rows in (("reference.csv", ["cpu,vit,tiny,52158800,32,1,100.0,3,datascale"]),
                        ("yours.csv", ["cpu,vit,tiny,52158800,32,1,420.0,1,datascale",

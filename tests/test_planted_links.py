@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from experiments.__main__ import main
-from experiments.runs.reference import REFERENCE, RUNS
+from experiments.runs.sweep.reference import REFERENCE, RUNS
 
 from .conftest import SMOKE
 from .test_tables import _run
@@ -90,9 +90,9 @@ def test_records_and_checkpoints_replace_a_planted_link_and_leave_its_target(tmp
 
 def test_locks_and_logs_refuse_a_link_or_a_fifo(tmp_path, victim):
     """Kept and written in place, a lock or a log is never opened through a link, nor blocks on a FIFO."""
-    from experiments.runs.lock import lock_run_folder
-    from experiments.runs.execute import _run_logged
-    from experiments.runs.lock import hold_experiment
+    from experiments.runs.run.lock import lock_run_folder
+    from experiments.runs.sweep.execute import _run_logged
+    from experiments.runs.run.lock import hold_experiment
     from modules.files import open_in_place
     run = tmp_path / "exp" / "run"
     run.mkdir(parents=True)
@@ -131,7 +131,7 @@ def test_submitits_own_links_do_not_stop_a_sweep(tmp_path, victim):
     """A SLURM submission leaves <experiment>/submitit/.submission_file_*.sh linked to its job's
     script: the next invocation (the continuation job, --status, tables) goes ahead; the folder
     itself as a link does not."""
-    from experiments.runs.lock import hold_experiment
+    from experiments.runs.run.lock import hold_experiment
     scripts = tmp_path / "exp" / "submitit"
     scripts.mkdir(parents=True)
     (scripts / "4242_submission.sh").write_text("#!/bin/sh\n")
@@ -185,7 +185,7 @@ def test_probe_of_a_run_with_a_link_writes_nothing_through_it(finished, tmp_path
 
 
 def test_fit_packed_refuses_a_link_in_a_member_or_its_group(fmnist_dir, tmp_path, victim, capsys):
-    from experiments.runs.packed_fit import group_dir, resolve_members
+    from experiments.runs.packed.fit import group_dir, resolve_members
     args = [[*_base(fmnist_dir, tmp_path / "runs"), "--seed_everything", str(s), "--data.seed", str(s)]
             for s in (0, 1)]
     members = resolve_members(args)

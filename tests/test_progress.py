@@ -1,4 +1,4 @@
-"""The sweep's display (runs.progress), with a fake clock and a fake launcher: one line for the
+"""The sweep's display (runs.sweep.progress), with a fake clock and a fake launcher: one line for the
 sweep over all its stages, with the dry run's estimate of the time left; a line per training run
 from its progress.json; names and counters printed as they are."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from experiments.runs.progress import SweepProgress
-from experiments.runs.record import read_progress, write_progress
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.spec import Run
-from experiments.runs.sweep import run_sweep
+from experiments.runs.sweep.progress import SweepProgress
+from experiments.runs.run.record import read_progress, write_progress
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.spec import Run
+from experiments.runs.sweep.sweep import run_sweep
 
 DEVICE = "a test device"
 RESNET = 90_742_560  # resnet-tiny's forward FLOPs per image at 28x28x1, as its summaries record them

@@ -10,9 +10,9 @@ import yaml
 
 from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
-from experiments.runs.convergence import plateau
-from experiments.runs.spec import batch_for, load_spec, nearest_tuned, plan_run, resolve_axes, steps_for, tuned_fractions
-from experiments.runs.sweep import choose_lrs, run_sweep, tuning_stage
+from experiments.runs.run.convergence import plateau
+from experiments.runs.sweep.spec import batch_for, load_spec, nearest_tuned, plan_run, resolve_axes, steps_for, tuned_fractions
+from experiments.runs.sweep.sweep import choose_lrs, run_sweep, tuning_stage
 
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipe_args": {"default": {}},
         "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
@@ -170,7 +170,7 @@ def test_spec_profiles_resolve():
 
 def test_choice_reads_validation_only(tmp_path):
     """The lr with the best validation accuracy wins even when another has the better test accuracy."""
-    from experiments.runs.spec import Run
+    from experiments.runs.sweep.spec import Run
     runs = []
     for lr, val, test in ((0.001, 0.80, 0.95), (0.003, 0.85, 0.70)):
         d = tmp_path / f"vit_lr{lr}"

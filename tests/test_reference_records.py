@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.runs.identity import config_hash, teacher_identity
-from experiments.runs.reference import REFERENCE, RUNS, has_records, whose_runs
+from experiments.runs.run.identity import config_hash, teacher_identity
+from experiments.runs.sweep.reference import REFERENCE, RUNS, has_records, whose_runs
 from modules import FAMILIES
 
 from . import training_digests

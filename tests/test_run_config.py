@@ -1,6 +1,6 @@
 """A run folder from elsewhere is data, never code: `test`, `validate` and `probe` read its config.yaml
 with yaml.safe_load, keep its data, model and evaluation settings as plain values and hand nothing
-else to jsonargparse (experiments/runs/run_config.py). Each form in which that file could import
+else to jsonargparse (experiments/runs/run/run_config.py). Each form in which that file could import
 code or write outside its folder is planted here, with a module `h3evil` on the import path whose
 import creates a file: the run is evaluated as usual, one note names what was left out, the module
 is never imported and nothing is written outside. An included file and values of the wrong shape
@@ -163,9 +163,9 @@ def test_a_refused_config_stops_probe_before_any_folder_is_touched(trained, tmp_
 
 def test_the_options_checked_are_fits_own():
     """Every option of `fit`'s parser, and nothing else, is a key a run's config may hold."""
-    from experiments.runs.cli import _ParseOnly
-    from experiments.runs.identity import flatten
-    from experiments.runs.run_config import options
+    from experiments.runs.run.cli import _ParseOnly
+    from experiments.runs.run.identity import flatten
+    from experiments.runs.run.run_config import options
     parser = _ParseOnly(args=["fit"])._subcommand_parsers["fit"]
     assert set(flatten(parser.get_defaults().as_dict())) - {"config", "__default_config__"} == set(options())
 
@@ -178,6 +178,6 @@ def test_the_options_checked_are_fits_own():
     ("h3evil.Logger", "logger", False), ([{"class_path": "h3evil.Cb"}], "callbacks", False),
 ])
 def test_a_kept_value_fits_its_type_only_as_a_plain_value(value, kind, fits):
-    from experiments.runs.run_config import _fits, options
+    from experiments.runs.run.run_config import _fits, options
     kind = options()[f"trainer.{kind}"][0] if isinstance(kind, str) else kind
     assert _fits(value, kind) is fits

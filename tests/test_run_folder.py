@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 from experiments.datascale.numbers import grouping_identity
-from experiments.runs.identity import config_hash, run_name
-from experiments.runs.run_folder import SUMMARY_SCHEMA, RunFolder, Teacher, migrate_summary, teacher_of
-from experiments.runs.shared import shared_entries
+from experiments.runs.run.identity import config_hash, run_name
+from experiments.runs.run.run_folder import SUMMARY_SCHEMA, RunFolder, Teacher, migrate_summary, teacher_of
+from experiments.runs.sweep.shared import shared_entries
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = ROOT / "results/reference/distill/deit-tiny_fashion_mnist_f0.002_s0_lr0.003_hard-resnet-at-vit_7191c08a"
@@ -99,15 +99,15 @@ def test_every_json_record_is_written_through_the_atomic_write():
 
 def test_sweep_tuning_and_members_records_replace_a_planted_link(tmp_path):
     from modules.files import write_json
-    from experiments.runs.execute import _members_file
-    from experiments.runs.spec import Run
+    from experiments.runs.sweep.execute import _members_file
+    from experiments.runs.sweep.spec import Run
     victim = tmp_path / "outside" / "victim.txt"
     victim.parent.mkdir()
     victim.write_bytes(SECRET)
     exp = tmp_path / "runs" / "datascale"
     group = [Run(k, f"r{k}", "vit", 0.1, k, "default", ("--seed_everything", str(k)), run_dir=exp / f"r{k}_0000000{k}")
              for k in range(2)]
-    from experiments.runs.packed_fit import group_dir
+    from experiments.runs.packed.fit import group_dir
     members = group_dir([r.run_dir for r in group]) / "members.json"
     for link in (exp / "sweep.json", exp / "tuning.json", members):
         link.parent.mkdir(parents=True, exist_ok=True)

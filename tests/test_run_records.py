@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from experiments.__main__ import main
-from experiments.runs.identity import config_hash, identity
+from experiments.runs.run.identity import config_hash, identity
 from experiments.datascale.numbers import aggregate, collect
 
 from tests.conftest import ROOT, SMOKE
@@ -360,7 +360,7 @@ def test_sigterm_during_a_test_exits_by_it_and_records_nothing(cli, done_run, ca
 def test_a_folder_where_a_run_writes_a_file_is_refused_before_training(cli, fmnist_dir, make_dm, tmp_path, capsys):
     """summary.json (or another file the fit writes) made a folder: one line before anything is
     trained or written (the run trained to its end, then failed on writing its summary)."""
-    from experiments.runs.cli import resolve_run_dirs
+    from experiments.runs.run.cli import resolve_run_dirs
     make_dm().num_classes  # decoded beforehand: a first use's decoding progress is no error line
     (run_dir,) = resolve_run_dirs([["--config", SMOKE, "--data.data_dir", str(fmnist_dir), "--runs_dir",
                                     str(tmp_path / "runs"), "--experiment", "t", "--model.family", "resnet"]])

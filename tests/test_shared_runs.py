@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from experiments.__main__ import main
-from experiments.runs import reference
-from experiments.runs.shared import located
+from experiments.runs.sweep import reference
+from experiments.runs.sweep.shared import located
 
 # one protocol for both experiments: the same family, subset, seed, lr and schedule is the same run
 PROTOCOL = {"budget": "tiny", "fractions": [0.5], "seeds": [0], "epochs": 0.25, "min_steps": 4, "val_checks": 2,
@@ -30,7 +30,7 @@ DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "
 def specs(fmnist_dir, tmp_path, monkeypatch, in_process_launches):
     """Both specs on the small IDX data, fitted in this process; returns (datascale spec, distill
     spec, runs_dir, the run folders each fit was launched for)."""
-    import experiments.runs.execute as execute
+    import experiments.runs.sweep.execute as execute
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
     launched, fit = [], execute._run_logged
 
@@ -124,9 +124,9 @@ def test_a_fit_stopped_at_an_accuracy_keeps_the_validation_closest_to_it(tmp_pat
     import torch
     from lightning.pytorch.callbacks import EarlyStopping
 
-    from experiments.runs.checkpoint import RunCheckpoint
-    from experiments.runs.checkpoint import TargetGap
-    from experiments.runs.record_callback import RunRecord
+    from experiments.runs.run.checkpoint import RunCheckpoint
+    from experiments.runs.run.checkpoint import TargetGap
+    from experiments.runs.run.record_callback import RunRecord
     from modules.checkpoint_io import read_checkpoint
 
     target, accs = 0.64, [0.30, 0.55, 0.62, 0.71, 0.50, 0.64]  # reached at step 4 (+0.07); step 3 is 0.02 under

@@ -1,4 +1,4 @@
-"""The submitit launchers (experiments/runs/slurm.py) under submitit's LocalExecutor: real subprocess
+"""The submitit launchers (experiments/runs/sweep/slurm.py) under submitit's LocalExecutor: real subprocess
 jobs through the code path `--launcher slurm` takes. An array with a dependency; a failing task
 retried, then reported; a task preempted mid-run and requeued that ends equal to an uninterrupted
 run; --status on a half-finished sweep."""
@@ -17,10 +17,10 @@ import torch
 import yaml
 
 from experiments.__main__ import main
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.cluster import ClusterOptions
-from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuning_runs
-from experiments.runs.sweep import run_sweep
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.cluster import ClusterOptions
+from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuning_runs
+from experiments.runs.sweep.sweep import run_sweep
 
 from .fake_launch import fake_launch
 from .test_sweep import _folder, sweep_env  # noqa: F401 (the fixture)

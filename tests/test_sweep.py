@@ -18,10 +18,10 @@ import torch
 import yaml
 
 from experiments.__main__ import main
-from experiments.runs.cli import resolve_run_dirs
-from experiments.runs.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
-from experiments.runs.execute import launch, run_status
-from experiments.runs.sweep import run_sweep
+from experiments.runs.run.cli import resolve_run_dirs
+from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
+from experiments.runs.sweep.execute import launch, run_status
+from experiments.runs.sweep.sweep import run_sweep
 from experiments.datascale.numbers import aggregate, collect, sample_efficiency
 from experiments.datascale.tables import findings, make_tables
 
@@ -457,8 +457,8 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     image) and batch on this device, over the runs at a time; finished runs cost nothing; no guess
     for what was never measured here (a ViT at patch 2 is not priced as one at patch 4)."""
     CPU = "2 CPU cores (dev, AVX2), no GPU"  # as provenance.hardware names a machine without a GPU
-    from experiments.runs.estimate import estimate, measured, read_step_times
-    from experiments.runs.spec import Run
+    from experiments.runs.sweep.estimate import estimate, measured, read_step_times
+    from experiments.runs.sweep.spec import Run
     runs = [Run(i, f"{f}_{i}", f, 0.1, 0, "default", (), run_dir=tmp_path / f"{f}_{i}", steps=6000, batch_size=32)
             for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
     vit, resnet = 52_158_800, 90_742_560  # forward FLOPs per image at 28x28x1, as their summaries record them

@@ -13,7 +13,7 @@ import pytest
 from experiments.__main__ import main
 from experiments.report.records import BadRecord, checked_summary
 from experiments.report.table_format import plain
-from experiments.runs.reference import REFERENCE
+from experiments.runs.sweep.reference import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "vit-tiny_fashion_mnist_f0.002_s0_lr0.003_1ce114f1"   # a finished reference run that distill and inductive_bias share

@@ -1,6 +1,6 @@
 """What TensorBoard shows of a run and of a sweep: readable hparams without placeholder metrics,
 no `epoch` or one-off scalars, val/acc under the training-set size, the sweep's layout and
-hparams experiment (experiments/runs/tensorboard.py)."""
+hparams experiment (experiments/runs/run/tensorboard.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +9,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import metadata
 
-from experiments.runs.record import session_rows
-from experiments.runs.tensorboard import write_sweep_view
+from experiments.runs.run.record import session_rows
+from experiments.runs.run.tensorboard import write_sweep_view
 
 
 def events(folder: Path) -> EventAccumulator:
@@ -78,8 +78,8 @@ def test_a_fit_logs_its_identity_as_hparams_and_no_placeholders(cli):
 def test_a_runs_status_in_hparams_follows_its_summary(tmp_path):
     """The session file holds the run's hparams with its status, rewritten whole at every summary
     (TensorBoard keeps the first session start it reads: an appended one would never show)."""
-    from experiments.runs.run_folder import RunFolder
-    from experiments.runs.tensorboard import SESSION_FILE, session_hparams, write_session
+    from experiments.runs.run.run_folder import RunFolder
+    from experiments.runs.run.tensorboard import SESSION_FILE, session_hparams, write_session
     run_dir = tmp_path / "resnet-x"
     run_dir.mkdir()
     RunFolder(run_dir).write_identity({"model.family": "resnet", "data.seed": 1}, "x")

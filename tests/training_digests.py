@@ -35,7 +35,7 @@ def machine() -> str:
     """The key a digest is recorded under: what decides the bits besides the code."""
     from importlib.metadata import version
 
-    from experiments.runs.cli import default_precision
+    from experiments.runs.run.cli import default_precision
     cpu, isa = platform.processor() or platform.machine(), ""
     try:
         info = Path("/proc/cpuinfo").read_text().splitlines()

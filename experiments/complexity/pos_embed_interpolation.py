@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from experiments.runs.run_config import load_config
-from experiments.runs.trained import load_classifier
+from experiments.runs.run.run_config import load_config
+from experiments.runs.run.trained import load_classifier
 
 METHODS = ("bicubic", "nearest", "none")
 NATIVE = "native"  # the control: same fine-tune at the source size, no resize

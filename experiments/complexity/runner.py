@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from experiments.runs.names import runs_dir_option
-from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.run.names import runs_dir_option
+from experiments.runs.run.provenance import git_commit, hardware, versions
 from modules.files import write_json
 
-from experiments.runs.record import read_json
-from experiments.runs.spec import Run, Schema, reject_unknown, load_spec
+from experiments.runs.run.record import read_json
+from experiments.runs.sweep.spec import Run, Schema, reject_unknown, load_spec
 
 PARTS = ("paper", "scaling", "ours", "interpolation")
 EXPERIMENT = "complexity"
@@ -128,7 +128,7 @@ def ours_part(spec: dict, profile: dict, device: torch.device) -> dict:
 def source_run(runs_dir: Path, source: dict) -> Run:
     """The suite-trained ViT the interpolation part starts from: a `fit` run of its own in
     <runs_dir>/complexity, trained once and reused while its configuration is unchanged."""
-    from experiments.runs.cli import resolve_run_dirs
+    from experiments.runs.run.cli import resolve_run_dirs
     args = ["--experiment", EXPERIMENT, "--runs_dir", str(runs_dir), "--model.family", source["family"],
             "--model.budget", source["budget"], "--trainer.max_epochs", str(source["max_epochs"]),
             *map(str, source.get("args", []))]
@@ -139,7 +139,7 @@ def source_run(runs_dir: Path, source: dict) -> Run:
 
 def interpolation_part(spec: dict, profile: dict, device: torch.device, runs_dir: Path) -> dict:
     from experiments.complexity.pos_embed_interpolation import interpolation_study
-    from experiments.runs.execute import execute, launch
+    from experiments.runs.sweep.execute import execute, launch
     p = profile["interpolation"]
     run = source_run(runs_dir, p["source"])
     print(f"source run {run.run_dir} (trained if not finished; output in its log.txt)", file=sys.stderr)

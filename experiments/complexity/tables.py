@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 from experiments.complexity.runner import PARTS
 from experiments.complexity.pos_embed_interpolation import NATIVE
-from experiments.runs.reference import NothingFinished, whose, whose_runs
+from experiments.runs.sweep.reference import NothingFinished, whose, whose_runs
 from experiments.report.verdicts import MARGINS
 from experiments.report.records import read_record
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope

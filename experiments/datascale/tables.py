@@ -31,7 +31,7 @@ from experiments.report.figures import log_figures
 from experiments.report.findings import Finding, source
 from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import paired_difference
-from experiments.runs.reference import NothingFinished, whose
+from experiments.runs.sweep.reference import NothingFinished, whose
 
 
 def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:

@@ -19,8 +19,8 @@ from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
 from experiments.report.verdicts import STILL_IMPROVING, cannot_tell
-from experiments.runs.convergence import plateau_unknown, still_improving
-from experiments.runs.reference import whose_runs
+from experiments.runs.run.convergence import plateau_unknown, still_improving
+from experiments.runs.sweep.reference import whose_runs
 
 WINNER = CLAIMS["winner"].said  # the words before each size's winner
 

@@ -16,9 +16,9 @@ from experiments.report.claim import Claim, load_claims, load_published
 from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.report.table_format import fmt
-from experiments.runs.convergence import still_improving
-from experiments.runs.reference import NothingFinished
-from experiments.runs.shared import located
+from experiments.runs.run.convergence import still_improving
+from experiments.runs.sweep.reference import NothingFinished
+from experiments.runs.sweep.shared import located
 
 CLAIMS = load_claims("distill")  # the claims' fixed words (claims.yaml)
 DEIT_PUBLISHED = load_published("distill")  # DeiT's published numbers (claims.yaml: published)

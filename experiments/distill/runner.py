@@ -29,20 +29,20 @@ from modules.budgets import FAMILIES, distils, names
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
 from experiments.distill import MATCHED, matched_name
-from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.run.provenance import git_commit, hardware, versions
 from modules.files import write_json
 
-from experiments.runs.record import read_json, write_profile_record
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.cluster import options_from
-from experiments.runs.shared import entry
-from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
+from experiments.runs.run.record import read_json, write_profile_record
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.cluster import options_from
+from experiments.runs.sweep.shared import entry
+from experiments.runs.sweep.slurm import print_status, run_then_tables
+from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
                                    nearest_tuned, runner_parser, tuned_fractions, with_folders)
-from experiments.runs.execute import TUNED, run_status
-from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
-from experiments.runs.run_config import load_config
-from experiments.runs.trained import load_classifier, test_images
+from experiments.runs.sweep.execute import TUNED, run_status
+from experiments.runs.sweep.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
+from experiments.runs.run.run_config import load_config
+from experiments.runs.run.trained import load_classifier, test_images
 
 NAME = "distill"
 RECORD = "distill.json"
@@ -401,6 +401,6 @@ def _missing(axes: dict, teachers: list[Run], students: list[Run]) -> bool:
 
 
 def _launcher(jobs: int):
-    from experiments.runs.execute import Workers, launch
+    from experiments.runs.sweep.execute import Workers, launch
     workers = Workers(jobs)
     return lambda r: launch(r, workers)

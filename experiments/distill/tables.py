@@ -25,7 +25,7 @@ from experiments.distill.words import render_markdown
 from experiments.report.figures import log_figures
 from experiments.report.findings import Finding, estimate_text, source
 from experiments.report.table_format import write_csv
-from experiments.runs.reference import whose
+from experiments.runs.sweep.reference import whose
 
 
 def findings(exp_dir: Path) -> list[Finding]:

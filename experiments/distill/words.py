@@ -19,8 +19,8 @@ from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
 from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, not_read)
-from experiments.runs.convergence import still_improving
-from experiments.runs.reference import whose_runs
+from experiments.runs.run.convergence import still_improving
+from experiments.runs.sweep.reference import whose_runs
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
 
 MISSING = "no run"                     # applicable, but no finished run

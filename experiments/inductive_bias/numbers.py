@@ -14,9 +14,9 @@ from modules.budgets import kind_of, reading_order
 from experiments.report.claim import Claim, load_claims, load_published
 from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
-from experiments.runs.convergence import still_improving
-from experiments.runs.reference import NothingFinished
-from experiments.runs.shared import located
+from experiments.runs.run.convergence import still_improving
+from experiments.runs.sweep.reference import NothingFinished
+from experiments.runs.sweep.shared import located
 
 CLAIMS = load_claims("inductive_bias")  # the claims' fixed words (claims.yaml)
 TABLE8 = load_published("inductive_bias")  # ViT Table 8 and Lu et al. 2022 (claims.yaml: published)

@@ -31,18 +31,18 @@ from rich.progress import Progress
 from datamodules import ImageClassificationDataModule
 from modules.budgets import FAMILIES, distils
 
-from experiments.runs.probe import PARTS, RESULT, probe_run
-from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.run.probe import PARTS, RESULT, probe_run
+from experiments.runs.run.provenance import git_commit, hardware, versions
 from modules.files import write_json
 
-from experiments.runs.record import read_json, write_profile_record
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.cluster import options_from
-from experiments.runs.slurm import print_status, run_then_tables
-from experiments.runs.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
+from experiments.runs.run.record import read_json, write_profile_record
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.cluster import options_from
+from experiments.runs.sweep.slurm import print_status, run_then_tables
+from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
                                    main_runs, nearest_tuned, runner_parser, with_folders)
-from experiments.runs.execute import TUNED, run_status
-from experiments.runs.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
+from experiments.runs.sweep.execute import TUNED, run_status
+from experiments.runs.sweep.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
 
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
@@ -260,7 +260,7 @@ def cka_against(run_dir: Path, reference_dir: Path, images: torch.Tensor, batch:
     block of the reference's, on the same test images."""
     from modules.probes import layer_names, minibatch_cka
 
-    from experiments.runs.trained import load_classifier
+    from experiments.runs.run.trained import load_classifier
     a, b = load_classifier(run_dir).model, load_classifier(reference_dir).model
     batches = [x for x in images.split(batch) if len(x) >= 4]
     matrix = minibatch_cka(a, b, batches)               # (blocks of a, blocks of b)
@@ -305,8 +305,8 @@ def probes_stage(axes: dict, exp_dir: Path, families: list[Run], ablations: list
         for r, ref in pairs_todo:
             progress.update(task, description=f"cka {r.family} vs {REFERENCE}")
             if cka_images is None:  # the test split is the same for every run of the dataset
-                from experiments.runs.run_config import load_config
-                from experiments.runs.trained import test_images
+                from experiments.runs.run.run_config import load_config
+                from experiments.runs.run.trained import test_images
                 cka_images = test_images(load_config(ref.run_dir)["data"], images)[0]
             path = cka_file(exp_dir, r, ref)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -427,6 +427,6 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
 
 
 def _launcher(jobs: int, runs_dir: Path):
-    from experiments.runs.execute import Workers, launch
+    from experiments.runs.sweep.execute import Workers, launch
     workers = Workers(jobs)
     return lambda r: launch(r, workers)

@@ -25,7 +25,7 @@ from experiments.inductive_bias.words import (_left_out, _size_label, ablation_s
 from experiments.report.figures import log_figures, save_png
 from experiments.report.findings import Finding, source
 from experiments.report.table_format import write_csv
-from experiments.runs.reference import whose, whose_runs
+from experiments.runs.sweep.reference import whose, whose_runs
 
 
 def render_profile(p: Profile, pngs: dict[str, str]) -> list[str]:

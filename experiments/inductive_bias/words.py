@@ -16,7 +16,7 @@ from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import fmt, markdown_table, plus_minus
 from experiments.report.verdicts import STILL_IMPROVING, not_read, size_against
-from experiments.runs.convergence import still_improving
+from experiments.runs.run.convergence import still_improving
 
 
 def _pm(est: Estimate | None, digits: int = 3, signed: bool = False) -> str:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.report.table_format import one_line, plain
-from experiments.runs.record import read_json
-from experiments.runs.run_folder import IDENTITY_FILE, TEACHER_KEYS, RunFolder, migrate_summary
-from experiments.runs.shared import located, shared_entries
+from experiments.runs.run.record import read_json
+from experiments.runs.run.run_folder import IDENTITY_FILE, TEACHER_KEYS, RunFolder, migrate_summary
+from experiments.runs.sweep.shared import located, shared_entries
 
 
 LARGEST = 1e18  # beyond any count or time the suite records; a float holds it (a longer JSON integer overflows one)

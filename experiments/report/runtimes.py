@@ -17,7 +17,7 @@ from modules.budgets import FAMILIES
 
 from experiments.report.records import read_record, read_runs
 from experiments.report.table_format import markdown_table, plural, replaced_rows
-from experiments.runs.reference import whose
+from experiments.runs.sweep.reference import whose
 
 RECORDS = ("sweep.json", "distill.json", "inductive_bias.json")  # a runner's record: profiles.<p>.last_invocation
 MEASUREMENTS = "measurements_*.json"                                # exp-complexity's, one per profile

@@ -31,17 +31,17 @@ from modules.classifier import check_teacher_checkpoint
 from modules.files import refuse_links
 from modules.registry import check_options
 
-from experiments.runs.checkpoint import FinalCheckpoint, RunCheckpoint, TargetGap
-from experiments.runs.cli_help import HELP_ALL, asks_help, suite_help
-from experiments.runs.cli_messages import first_line, one_line
-from experiments.runs.identity import config_hash, evaluation_identity, folder_name, identity
-from experiments.runs.names import checked_name, checked_runs_dir, inside
-from experiments.runs.record_callback import RunRecord
-from experiments.runs.run_config import load_config
-from experiments.runs.run_folder import BEST, RunFolder, run_of_checkpoint
-from experiments.runs.tensorboard import SuiteTensorBoardLogger, session_hparams
+from experiments.runs.run.checkpoint import FinalCheckpoint, RunCheckpoint, TargetGap
+from experiments.runs.run.cli_help import HELP_ALL, asks_help, suite_help
+from experiments.runs.run.cli_messages import first_line, one_line
+from experiments.runs.run.identity import config_hash, evaluation_identity, folder_name, identity
+from experiments.runs.run.names import checked_name, checked_runs_dir, inside
+from experiments.runs.run.record_callback import RunRecord
+from experiments.runs.run.run_config import load_config
+from experiments.runs.run.run_folder import BEST, RunFolder, run_of_checkpoint
+from experiments.runs.run.tensorboard import SuiteTensorBoardLogger, session_hparams
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MAX_STEPS = 2**53  # the schedule's step over its length is a float64: past this, steps share one value
 _PARSERS: dict = {}  # (CLI class, with subcommands) -> its parsers: see SuiteCLI.setup_parser
 

@@ -18,7 +18,7 @@ CODE = ("datamodules", "modules", "experiments", "pyproject.toml")  # what a run
 def git_commit() -> str:
     """HEAD's commit, with '-dirty' when the code a run executes differs from it (results, docs
     and tests being edited meanwhile do not change what a run computes)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True).stdout.strip()

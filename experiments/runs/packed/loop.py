@@ -44,9 +44,9 @@ from modules.checkpoint_io import SafeCheckpointIO
 from modules.optim import warmup_cosine
 from modules.packed_step import PackedStep
 
-from experiments.runs.packed_records import MemberRecords
-from experiments.runs.record import PROGRESS_EVERY_S
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.packed.records import MemberRecords
+from experiments.runs.run.record import PROGRESS_EVERY_S
+from experiments.runs.run.run_folder import RunFolder
 
 GROUP_CHECKPOINT_EVERY = timedelta(minutes=10)   # the group checkpoint's timer (and once at the end)
 PRECISIONS = {"32-true": None, "32": None, "bf16-mixed": torch.bfloat16}
@@ -68,7 +68,7 @@ class Schedule:
     depends on the training set: batches per epoch, total steps, when to validate."""
 
     def __init__(self, trainer: dict):
-        from experiments.runs.cli import default_precision  # Lightning's CLI: imported when a group trains
+        from experiments.runs.run.cli import default_precision  # Lightning's CLI: imported when a group trains
         odd = sorted(k for k, v in trainer.items() if k not in HANDLED | UNUSED
                      and k in TRAINER_DEFAULTS and v != TRAINER_DEFAULTS[k])
         if odd:

@@ -27,13 +27,13 @@ import yaml
 from datamodules.splits import resolve_train_size
 from modules.budgets import BUDGET_TARGETS, FAMILIES, TEACHER, distils, fit_order
 
-from experiments.runs.identity import run_name
-from experiments.runs.names import checked_name, runs_dir_option
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.cluster import add_options, check_cluster
-from experiments.runs.shared import entry, share
+from experiments.runs.run.identity import run_name
+from experiments.runs.run.names import checked_name, runs_dir_option
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.cluster import add_options, check_cluster
+from experiments.runs.sweep.shared import entry, share
 
-EXPERIMENTS = Path(__file__).resolve().parents[1]  # one folder per experiment, each holding its spec.yaml
+EXPERIMENTS = Path(__file__).resolve().parents[2]  # one folder per experiment, each holding its spec.yaml
 SWEEP = "sweep"  # the runner of a spec that names none
 
 
@@ -481,7 +481,7 @@ def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
 def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
     """Every run with the folder `fit` would choose for its arguments, or the same configuration's
     folder in another experiment that already holds it (shared.py), numbered from `start`."""
-    from experiments.runs.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
+    from experiments.runs.run.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
     dirs = resolve_run_dirs([list(r.args) for r in runs])
     return [share(replace(r, run_dir=d, index=start + i)) for i, (r, d) in enumerate(zip(runs, dirs))]
 

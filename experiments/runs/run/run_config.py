@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.trained import FIT
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.trained import FIT
 
 SECTIONS = ("trainer", "model", "data")
 # trainer settings an evaluation takes from its run: its arithmetic, which batches, how it is shown

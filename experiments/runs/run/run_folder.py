@@ -20,8 +20,8 @@ from pathlib import Path, PurePath
 
 from modules.files import write_json
 
-from experiments.runs.identity import HASH_CHARS, RUN_FOLDER, run_name
-from experiments.runs.lock import held, lock_run_folder
+from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, run_name
+from experiments.runs.run.lock import held, lock_run_folder
 
 SUMMARY_FILE = "summary.json"
 IDENTITY_FILE = "identity.json"
@@ -157,7 +157,7 @@ class RunFolder:
         write_json(self.summary_file, summary)
         identity = self.identity()
         if identity is not None:
-            from experiments.runs.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used
+            from experiments.runs.run.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used
             write_session(self.path, recorded_hparams(identity, summary))
 
     def identity(self) -> dict | None:

@@ -41,7 +41,7 @@ class ClusterOptions:
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("launcher (experiments/runs/slurm.py)")
+    g = p.add_argument_group("launcher (experiments/runs/sweep/slurm.py)")
     g.add_argument("--launcher", choices=LAUNCHERS, default="local",
                    help="local (default): each run a process here; slurm: each stage one SLURM job array through "
                         "submitit; submitit-local: the same through submitit's local executor")

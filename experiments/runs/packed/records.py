@@ -15,10 +15,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 from modules.files import write_atomic
 
-from experiments.runs.identity import evaluation_identity
-from experiments.runs.record import record_summary, write_progress
-from experiments.runs.run_folder import BEST, RunFolder
-from experiments.runs.tensorboard import SIZE_TAG, session_hparams, write_session
+from experiments.runs.run.identity import evaluation_identity
+from experiments.runs.run.record import record_summary, write_progress
+from experiments.runs.run.run_folder import BEST, RunFolder
+from experiments.runs.run.tensorboard import SIZE_TAG, session_hparams, write_session
 
 
 class MemberRecords:

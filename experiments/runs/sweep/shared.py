@@ -15,8 +15,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.runs.names import checked_name, inside
-from experiments.runs.run_folder import SUMMARY_FILE, RunFolder
+from experiments.runs.run.names import checked_name, inside
+from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder
 
 
 def home(run_dir: Path) -> Path:

@@ -25,10 +25,10 @@ import yaml
 from modules.budgets import distils, fit_order
 from modules.files import open_in_place, write_json
 
-from experiments.runs.interruption import SIGNALS, Interrupted, deferred
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.spec import Run
-from experiments.runs.shared import located
+from experiments.runs.run.interruption import SIGNALS, Interrupted, deferred
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.spec import Run
+from experiments.runs.sweep.shared import located
 
 FINAL = ("done", "diverged")  # not run again; failed runs are retried
 TUNED = ("fitted", "done")    # a tuning trial is complete once trained (its test, if any, comes from the main stage)
@@ -91,7 +91,7 @@ def visible_gpus() -> list[str]:
 def run_hardware(jobs: int) -> str:
     """This machine as each of `jobs` run processes at a time records it (provenance.hardware): one
     GPU where several run side by side (Workers), every GPU where one runs."""
-    from experiments.runs.provenance import hardware
+    from experiments.runs.run.provenance import hardware
     return hardware(gpus=1 if jobs > 1 and visible_gpus() else None)
 
 
@@ -217,7 +217,7 @@ def pack_groups(runs: list[Run], size: int) -> list[list[Run]]:
 
 def pack_key(run: Run) -> tuple:
     """What the runs of one packed group share: their stage and every argument outside MEMBER_KEYS."""
-    from experiments.runs.packed_fit import MEMBER_KEYS
+    from experiments.runs.packed.fit import MEMBER_KEYS
     per_member = {"--run_name", *(f"--{k}" for k in MEMBER_KEYS)}
     a = list(run.args)
     return run.stage, tuple(x for i, x in enumerate(a) if x not in per_member and (i == 0 or a[i - 1] not in per_member))
@@ -256,7 +256,7 @@ def units_of(runs: list[Run], pack: int) -> list[list[Run]]:
 def _members_file(group: list[Run], log: Path) -> Path:
     """The group's members.json (fit_packed's input), and a line in each member's log.txt saying where
     the group's output goes."""
-    from experiments.runs.packed_fit import group_dir
+    from experiments.runs.packed.fit import group_dir
     gdir = group_dir([r.run_dir for r in group])
     gdir.mkdir(parents=True, exist_ok=True)
     members = gdir / "members.json"
@@ -272,7 +272,7 @@ def _members_file(group: list[Run], log: Path) -> Path:
 def launch_packed(group: list[Run], workers: Workers | None = None) -> int:
     """K runs as one `fit_packed` process; its output goes to the group folder's log.txt, and each
     member's log.txt says where."""
-    from experiments.runs.packed_fit import group_dir
+    from experiments.runs.packed.fit import group_dir
     gdir = group_dir([r.run_dir for r in group])
     members = _members_file(group, gdir / "log.txt")
     return _run_logged([sys.executable, "-m", "experiments", "fit_packed", str(members)],
@@ -283,7 +283,7 @@ def launch_packed_stage(groups: list[list[Run]], workers: Workers | None = None)
     """Every packed group of a stage in ONE `fit_packed` process, one group after another (no process
     start-up per group; the data decoded once, the compiled step's kernels built once per shape); its
     output goes to <experiment>/packed/log.txt."""
-    from experiments.runs.packed_fit import PACKED_DIR
+    from experiments.runs.packed.fit import PACKED_DIR
     folder = groups[0][0].run_dir.parent / PACKED_DIR
     files = [str(_members_file(g, folder / "log.txt")) for g in groups]
     return _run_logged([sys.executable, "-m", "experiments", "fit_packed", *files],

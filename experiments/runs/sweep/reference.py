@@ -16,10 +16,10 @@ from pathlib import Path
 
 from modules.files import write_atomic
 
-from experiments.runs.lock import refuse_experiment_links
-from experiments.runs.names import checked_name
-from experiments.runs.run_folder import CHECKPOINTS, PROGRESS_FILE, TRAIN_INDICES_FILE
-from experiments.runs.shared import shared_entries
+from experiments.runs.run.lock import refuse_experiment_links
+from experiments.runs.run.names import checked_name
+from experiments.runs.run.run_folder import CHECKPOINTS, PROGRESS_FILE, TRAIN_INDICES_FILE
+from experiments.runs.sweep.shared import shared_entries
 
 RUNS = Path("results/runs")
 REFERENCE = Path("results/reference")

@@ -36,13 +36,13 @@ from typing import Callable
 
 from modules.files import open_in_place
 
-from experiments.runs.cluster import ClusterOptions, Submitted
-from experiments.runs.lock import SUBMITIT_DIR, try_lock
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.execute import (FINAL, RUNNING, TUNED, record_failure, execute, execute_group, finished,
+from experiments.runs.sweep.cluster import ClusterOptions, Submitted
+from experiments.runs.run.lock import SUBMITIT_DIR, try_lock
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.execute import (FINAL, RUNNING, TUNED, record_failure, execute, execute_group, finished,
                                       launch, launch_packed, run_status)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 POLL_S = 1.0
 
 
@@ -325,7 +325,7 @@ def run_state(run) -> tuple[str, str]:
         return "failed", s.get("error", "")
     if run.run_dir.exists():
         resumes = "resumes from last.ckpt" if folder.last_checkpoint.exists() else ""
-        if status == "interrupted":  # by Ctrl-C or SIGTERM (runs.interruption)
+        if status == "interrupted":  # by Ctrl-C or SIGTERM (runs.run.interruption)
             return "interrupted", resumes or "starts again"
         return "pending", "only its test is left" if status == "fitted" else resumes or "started"
     return "pending", ""

@@ -25,12 +25,12 @@ from rich.progress import Progress
 from modules import FAMILIES, probes
 from modules.files import refuse_links
 
-from experiments.runs.provenance import git_commit, hardware, versions
+from experiments.runs.run.provenance import git_commit, hardware, versions
 from modules.files import write_json
 
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.run_config import load_config
-from experiments.runs.trained import load_classifier, test_images
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.run_config import load_config
+from experiments.runs.run.trained import load_classifier, test_images
 from experiments.report.figures import log_figures, save_png
 
 RESULT = "probes.json"

@@ -1,7 +1,7 @@
 """What a run records in its folder (runs/run_folder.py names the files): its summary.json after a
 fit or a test (record_summary), progress.json while it trains; and the experiments' own records
 (read_json, write_profile_record). Reading and writing them needs no torch or Lightning (a
-scheduler's task process reads them); runs.record_callback is the callback that writes them while
+scheduler's task process reads them); runs.run.record_callback is the callback that writes them while
 a run trains."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 from modules.files import write_atomic, write_json
 
-from experiments.runs.convergence import plateau
-from experiments.runs.provenance import hardware, versions
-from experiments.runs.identity import config_hash
-from experiments.runs.run_folder import RunFolder, teacher_of
+from experiments.runs.run.convergence import plateau
+from experiments.runs.run.provenance import hardware, versions
+from experiments.runs.run.identity import config_hash
+from experiments.runs.run.run_folder import RunFolder, teacher_of
 
 PROGRESS_EVERY_S = 2.0  # how often a training run renews progress.json between validations
 
@@ -72,7 +72,7 @@ def read_progress(run_dir: Path) -> dict | None:
 
 def session_rows(run_dirs: list[Path]) -> list[dict]:
     """HPARAMS' row of each run that has an identity.json (tensorboard.recorded_hparams)."""
-    from experiments.runs.tensorboard import recorded_hparams  # TensorBoard: imported when used
+    from experiments.runs.run.tensorboard import recorded_hparams  # TensorBoard: imported when used
     folders = [RunFolder(d) for d in run_dirs]
     return [recorded_hparams(i, f.summary()) for f in folders if (i := f.identity()) is not None]
 

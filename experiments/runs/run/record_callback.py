@@ -1,4 +1,4 @@
-"""RunRecord, the Lightning callback that writes a run's records (runs.record) while it trains:
+"""RunRecord, the Lightning callback that writes a run's records (runs.run.record) while it trains:
 train_indices.json at fit start, progress.json while it trains, summary.json after fit and after test."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from lightning.pytorch.callbacks import Callback
 
 from modules.files import write_json
 
-from experiments.runs.identity import config_hash
-from experiments.runs.provenance import git_commit, hardware, versions
-from experiments.runs.record import PROGRESS_EVERY_S, record_summary, write_progress
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.run.identity import config_hash
+from experiments.runs.run.provenance import git_commit, hardware, versions
+from experiments.runs.run.record import PROGRESS_EVERY_S, record_summary, write_progress
+from experiments.runs.run.run_folder import RunFolder
 
 
 class RunRecord(Callback):
@@ -95,7 +95,7 @@ class RunRecord(Callback):
         self._write(trainer, pl_module, status=status, error=f"{type(exception).__name__}: {exception}")
 
     def _interrupted(self, trainer, pl_module, stop: KeyboardInterrupt) -> None:
-        """Ctrl-C or SIGTERM (runs.interruption): a fit is recorded as interrupted (the next start
+        """Ctrl-C or SIGTERM (runs.run.interruption): a fit is recorded as interrupted (the next start
         resumes it from its last checkpoint); a trained run stopped in its test stays fitted (only
         its test is left), and an evaluation records nothing. The command's line says which."""
         if self.identity is None or trainer.state.fn != "fit":

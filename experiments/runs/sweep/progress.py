@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from experiments.runs.estimate import DONE, read_step_times, unit_minutes, wall
-from experiments.runs.execute import finished, run_hardware, run_status, units_of
-from experiments.runs.record import read_progress
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.spec import Run
+from experiments.runs.sweep.estimate import DONE, read_step_times, unit_minutes, wall
+from experiments.runs.sweep.execute import finished, run_hardware, run_status, units_of
+from experiments.runs.run.record import read_progress
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.spec import Run
 
 
 def clock_text(seconds: float) -> str:

@@ -10,7 +10,7 @@ import torch
 
 from datamodules import ImageClassificationDataModule
 
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.run.run_folder import RunFolder
 
 FIT = "`python -m experiments fit`"
 

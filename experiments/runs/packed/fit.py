@@ -43,11 +43,11 @@ from modules.budgets import distils
 from modules.files import refuse_links, write_json
 from modules.registry import use_fused_attention
 
-from experiments.runs.identity import config_hash, evaluation_identity
-from experiments.runs.packed_loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule, limited
-from experiments.runs.record import record_summary
-from experiments.runs.run_folder import BEST, RunFolder
-from experiments.runs.provenance import git_commit
+from experiments.runs.run.identity import config_hash, evaluation_identity
+from experiments.runs.packed.loop import GROUP_CHECKPOINT_EVERY, GroupLoop, Schedule, limited
+from experiments.runs.run.record import record_summary
+from experiments.runs.run.run_folder import BEST, RunFolder
+from experiments.runs.run.provenance import git_commit
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
 # augmentation (each member has its own DataModule: the default and strong recipes pack together)
@@ -68,7 +68,7 @@ class Member:
 def resolve_members(arg_lists: list[list[str]]) -> list[Member]:
     """Each member's configuration, identity and folder, as `fit` resolves them; one error line when
     two members differ in anything outside MEMBER_KEYS."""
-    from experiments.runs.cli import _ParseOnly  # builds Lightning's parser: only when members are resolved
+    from experiments.runs.run.cli import _ParseOnly  # builds Lightning's parser: only when members are resolved
     if not arg_lists:
         raise ValueError("fit_packed: no members given: allowed a list of one or more fit argument lists")
     cli = _ParseOnly(args=["fit", *arg_lists[0]])
@@ -102,7 +102,7 @@ def fit_packed(arg_lists: list[list[str]], callbacks: tuple = (),
     """Trains the members (those not yet finished) packed; returns folder name -> status.
     callbacks: hooks for the group's loop (packed_loop.GroupLoop); checkpoint_every: the group
     checkpoint's timer; compile: the step compiled whole (None: on CUDA only, as CUDA graphs)."""
-    from experiments.runs.cli import check_folder_identity
+    from experiments.runs.run.cli import check_folder_identity
     members = resolve_members(arg_lists)
     Schedule(members[0].config["trainer"])  # settings the group's loop cannot honour: one line, nothing written
     _data_modules(members)  # the data's checks (its values, val_size against the pool) before any folder is made
@@ -190,7 +190,7 @@ def _test(members: list[Member]) -> None:
     """Every member's best checkpoint on the test split in ONE vmapped pass (their networks stacked),
     each scored by its own ImageClassifier's test metrics and recorded as its own fit's test would be
     (summary.json: status done, test)."""
-    from experiments.runs.cli import default_precision
+    from experiments.runs.run.cli import default_precision
     c = members[0].config
     precision = c["trainer"].get("precision") or default_precision()
     clfs = []

@@ -37,22 +37,22 @@ from datamodules.splits import resolve_train_size
 from modules.budgets import TEACHER, distils
 from modules.files import write_json
 
-from experiments.runs.convergence import judged
-from experiments.runs.lock import hold_experiment
-from experiments.runs.names import runs_dir_option
-from experiments.runs.record import session_rows
-from experiments.runs.run_folder import RunFolder
-from experiments.runs.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
+from experiments.runs.run.convergence import judged
+from experiments.runs.run.lock import hold_experiment
+from experiments.runs.run.names import runs_dir_option
+from experiments.runs.run.record import session_rows
+from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
-from experiments.runs.cluster import Submitted, add_options, options_from
-from experiments.runs.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
+from experiments.runs.sweep.cluster import Submitted, add_options, options_from
+from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
                                       phase_units, phases, run_cost, run_status, stoppable, stopping)
-from experiments.runs.slurm import print_status, regenerate_tables
-from experiments.runs.tensorboard import write_sweep_view
-from experiments.runs.estimate import estimate
-from experiments.runs.interruption import Interrupted
-from experiments.runs.progress import SweepProgress
+from experiments.runs.sweep.slurm import print_status, regenerate_tables
+from experiments.runs.run.tensorboard import write_sweep_view
+from experiments.runs.sweep.estimate import estimate
+from experiments.runs.run.interruption import Interrupted
+from experiments.runs.sweep.progress import SweepProgress
 
 def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | None = None,
               console: Console | None = None, pack: int = 1,
@@ -65,7 +65,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
     runs are a stage (by default they are the whole sweep)."""
     console = console or Console()
     if cluster is not None and cluster.submitit:
-        from experiments.runs.slurm import run_stage
+        from experiments.runs.sweep.slurm import run_stage
         # a continuation job does not submit again what failed in the array before it (its retries are spent)
         todo = [r for r in runs if not finished(r, run_status(r)) and not (cluster.chained and run_status(r) == "failed")]
         results = {r.name: run_status(r) for r in runs if r not in todo}

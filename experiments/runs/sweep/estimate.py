@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
-from experiments.runs.execute import flops_per_image, gpu_sharing, run_hardware, run_status, units_of
-from experiments.runs.run_folder import RunFolder
+from experiments.runs.sweep.execute import flops_per_image, gpu_sharing, run_hardware, run_status, units_of
+from experiments.runs.run.run_folder import RunFolder
 
-STEP_TIMES = Path(__file__).resolve().parents[2] / "results" / "step_times.csv"
+STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
 COMPILE_TIMES = STEP_TIMES.parent / "gpu_check.json"
 COLUMNS = ("device", "family", "budget", "flops_per_image", "batch_size", "members", "ms_per_step", "runs", "experiments")
