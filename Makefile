@@ -13,7 +13,7 @@ FRACTIONS ?=
 SEEDS ?=
 BUDGET ?=
 DATASET ?=
-RECIPES ?=
+VARIANTS ?=
 STAGE ?=
 EXPERIMENTS ?=
 PARTS ?=
@@ -44,10 +44,10 @@ LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARTITION),--parti
 # each variable's option on an experiment's command line (VARIABLE:option; LAUNCHER: LAUNCH_ARGS);
 # a spec's make_options names those its runner takes, in their order
 OPTIONS := PROFILE:profile FAMILIES:families FRACTIONS:fractions SEEDS:seeds BUDGET:budget DATASET:dataset \
-	RECIPES:recipes STAGE:stage PACK:pack JOBS:jobs ABLATIONS:ablations PARTS:parts
+	VARIANTS:variants STAGE:stage PACK:pack JOBS:jobs ABLATIONS:ablations PARTS:parts
 option = $(foreach o,$(filter $(1):%,$(OPTIONS)),$(if $($(1)),--$(patsubst $(1):%,%,$(o)) $($(1))))
 options = $(foreach v,$(1),$(if $(filter LAUNCHER,$(v)),$(LAUNCH_ARGS),$(call option,$(v))))
-SWEEP_ARGS = $(call options,PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET RECIPES STAGE PACK JOBS LAUNCHER)
+SWEEP_ARGS = $(call options,PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET VARIANTS STAGE PACK JOBS LAUNCHER)
 
 # The experiments: each folder experiments/<name>/ with a spec.yaml, run by `make exp-<name>` (its
 # underscores as dashes). A spec declares, each on a line of its own (read here with sed, never run):

@@ -3,14 +3,14 @@
 Parts, in this order (the most telling first), each in a process of its own killed at its limit
 (what it had written by then is kept), none started past the whole run's 480 s by its own clock:
   group    one real packed group of the datascale gpu profile (8 members of one family at its smallest
-           fraction: 4 seeds x both recipes), trained and tested as the sweep trains it
+           fraction: 4 seeds x both variants), trained and tested as the sweep trains it
            (`fit_packed`, its step compiled whole and captured as a CUDA graph on CUDA, eager on the
            CPU): every member's status and test accuracy, the group's ms per step
   compile  the packed step (modules/packed_step.PackedStep, bf16 autocast on CUDA) as a group calls it
-           (the strong recipe's augmentation inside) per member count of the gpu profile's groups
+           (the strong variant's augmentation inside) per member count of the gpu profile's groups
            (8, 6, 4) and family: compile time (compile, capture, replay once) and ms per captured
            step; the dry run reads these rows (experiments/runs/sweep/estimate.py)
-  syncs    host synchronisations per captured step, and per step of the strong recipe's draws
+  syncs    host synchronisations per captured step, and per step of the strong variant's draws
            (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
   fit      one single run through `python -m experiments fit` (vit, tiny, 10% of Fashion-MNIST):
            its wall time and images/s from its summary
@@ -80,7 +80,7 @@ def part_group(a, device, work: Path, sink) -> None:
 
 def group_plan(a, work: Path) -> list:
     """The first packed group of the gpu profile's main stage for a.group_family at its smallest
-    fraction, its seeds widened to fill a.members[0] members (both recipes); in miniature with --smoke."""
+    fraction, its seeds widened to fill a.members[0] members (both variants); in miniature with --smoke."""
     from datamodules import ImageClassificationDataModule
     from experiments.runs.sweep.execute import pack_groups
     from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes
@@ -97,7 +97,7 @@ def group_plan(a, work: Path) -> list:
 
 def part_compile(a, device, work: Path, sink) -> None:
     """Per member count (the profile's most frequent first), every family: the compile time and ms
-    per step of the step as a sweep's group runs it (the strong recipe's augmentation inside, drop-path
+    per step of the step as a sweep's group runs it (the strong variant's augmentation inside, drop-path
     masks, the schedule as a tensor); each row written as it is measured."""
     rows = []
     for k in a.members:
@@ -128,11 +128,11 @@ def part_syncs(a, device, work: Path, sink) -> None:
     step, draws = _synchronisations(call, a.steps), _synchronisations(draw, a.steps)
     sink({"family": a.families[0], "members": a.members[0], "steps": a.steps,
           "syncs_per_step": len(step) / a.steps, "first": step[:3],
-          "strong_recipe_draw_syncs_per_step": len(draws) / a.steps, "draws_first": draws[:3]})
+          "strong_variant_draw_syncs_per_step": len(draws) / a.steps, "draws_first": draws[:3]})
 
 
 def strong_draws(k: int, batch: int, device: torch.device):
-    """The host's part of a step of the strong recipe: each member's augmentation draws (RandAugment,
+    """The host's part of a step of the strong variant: each member's augmentation draws (RandAugment,
     Random Erasing, MixUp/CutMix) from its loader's generator on the device, stacked."""
     from datamodules.batch_augment import member_draws
     aug = strong_augment()

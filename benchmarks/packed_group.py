@@ -8,13 +8,13 @@ from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
 from modules.packed import PackedClassifier
 from modules.packed_step import PackedStep
 
-# the datascale gpu profile's strong recipe, as a packed step augments inside
+# the datascale gpu profile's strong variant, as a packed step augments inside
 STRONG = AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=0.25, mixup_alpha=0.8,
                        cutmix_alpha=1.0)
 
 
 def strong_augment(num_classes: int = 10) -> BatchAugment:
-    """The strong recipe over Fashion-MNIST (its mean and std)."""
+    """The strong variant over Fashion-MNIST (its mean and std)."""
     return BatchAugment(STRONG, torch.tensor([72.9]), torch.tensor([90.0]), num_classes)
 
 
@@ -24,7 +24,7 @@ def group(family: str, k: int, batch: int, device: torch.device, mode: str | Non
     (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py and
     family_throughput.py too); autocast: bf16 on CUDA and float32 on the CPU ("device"), or as given.
     engine: the step as a sweep's group calls it (packed_loop.GroupLoop._step): uint8 images
-    augmented inside by the strong recipe from draws made each step on the device, each member's
+    augmented inside by the strong variant from draws made each step on the device, each member's
     drop-path masks, the schedule as a tensor."""
     torch.manual_seed(0)
     packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()

@@ -29,8 +29,8 @@ class AugmentConfig:
     cutmix_alpha: float = 0.0
 
 
-# draws of a stage a member's recipe leaves out, when members that use it share its batches
-# (a packed group of the default and the strong recipe): each leaves the images as they are
+# draws of a stage a member's variant leaves out, when members that use it share its batches
+# (a packed group of the default and the strong variant): each leaves the images as they are
 IDENTITY_DRAWS = {"ra_variant": 0, "erase": False, "erase_top": 0, "erase_left": 0, "erase_h": 0, "erase_w": 0,
                   "erase_noise": 0.0, "mix_lam": 1.0, "mix_cut": False, "mix_box": 0}
 PER_BATCH = ("mix_lam", "mix_cut", "mix_box")   # one draw per batch; the other draws are per image
@@ -65,7 +65,7 @@ class BatchAugment:
     def draws(self, batch: int, shape: tuple[int, int, int], g: torch.Generator) -> dict[str, torch.Tensor]:
         """Every random number of a batch of `batch` images of `shape` (C, H, W), from `g`, in a
         fixed order: geometry_draws, then per image RandAugment's ops (ra_variant (B, 2)) and Random
-        Erasing's box (erase_*), then per batch MixUp/CutMix's (mix_*); only the recipe's stages."""
+        Erasing's box (erase_*), then per batch MixUp/CutMix's (mix_*); only the variant's stages."""
         cfg = self.cfg
         d = geometry_draws(cfg, batch, g)
         if cfg.randaugment:

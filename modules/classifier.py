@@ -352,7 +352,7 @@ class ImageClassifier(L.LightningModule):
         if self._restored_val_acc_best is not None:
             self.val_acc_best.update(self._restored_val_acc_best)
         # parameter count and FLOPs are one value each: TensorBoard has them as hparams (the CLI's
-        # logger, experiments/runs/tensorboard.py), summary.json as params and flops_per_image
+        # logger, experiments/runs/run/tensorboard.py), summary.json as params and flops_per_image
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         self._check_finite()  # never a checkpoint of a diverged model

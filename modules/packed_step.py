@@ -19,7 +19,7 @@ graph can be captured once and replayed. It covers:
 - augmentation (datamodules.batch_augment.BatchAugment.apply: crop, flip, RandAugment, Random
   Erasing, MixUp/CutMix) on uint8 batches, with each member's random numbers drawn outside by
   BatchAugment.draws from its own loader generator (a draw with generator= breaks the graph): the
-  same numbers its single run draws. Members of different recipes pack (default and strong): a
+  same numbers its single run draws. Members of different variants pack (default and strong): a
   stage a member leaves out gets identity draws (batch_augment.member_draws).
 
 - with `teachers` (PackedClassifier.teacher_stack), DeiT's frozen teachers' forward on the members'

@@ -26,7 +26,7 @@ from PIL import Image
 
 from tests.conftest import SMOKE, make_images, write_idx
 
-TINY_SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "recipe_args": {"default": {}},
+TINY_SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "variant_args": {"default": {}},
              "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1,
                                   "min_steps": 4, "val_checks": 2, "lrs": [0.003]}}}
 

@@ -154,7 +154,7 @@ def test_mixing_draws_switch_between_cutmix_and_mixup():
 
 def test_a_stage_a_member_leaves_out_passes_its_images_unchanged():
     """member_draws fills the stages only a strong member has with identity draws for a default one:
-    each member's images come out as its own recipe makes them (labels one-hot where the group mixes)."""
+    each member's images come out as its own variant makes them (labels one-hot where the group mixes)."""
     default = BatchAugment(AugmentConfig(crop_padding=2, hflip=True), MEAN, STD, 10)
     strong = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True, random_erasing=1.0,
                                         mixup_alpha=0.8, cutmix_alpha=1.0), MEAN, STD, 10)

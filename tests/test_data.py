@@ -370,15 +370,15 @@ def test_loader_after_a_fit_counts_its_own_passes(make_dm, tmp_path):
     assert len(list(dm.train_dataloader())) == 4
 
 
-@pytest.mark.parametrize("recipe", [{}, dict(randaugment=True, random_erasing=0.5, mixup_alpha=0.8, cutmix_alpha=1.0)])
-def test_a_loader_of_draws_only_hands_over_what_augment_train_draws(make_dm, recipe):
+@pytest.mark.parametrize("variant", [{}, dict(randaugment=True, random_erasing=0.5, mixup_alpha=0.8, cutmix_alpha=1.0)])
+def test_a_loader_of_draws_only_hands_over_what_augment_train_draws(make_dm, variant):
     """train_loader(draws_only=True) hands over uint8 images and their augmentation's random numbers,
-    the ones augment.train draws: applied, they make its batches (the default and the strong recipe)."""
-    dm = make_dm(batch_size=16, train_size=64, **recipe)
+    the ones augment.train draws: applied, they make its batches (the default and the strong variant)."""
+    dm = make_dm(batch_size=16, train_size=64, **variant)
     dm.setup("fit")
     draws_only = dm.train_loader(draws_only=True)
     for (x, y, draws), (xa, ya) in zip(draws_only, dm.train_loader()):
         assert x.dtype == torch.uint8
-        assert (set(draws) == {"dy", "dx", "flip"}) == (not recipe)
+        assert (set(draws) == {"dy", "dx", "flip"}) == (not variant)
         xb, yb = dm.augment.apply(x, y, draws)
         assert torch.equal(xb, xa) and torch.equal(yb, ya)

@@ -225,7 +225,7 @@ def test_matched_teacher_validates_at_its_own_interval(tmp_path, monkeypatch):
     import experiments.distill.runner as distill
     spec = distill.load_distill_spec()
     axes = distill.resolve_axes(spec, "cpu")
-    vit = distill.plan_run({"name": "distill", "recipe_args": {"default": {}}}, axes, tmp_path, 59_000, "vit", 0.002, 0,
+    vit = distill.plan_run({"name": "distill", "variant_args": {"default": {}}}, axes, tmp_path, 59_000, "vit", 0.002, 0,
                             "default", 0.003, "main")
     monkeypatch.setattr(distill, "target_acc", lambda run: 0.66)
     monkeypatch.setattr(distill, "lr_of", lambda choices, axes, family, fraction: 0.003)
@@ -235,7 +235,7 @@ def test_matched_teacher_validates_at_its_own_interval(tmp_path, monkeypatch):
     interval = axes["matched_val_interval"]
     assert interval < 100  # denser than the family run's validation, else the test shows nothing
     assert args["--trainer.val_check_interval"] == str(interval) and args["--trainer.max_steps"] == "2000"
-    assert args["--stop_at_val_acc"] == "0.66" and matched.recipe == "resnet-at-vit"
+    assert args["--stop_at_val_acc"] == "0.66" and matched.variant == "resnet-at-vit"
     [plain] = distill.matched_runs(spec, {**axes, "seeds": [0], "matched_val_interval": None}, tmp_path, 59_000, {},
                                    [vit])
     assert dict(zip(plain.args[::2], plain.args[1::2]))["--trainer.val_check_interval"] == "100"

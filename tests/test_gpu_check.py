@@ -80,7 +80,7 @@ def test_no_part_starts_past_the_runs_own_limit(tmp_path):
 
 def test_its_member_counts_are_the_gpu_profiles_group_sizes(tmp_path):
     """The compile part measures the group sizes the gpu profile's sweep trains: its tuning groups
-    (4 lrs x 2 recipes), its main groups (3 seeds x 2 recipes) and those at the tuned fractions,
+    (4 lrs x 2 variants), its main groups (3 seeds x 2 variants) and those at the tuned fractions,
     whose first seed's runs are the tuning trials (trained already, only tested)."""
     from experiments.runs.sweep.execute import pack_groups
     from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
@@ -93,7 +93,7 @@ def test_its_member_counts_are_the_gpu_profiles_group_sizes(tmp_path):
     assert sorted(sizes, reverse=True) == list(gpu_check.PROFILE_MEMBERS)
 
 
-def test_the_strong_recipe_draws_it_counts_are_every_members():
+def test_the_strong_variant_draws_it_counts_are_every_members():
     draws = gpu_check.strong_draws(3, 8, torch.device("cpu"))()
     assert draws["ra_variant"].shape == (3, 8, 2) and draws["erase_noise"].shape == (3, 8, 1, 28, 28)
     assert draws["mix_lam"].shape == (3,) and draws["mix_box"].shape == (3, 4)

@@ -72,7 +72,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scene, monkeypatch, capsys, ca
     (yaml.safe_dump({**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": 0}}}),
      ["max_steps=0 in profile 'cpu' of bad.yaml: allowed an integer >= 1"]),
     (yaml.safe_dump({k: v for k, v in SPEC.items() if k != "name"}),
-     ["spec bad.yaml lacks the key 'name'", "required name, dataset, families, profiles, recipe_args"]),
+     ["spec bad.yaml lacks the key 'name'", "required name, dataset, families, profiles, variant_args"]),
 ])
 def test_bad_spec_is_one_line(tmp_path, capsys, text, expected):
     path, runs = tmp_path / "bad.yaml", tmp_path / "runs"

@@ -106,15 +106,15 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
     assert before == {n: (d / "summary.json").read_text() for n, d in packed.items()}
 
 
-def test_recipes_pack_together(fmnist_dir, tmp_path):
+def test_variants_pack_together(fmnist_dir, tmp_path):
     """A default and a strong-augmentation member (MixUp/CutMix: soft targets) packed train as their
     own fits do: the default member's labels become one-hot targets, the same loss."""
     strong = ("--data.mixup_alpha", "0.8", "--data.cutmix_alpha", "1.0", "--data.random_erasing", "0.25",
               "--test_after_fit", "false")
-    recipes = [("--test_after_fit", "false"), strong]
-    for extra in recipes:
+    variants = [("--test_after_fit", "false"), strong]
+    for extra in variants:
         assert main(["fit", *_args(fmnist_dir, tmp_path / "single", 0, *extra)]) == 0
-    assert set(fit_packed([_args(fmnist_dir, tmp_path / "packed", 0, *e) for e in recipes]).values()) == {"fitted"}
+    assert set(fit_packed([_args(fmnist_dir, tmp_path / "packed", 0, *e) for e in variants]).values()) == {"fitted"}
     single, packed = _folders(tmp_path / "single"), _folders(tmp_path / "packed")
     assert sorted(single) == sorted(packed) and len(single) == 2
     for name in single:
@@ -122,7 +122,7 @@ def test_recipes_pack_together(fmnist_dir, tmp_path):
         torch.testing.assert_close(torch.tensor([v for _, v in lb]), torch.tensor([v for _, v in la]),
                                    rtol=1e-4, atol=1e-5)
     losses = [[v for _, v in _scalars(d, "train/loss_step")] for d in packed.values()]
-    assert losses[0] != losses[1]  # the recipes did differ
+    assert losses[0] != losses[1]  # the variants did differ
 
 
 class _CrashAt:
@@ -217,8 +217,8 @@ def _packed_spec(fmnist_dir, tmp_path, monkeypatch, name: str, families: list[st
     from .test_sweep import ROOT
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    spec = {"name": name, "dataset": "fashion_mnist", "families": families, "recipes": ["default"],
-            "recipe_args": {"default": {}},
+    spec = {"name": name, "dataset": "fashion_mnist", "families": families, "variants": ["default"],
+            "variant_args": {"default": {}},
             "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0, 1, 2], "epochs": 0.25,
                                  "min_steps": 4, "val_checks": 2, "batch_size": 32, "lrs": [0.003, 0.01],
                                  "pack": 2, **profile}}}

@@ -4,7 +4,7 @@ for every family it takes the same steps as PackedClassifier under Lightning's o
 it into one graph that computes the same thing: no host synchronisation, no graph break (inductor
 for vit and resnet, aot_eager for the other families: see BACKEND). The step
 augments and normalises uint8 batches itself (crop and flip; RandAugment, Random Erasing and
-MixUp/CutMix for a member of the strong recipe, packed beside one of the default), from random
+MixUp/CutMix for a member of the strong variant, packed beside one of the default), from random
 numbers drawn outside it from each member's loader generator; they equal the batches each
 member's single run makes.
 
@@ -144,9 +144,9 @@ def test_lr_multiplier_is_warmup_cosine_on_the_device():
 
 
 @pytest.mark.parametrize("family", ["resnet", "vit"])
-def test_strong_recipe_member_beside_a_default_one(family):
-    """A member of the strong recipe (RandAugment, Random Erasing, MixUp/CutMix: soft targets) packed
-    beside one of the default recipe: the step augments both from their own draws, as their single
+def test_strong_variant_member_beside_a_default_one(family):
+    """A member of the strong variant (RandAugment, Random Erasing, MixUp/CutMix: soft targets) packed
+    beside one of the default variant: the step augments both from their own draws, as their single
     runs' loaders do, and takes the same steps as Lightning's; compiled, one graph, the same steps."""
     augments = (AUGMENT, STRONG)
     ref, ref_losses, masks = _lightning_steps(family, augments)

@@ -30,7 +30,7 @@ class Clock:
 
 
 def _runs(tmp_path: Path, stage: str, n: int, family: str = "resnet") -> list[Run]:
-    return [Run(index=i, name=f"{family}-{stage}{i}", family=family, fraction=1.0, seed=i, recipe="default",
+    return [Run(index=i, name=f"{family}-{stage}{i}", family=family, fraction=1.0, seed=i, variant="default",
                 args=("--data.batch_size", "32"), batch_size=32, run_dir=tmp_path / f"{family}-{stage}{i}", stage=stage,
                 budget="tiny", steps=100) for i in range(n)]
 

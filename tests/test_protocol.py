@@ -14,7 +14,7 @@ from experiments.runs.run.convergence import plateau
 from experiments.runs.sweep.spec import batch_for, load_spec, nearest_tuned, plan_run, resolve_axes, steps_for, tuned_fractions
 from experiments.runs.sweep.sweep import choose_lrs, run_sweep, tuning_stage
 
-SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "recipe_args": {"default": {}},
+SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "variant_args": {"default": {}},
         "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
                              "val_checks": 2, "batch_size": 32, "lrs": [0.001, 0.01]}}}
 
@@ -35,7 +35,7 @@ def test_steps_per_family_and_variant():
             "min_steps": {"default": 2000, "none": 4000}}
     # 400 * 590 / 32 = 7375 -> 7380; 200 * 590 / 32 = 3687.5 -> 3688 -> 3700; 300 * 590 / 32 = 5531.25 -> 5540
     assert [steps_for(590, axes, f) for f in ("vit", "resnet", "swin")] == [7380, 3700, 5540]
-    # a run of the recipe `default` (no variant) takes its family's value, not the mapping's fallback
+    # a run of the variant `default` takes its family's value, not the mapping's fallback
     assert [steps_for(590, axes, f, "default") for f in ("vit", "resnet", "swin")] == [7380, 3700, 5540]
     assert steps_for(118, axes, "vit") == steps_for(118, axes, "resnet") == 2000   # the floor
     assert steps_for(118, axes, "vit", "none") == 4000                             # the variant's floor
@@ -164,7 +164,7 @@ def test_spec_profiles_resolve():
     cpu = resolve_axes(spec, "cpu")
     assert cpu["fractions"] == sorted(cpu["fractions"]) and len(cpu["lrs"]) >= 2
     gpu = resolve_axes(spec, "gpu")
-    assert len(gpu["seeds"]) >= 3 and "strong" in gpu["recipes"] and len(gpu["families"]) == 6
+    assert len(gpu["seeds"]) >= 3 and "strong" in gpu["variants"] and len(gpu["families"]) == 6
     assert 10 <= gpu["val_checks"] <= 25 and 10 <= cpu["val_checks"] <= 25
 
 

@@ -17,7 +17,7 @@ from experiments.runs.sweep.shared import located
 PROTOCOL = {"budget": "tiny", "fractions": [0.5], "seeds": [0], "epochs": 0.25, "min_steps": 4, "val_checks": 2,
             "batch_size": 32, "lrs": [0.003], "tuned_fractions": [0.5], "jobs": 1}
 DATASCALE = {"name": "datascale", "dataset": "fashion_mnist", "families": ["resnet", "vit"],
-             "recipe_args": {"default": {}}, "profiles": {"cpu": PROTOCOL}}
+             "variant_args": {"default": {}}, "profiles": {"cpu": PROTOCOL}}
 DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "student": "deit", "student_lr_of": "vit",
            "variants": {"none": {"model.distillation": "none"},
                         "hard": {"model.distillation": "hard", "model.distill_alpha": 0.5}},

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TINY_SPEC = {
     "name": "tiny", "dataset": "fashion_mnist", "families": ["deit", "resnet"],
-    "recipes": ["default"], "sample_efficiency_accuracy": 0.2, "recipe_args": {"default": {}},
+    "variants": ["default"], "sample_efficiency_accuracy": 0.2, "variant_args": {"default": {}},
     "profiles": {"cpu": {"budget": "tiny", "fractions": [0.5, 1.0], "seeds": [0], "epochs": 0.25, "min_steps": 4,
                          "val_checks": 2, "batch_size": 32, "lrs": [0.003],
                          "jobs": 1}},  # one run at a time: the kill-and-resume tests rely on it
@@ -151,7 +151,7 @@ def _stopped_sweep(spec: Path, runs: Path, signum: int, to: str, jobs: int) -> s
     stopped = yaml.safe_load(spec.read_text())
     stopped["families"] = ["resnet"]
     stopped["profiles"]["cpu"].update(epochs=1.0, val_checks=4, jobs=jobs)  # 12 and 20 steps; checkpoints every 3, 5
-    stopped["recipe_args"]["default"] = {"trainer.callbacks+": "tests.kill_switch.SignalAfterStep",
+    stopped["variant_args"]["default"] = {"trainer.callbacks+": "tests.kill_switch.SignalAfterStep",
                                          "trainer.callbacks.step": 5, "trainer.callbacks.signum": int(signum),
                                          "trainer.callbacks.to": to, "trainer.callbacks.together": jobs,
                                          "trainer.callbacks.barrier": str(runs.parent / "barrier")}
@@ -198,7 +198,7 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_the_rerun_resumes(sweep_env, make_
     assert {run_hparams(d)["Status"] for d in trials.values()} == {"interrupted"}  # each run's row says so
 
     resumed = yaml.safe_load(spec.read_text())
-    resumed["recipe_args"]["default"] = {}  # no switch: the same runs (callbacks are no part of a run's identity)
+    resumed["variant_args"]["default"] = {}  # no switch: the same runs (callbacks are no part of a run's identity)
     spec.write_text(yaml.safe_dump(resumed))
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--stage", "tune"]) == 0
     for run_dir in trials.values():
@@ -269,7 +269,7 @@ def test_diverging_run_is_recorded_and_the_sweep_goes_on(sweep_env, in_process_l
     spec_path, runs = sweep_env
     spec = load_spec(str(spec_path))
     axes = resolve_axes(spec, "cpu", families=["resnet", "vit"], fractions=[1.0])
-    plan = main_runs(spec, axes, runs, 540, lambda family, recipe, fraction: 0.003)
+    plan = main_runs(spec, axes, runs, 540, lambda family, variant, fraction: 0.003)
     assert [r.family for r in plan] == ["resnet", "vit"]
     # the ResNet gets an absurd learning rate (another configuration, so another folder): its loss becomes NaN
     args = plan[0].args + ("--model.lr", "1e30")
@@ -325,7 +325,7 @@ def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"
     d = exp / f"{family}_f{fraction}_s{seed}"
     d.mkdir(parents=True)
     (d / "summary.json").write_text(json.dumps({
-        "run": d.name, "family": family, "recipe": "default", "fraction": fraction, "seed": seed, "status": status,
+        "run": d.name, "family": family, "variant": "default", "fraction": fraction, "seed": seed, "status": status,
         "train_size": train_size, "test_acc": acc, "params": 1000, "flops_per_image": 2e6, "wall_time_s": 60,
         "hardware": "test machine", "commit": "abc", "versions": {"torch": "x"}, "precision": "32-true",
         "steps": 200, "val_history": val_curve(200)}))  # without it, a run is not known to have plateaued: not read
@@ -419,9 +419,9 @@ def test_every_spec_runs_one_batch(name, profile, fmnist_dir, tmp_path, capsys):
     spec = load_spec(name)
     axes = resolve_axes(spec, profile)
     plan = main_runs(spec, axes, tmp_path / "runs", 55_000, lambda *key: axes["lrs"][0])
-    assert len(plan) == len(axes["families"]) * len(axes["fractions"]) * len(axes["seeds"]) * len(axes["recipes"])
+    assert len(plan) == len(axes["families"]) * len(axes["fractions"]) * len(axes["seeds"]) * len(axes["variants"])
     trials = tuning_runs(spec, axes, tmp_path / "runs", 55_000, axes["families"])
-    assert len(trials) == len(axes["families"]) * len(tuned_fractions(axes)) * len(axes["lrs"]) * len(axes["recipes"])
+    assert len(trials) == len(axes["families"]) * len(tuned_fractions(axes)) * len(axes["lrs"]) * len(axes["variants"])
     assert all("--test_after_fit" in t.args for t in trials) and not any("--test_after_fit" in r.args for r in plan)
     order = [r.family for r in plan]
     assert "deit" not in order or order.index("resnet") < order.index("deit")
@@ -444,11 +444,11 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
     assert main(["sweep", "--spec", str(tmp_path / "datascale.yaml"), "--profile", "gpu", "--dry_run"]) == 0
     out = capsys.readouterr().out.splitlines()
     commands = [line for line in out if line.startswith("python -m experiments fit")]
-    assert len(commands) == 6 * 2 * 4 * 2  # families x tuned fractions x lrs x recipes: the tuning stage
+    assert len(commands) == 6 * 2 * 4 * 2  # families x tuned fractions x lrs x variants: the tuning stage
     assert all("--trainer.max_steps" in c and "--test_after_fit false" in c for c in commands)
-    # 6 families x 7 fractions x 3 seeds x 2 recipes; 6 x 2 tuned fractions x 2 recipes are tuning trials (seed 0)
+    # 6 families x 7 fractions x 3 seeds x 2 variants; 6 x 2 tuned fractions x 2 variants are tuning trials (seed 0)
     assert out[-2].startswith("## main stage of resnet, vit, deit, swin, convnext, hybrid: 252 runs (24 of them tuning trials")
-    # packed 8 (tuning: 4 lrs x 2 recipes) and 6 (3 seeds x 2 recipes): no such group measured here
+    # packed 8 (tuning: 4 lrs x 2 variants) and 6 (3 seeds x 2 variants): no such group measured here
     assert out[-1].startswith("## the whole profile: no step time") and out[-1].endswith("so no estimate")
 
 
@@ -529,7 +529,7 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
 
 
 def test_tables_never_average_different_configurations(tmp_path):
-    """Runs that differ in anything but the seed (budget, a learning-rate-only recipe) are rows of
+    """Runs that differ in anything but the seed (budget, a learning-rate-only variant) are rows of
     their own, labelled by what differs; seeds of one configuration are averaged."""
     exp = tmp_path / "runs" / "mixed"
     base = {"model.family": "vit", "data.fraction": 1.0, "model.budget": "tiny", "model.lr": 0.003}

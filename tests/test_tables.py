@@ -279,11 +279,11 @@ BASE_IDENTITY = {"data.dataset": "fashion_mnist", "model.budget": "tiny", "data.
                  "data.randaugment": False, "model.teacher_checkpoint": None}
 
 
-def _run(exp: Path, family, fraction, seed, acc, *, lr=0.003, steps=200, recipe=None, status="done", val_size=1000,
+def _run(exp: Path, family, fraction, seed, acc, *, lr=0.003, steps=200, variant=None, status="done", val_size=1000,
          plateaued=None, old=False) -> str:
     """A run folder as the sweep leaves it: summary.json and identity.json (old=True: a summary
     from before val_size, max_steps, val_history and plateau were recorded)."""
-    name = f"{family}_f{fraction:g}_s{seed}_lr{lr:g}" + (f"_{recipe}" if recipe else "")
+    name = f"{family}_f{fraction:g}_s{seed}_lr{lr:g}" + (f"_{variant}" if variant else "")
     d = exp / name
     d.mkdir(parents=True)
     summary = {"run": name, "family": family, "fraction": fraction, "seed": seed, "status": status,
@@ -297,7 +297,7 @@ def _run(exp: Path, family, fraction, seed, acc, *, lr=0.003, steps=200, recipe=
     (d / "summary.json").write_text(json.dumps(summary))
     ident = {**BASE_IDENTITY, "model.family": family, "data.fraction": fraction, "model.lr": lr,
              "trainer.max_steps": steps, "trainer.val_check_interval": steps // 2, "data.val_size": val_size,
-             "seed_everything": seed, "data.seed": seed, "data.randaugment": recipe == "strong"}
+             "seed_everything": seed, "data.seed": seed, "data.randaugment": variant == "strong"}
     (d / "identity.json").write_text(json.dumps({"identity": ident}))
     return name
 
@@ -307,7 +307,7 @@ def _table(md: str, first_cell: str) -> list[str]:
 
 
 def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
-    """lr and steps chosen per fraction do not split a family into settings; a recipe does. A
+    """lr and steps chosen per fraction do not split a family into settings; a variant does. A
     run still improving marks its row; val images beside train images; an old summary leaves
     its new columns blank; a fitted (untested) tuning run counts among the runs, not the rows."""
     exp = tmp_path / "runs" / "hand"
@@ -322,10 +322,10 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
             if family == "vit" and fraction == 0.1 and seed == 1:
                 improving = name
     _run(exp, "vit", 0.01, 0, None, lr=0.01, steps=100, status="fitted", plateaued=True)  # a trial not chosen
-    for seed, acc in enumerate([0.66, 0.70, 0.71]):   # another recipe: its own settings line
-        _run(exp, "vit", 0.01, seed, acc, lr=0.001, steps=100, recipe="strong", plateaued=True)
+    for seed, acc in enumerate([0.66, 0.70, 0.71]):   # another variant: its own settings line
+        _run(exp, "vit", 0.01, seed, acc, lr=0.001, steps=100, variant="strong", plateaued=True)
     for seed, acc in enumerate([0.75, 0.76, 0.77]):
-        _run(exp, "resnet", 0.01, seed, acc, lr=0.001, steps=100, recipe="strong", old=True)
+        _run(exp, "resnet", 0.01, seed, acc, lr=0.001, steps=100, variant="strong", old=True)
 
     rows = aggregate(collect(exp))
     assert sorted((r["family"], r["settings"], r["fraction"]) for r in rows) == [
@@ -343,7 +343,7 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2)
     assert vit["delta_vs_resnet"] == pytest.approx(mean)
     assert vit["delta_vs_resnet_ci95"] == pytest.approx(sd * T975_DF2 / math.sqrt(3), rel=1e-6)
-    strong = by["vit", "randaugment=True", 0.01]   # paired with the strong-recipe ResNet: -0.09, -0.06, -0.06
+    strong = by["vit", "randaugment=True", 0.01]   # paired with the strong-variant ResNet: -0.09, -0.06, -0.06
     assert strong["delta_vs_resnet"] == pytest.approx(-0.07)
     assert by["resnet", "randaugment=False", 0.01]["delta_vs_resnet"] is None
     assert (vit["lr"], vit["max_steps"], vit["val_size"]) == (0.001, 100, 1000)
@@ -381,7 +381,7 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     assert slopes["vit", "randaugment=False"]["points"] == "6"
     assert slopes["vit", "randaugment=True"]["slope"] == ""           # one training-set size
     assert "## Slope of log test error vs log n" in md and "| vit | randaugment=True | n/a | 3 | 1 |" in md
-    # one reading per recipe
+    # one reading per variant
     # a vit run at 1,000 images still improves: converged or silent, no winner read there
     assert ("randaugment=False: Highest mean test accuracy: resnet at 100 images (0.7167). Not read at 1,000 images: "
             "1 of the runs there were still improving") in md
@@ -415,7 +415,7 @@ def test_pairs_are_by_seed_and_subset_and_a_teacher_is_named_by_its_variant(tmp_
         _run(exp, "swin", 0.01, k, 0.65, plateaued=True, val_size=500)
     for variant in ("", "_resnet-at-vit"):
         for k in range(2):
-            name = _run(exp, "deit", 0.01, k, 0.6, plateaued=True, recipe=f"t{variant}")
+            name = _run(exp, "deit", 0.01, k, 0.6, plateaued=True, variant=f"t{variant}")
             path = exp / name / "identity.json"
             ident = json.loads(path.read_text())["identity"]
             teacher = f"runs/pairs/resnet-tiny_fashion_mnist_f0.01_s{k}_lr0.003{variant}_0123abcd/checkpoints/best.ckpt"
@@ -445,22 +445,22 @@ def test_single_seed_rows_say_n_a_not_zero(tmp_path):
 TUNING = {"spec": "datascale", "profiles": {"cpu": {
     "metric": "val_acc_best", "seed": 0, "fractions": [0.01, 0.1], "grid": {"model.lr": [0.001, 0.003]},
     "trials": [
-        {"family": "vit", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000, "lr": 0.001,
+        {"family": "vit", "variant": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000, "lr": 0.001,
          "val_acc_best": 0.712, "plateaued": True, "run": "vit_f0.01_s0_lr0.001"},
-        {"family": "vit", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000, "lr": 0.003,
+        {"family": "vit", "variant": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000, "lr": 0.003,
          "val_acc_best": 0.655, "plateaued": False, "run": "vit_f0.01_s0_lr0.003"},
-        {"family": "vit", "recipe": "default", "fraction": 0.1, "train_size": 1000, "val_size": 1000, "lr": 0.001,
+        {"family": "vit", "variant": "default", "fraction": 0.1, "train_size": 1000, "val_size": 1000, "lr": 0.001,
          "val_acc_best": 0.801, "plateaued": True, "run": "vit_f0.1_s0_lr0.001"},
-        {"family": "vit", "recipe": "default", "fraction": 0.1, "train_size": 1000, "val_size": 1000, "lr": 0.003,
+        {"family": "vit", "variant": "default", "fraction": 0.1, "train_size": 1000, "val_size": 1000, "lr": 0.003,
          "val_acc_best": 0.834, "plateaued": True, "run": "vit_f0.1_s0_lr0.003"},
-        {"family": "resnet", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000,
+        {"family": "resnet", "variant": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000,
          "lr": 0.001, "val_acc_best": 0.70, "plateaued": True, "run": "resnet_f0.01_s0_lr0.001"},
-        {"family": "resnet", "recipe": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000,
+        {"family": "resnet", "variant": "default", "fraction": 0.01, "train_size": 100, "val_size": 1000,
          "lr": 0.003, "val_acc_best": 0.74, "plateaued": True, "run": "resnet_f0.01_s0_lr0.003"}],
-    "choices": [{"family": "vit", "recipe": "default", "fraction": 0.01, "lr": 0.001, "tuned_at": 0.01},
-                {"family": "vit", "recipe": "default", "fraction": 0.02, "lr": 0.001, "tuned_at": 0.01},
-                {"family": "vit", "recipe": "default", "fraction": 0.1, "lr": 0.003, "tuned_at": 0.1},
-                {"family": "resnet", "recipe": "default", "fraction": 0.01, "lr": 0.003, "tuned_at": 0.01}]}}}
+    "choices": [{"family": "vit", "variant": "default", "fraction": 0.01, "lr": 0.001, "tuned_at": 0.01},
+                {"family": "vit", "variant": "default", "fraction": 0.02, "lr": 0.001, "tuned_at": 0.01},
+                {"family": "vit", "variant": "default", "fraction": 0.1, "lr": 0.003, "tuned_at": 0.1},
+                {"family": "resnet", "variant": "default", "fraction": 0.01, "lr": 0.003, "tuned_at": 0.01}]}}}
 
 
 def test_tuning_section_and_csv(tmp_path):

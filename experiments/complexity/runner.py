@@ -133,7 +133,7 @@ def source_run(runs_dir: Path, source: dict) -> Run:
             "--model.budget", source["budget"], "--trainer.max_epochs", str(source["max_epochs"]),
             *map(str, source.get("args", []))]
     run_dir = resolve_run_dirs([args])[0]
-    return Run(index=0, name=run_dir.name, family=source["family"], fraction=1.0, seed=0, recipe="default",
+    return Run(index=0, name=run_dir.name, family=source["family"], fraction=1.0, seed=0, variant="default",
                args=tuple(args), run_dir=run_dir)
 
 

@@ -31,7 +31,7 @@ AXIS_KEYS = ("model.family", "data.fraction", "data.train_size")  # shown in the
 # chosen per training-set size (the tuning stage, the schedule): columns of their own, not settings
 SIZE_KEYS = ("model.lr", "model.weight_decay", "trainer.max_steps", "trainer.val_check_interval", "data.val_size")
 
-# what one family sets differently from another without it being another recipe
+# what one family sets differently from another without it being another variant
 FAMILY_KEYS = ("model.family", "model.teacher_checkpoint", "model.distillation", "model.distill_alpha",
                "model.distill_tau", "model.patch_size", "model.window_size", "model.pool", "model.pos_embed",
                "trainer.precision")
@@ -49,7 +49,7 @@ COLUMNS = ("family", "settings", "fraction", "train_size", "val_size", "lr", "we
 
 SLOPE_COLUMNS = ("family", "settings", "slope", "slope_ci95", "points", "train_sizes", "still_improving")
 
-TUNING_COLUMNS = ("profile", "family", "recipe", "fraction", "train_size", "val_size", "seed")
+TUNING_COLUMNS = ("profile", "family", "variant", "fraction", "train_size", "val_size", "seed")
 
 
 
@@ -116,12 +116,12 @@ def settings_label(ident: dict, keys: list[str]) -> str:
 
 
 def comparison_scope(summary: dict) -> str:
-    """What a run shares with the runs of other families it is compared with (the recipe, budget,
+    """What a run shares with the runs of other families it is compared with (the variant, budget,
     dataset, split...): its identity without the family's own keys, the size keys and the axes;
-    the summary's recipe for a run without identity."""
+    the summary's variant for a run without identity."""
     ident = summary.get("identity")
     if ident is None:
-        return json.dumps({"recipe": summary.get("recipe")})
+        return json.dumps({"variant": summary.get("variant")})
     # data.val_size stays: it sets the pool a training subset is drawn from, so the same seed at
     # another val_size trains on other images, and a pair across them would not be paired
     return _key({k: v for k, v in ident.items()
@@ -371,7 +371,7 @@ def tuning_trials(tuning: dict) -> list[dict]:
         grid = [short_key(k) for k in (rec.get("grid") or {"model.lr": []})]
         choices = rec.get("choices") or []
         for t in rec.get("trials") or []:
-            chosen = any(c.get("family") == t.get("family") and c.get("recipe", "default") == t.get("recipe", "default")
+            chosen = any(c.get("family") == t.get("family") and c.get("variant", "default") == t.get("variant", "default")
                          and same_value(c.get("tuned_at", c.get("fraction")), t.get("fraction"))
                          and all(same_value(c.get(k), t.get(k)) for k in grid) for c in choices)
             out.append({"profile": profile, **t, "chosen": chosen})

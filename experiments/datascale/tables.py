@@ -79,7 +79,7 @@ def findings(exp_dir: Path) -> list[Finding]:
     sweep = read_record(exp_dir / "sweep.json")
     summaries, _ = planned(collect(exp_dir), sweep)
     rows = [r for r in aggregate(summaries) if r["family"] in ("vit", REFERENCE)]
-    scope = min((r["_scope"] for r in rows), default=None)  # the first recipe where several ran
+    scope = min((r["_scope"] for r in rows), default=None)  # the first variant where several ran
     by = {(r["family"], r["train_size"]): r for r in rows if r["_scope"] == scope and not r["settings"]}
     sizes = sorted(n for f, n in by if f == "vit" and (REFERENCE, n) in by)
     if not sizes:

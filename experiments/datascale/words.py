@@ -64,7 +64,7 @@ def _family_settings(summaries: list[dict]) -> list[str]:
 
 
 def scaling_reading(rows: list[dict]) -> list[str]:
-    """Sentences from the numbers, one paragraph per comparison scope (recipe; rows carry it as
+    """Sentences from the numbers, one paragraph per comparison scope (variant; rows carry it as
     '_scope', '' if absent): who has the highest mean test accuracy at each training-set size, and
     whether the gap between the best transformer (vit, deit, swin, hybrid) and the best CNN
     (resnet, convnext) narrows or widens from the smallest to the largest size both kinds ran at,
@@ -198,7 +198,7 @@ def _signed(est: Estimate | None) -> str:
 
 def render_tuning(tuning: dict) -> list[str]:
     """The section on the learning rates chosen on validation: per profile a grid (rows family x
-    tuned fraction [x recipe], columns the grid's values, cells the validation metric, the chosen
+    tuned fraction [x variant], columns the grid's values, cells the validation metric, the chosen
     one in bold) and one line per family with the lr each fraction uses."""
     out = ["## Learning rate, chosen on validation accuracy only", ""]
     trials = tuning_trials(tuning)
@@ -214,7 +214,7 @@ def render_tuning(tuning: dict) -> list[str]:
             c = tuple(t.get(k) for k in short)
             if not any(all(same_value(a, b) for a, b in zip(c, x)) for x in combos):
                 combos.append(c)
-        recipes = list(dict.fromkeys(t.get("recipe", "default") for t in mine))
+        variants = list(dict.fromkeys(t.get("variant", "default") for t in mine))
         seeds = sorted({t["seed"] for t in mine if t.get("seed") is not None}) or (
             [rec["seed"]] if rec.get("seed") is not None else [])
         out += [(f"Profile {profile}: each" if len(profiles) > 1 else "Each") + f" family trained at every "
@@ -222,16 +222,16 @@ def render_tuning(tuning: dict) -> list[str]:
                 + (f" (seed {', '.join(fmt(s) for s in seeds)})" if seeds else "") + "; "
                 f"the cells are {metric} on the validation images, the test set is never read; **bold**: the "
                 f"one chosen; {STILL_IMPROVING}: still improving at its last validation.", ""]
-        head = ["family", *(["recipe"] if len(recipes) > 1 else []), "tuned fraction", "train images", "val images",
+        head = ["family", *(["variant"] if len(variants) > 1 else []), "tuned fraction", "train images", "val images",
                 *(", ".join(f"{k} {fmt(v)}" for k, v in zip(short, c)) for c in combos)]
-        out += ["| " + " | ".join(head) + " |", "|---|" + ("---|" if len(recipes) > 1 else "")
-                + "---:|" * (len(head) - 1 - (len(recipes) > 1))]
+        out += ["| " + " | ".join(head) + " |", "|---|" + ("---|" if len(variants) > 1 else "")
+                + "---:|" * (len(head) - 1 - (len(variants) > 1))]
         cells = defaultdict(list)
         for t in mine:
-            cells[t.get("family"), t.get("recipe", "default"), t.get("fraction")].append(t)
-        for (family, recipe, fraction), ts in sorted(cells.items(), key=lambda kv: (
-                order.get(kv[0][0], 99), str(kv[0][0]), recipes.index(kv[0][1]), kv[0][2] or 0)):
-            line = [family, *([recipe] if len(recipes) > 1 else []), fmt(fraction),
+            cells[t.get("family"), t.get("variant", "default"), t.get("fraction")].append(t)
+        for (family, variant, fraction), ts in sorted(cells.items(), key=lambda kv: (
+                order.get(kv[0][0], 99), str(kv[0][0]), variants.index(kv[0][1]), kv[0][2] or 0)):
+            line = [family, *([variant] if len(variants) > 1 else []), fmt(fraction),
                     count(shared_value(values_of(ts, lambda t: t.get("train_size")))),
                     count(shared_value(values_of(ts, lambda t: t.get("val_size"))))]
             for c in combos:
@@ -241,8 +241,8 @@ def render_tuning(tuning: dict) -> list[str]:
         out += ["", "The learning rate each fraction uses (tuned at the nearest tuned fraction):", ""]
         by_family = defaultdict(list)
         for c in rec.get("choices") or []:
-            by_family[c.get("family"), c.get("recipe", "default")].append(c)
-        for (family, recipe), cs in sorted(by_family.items(), key=lambda kv: (order.get(kv[0][0], 99), str(kv[0][0]),
+            by_family[c.get("family"), c.get("variant", "default")].append(c)
+        for (family, variant), cs in sorted(by_family.items(), key=lambda kv: (order.get(kv[0][0], 99), str(kv[0][0]),
                                                                                str(kv[0][1]))):
             parts = defaultdict(list)
             for c in sorted(cs, key=lambda c: c.get("fraction") or 0):
@@ -252,7 +252,7 @@ def render_tuning(tuning: dict) -> list[str]:
                 + ("s " if len(fs) > 1 else " ") + ", ".join(fmt(f) for f in fs)
                 + (f" (tuned at {fmt(json.loads(at))})" if json.loads(at) is not None else "")
                 for (vals, at), fs in parts.items())
-            out.append(f"- {family}" + (f" ({recipe})" if len(recipes) > 1 else "") + f": {said}")
+            out.append(f"- {family}" + (f" ({variant})" if len(variants) > 1 else "") + f": {said}")
         out.append("")
     return out[:-1]
 

@@ -126,17 +126,17 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
 
 
 # ---------------- the runs ----------------
-def _recipe(student: str) -> str:
-    """The run-name suffix and recipe key of a student: none, hard-resnet, soft-vit, ..."""
+def _variant(student: str) -> str:
+    """The run-name suffix and variant key of a student: none, hard-resnet, soft-vit, ..."""
     return student.replace("/", "-")
 
 
 def _view(spec: dict, axes: dict) -> dict:
-    """The sweep's view of this spec: each student is a recipe (its variant's fit options)."""
-    recipes = {"default": {}}
+    """The sweep's view of this spec: each student is a variant (its distillation type's fit options)."""
+    variants = {"default": {}}
     for student in axes["students"]:
-        recipes[_recipe(student)] = axes["variants"][student.partition("/")[0]]
-    return {"name": spec["name"], "recipe_args": recipes}
+        variants[_variant(student)] = axes["variants"][student.partition("/")[0]]
+    return {"name": spec["name"], "variant_args": variants}
 
 
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
@@ -146,16 +146,16 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
     tuned = [(t, "default") for t in axes["teachers"]]
     if axes.get("student_lr_of") is None:
         tuned.append((axes["student"], NO_TEACHER))
-    runs = [plan_run(view, axes, runs_dir, pool, family, f, seed, recipe, lr, "tune")
-            for family, recipe in tuned for f in tuned_fractions(axes) for lr in axes["lrs"]]
+    runs = [plan_run(view, axes, runs_dir, pool, family, f, seed, variant, lr, "tune")
+            for family, variant in tuned for f in tuned_fractions(axes) for lr in axes["lrs"]]
     return with_folders(runs)
 
 
 def lr_of(choices: dict, axes: dict, family: str, fraction: float) -> float | None:
-    recipe = "default"
+    variant = "default"
     if family == axes["student"]:
-        family, recipe = (axes["student_lr_of"], "default") if axes.get("student_lr_of") else (family, NO_TEACHER)
-    return choices.get((family, recipe, nearest_tuned(fraction, axes)))
+        family, variant = (axes["student_lr_of"], "default") if axes.get("student_lr_of") else (family, NO_TEACHER)
+    return choices.get((family, variant, nearest_tuned(fraction, axes)))
 
 
 def teacher_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
@@ -187,7 +187,7 @@ def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                 acc = target_acc(t) if t is not None else None
                 if acc is None or lr is None:
                     continue
-                view = {"name": spec["name"], "recipe_args": {name: {"stop_at_val_acc": acc}}}
+                view = {"name": spec["name"], "variant_args": {name: {"stop_at_val_acc": acc}}}
                 # validated often (matched_val_interval), so that a validation lands close to the target
                 runs.append(plan_run(view, axes, runs_dir, pool, family, f, s, name, lr, "main",
                                  val_interval=axes.get("matched_val_interval")))
@@ -198,9 +198,9 @@ def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
                  teachers: list[Run]) -> list[Run]:
     """Every student of the profile x fraction x seed at the no-teacher student's lr, each
     distilling from the teacher run of its subset and seed (teachers: the family teachers and the
-    matched ones, whose recipe is their teacher name)."""
+    matched ones, whose variant is their teacher name)."""
     view, family = _view(spec, axes), axes["student"]
-    teacher_dir = {(r.recipe if MATCHED in r.recipe else r.family, r.fraction, r.seed): r.run_dir for r in teachers}
+    teacher_dir = {(r.variant if MATCHED in r.variant else r.family, r.fraction, r.seed): r.run_dir for r in teachers}
     runs = []
     for f in axes["fractions"]:
         lr = lr_of(choices, axes, family, f)
@@ -208,7 +208,7 @@ def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
             continue
         for s in axes["seeds"]:
             for student in axes["students"]:
-                run = plan_run(view, axes, runs_dir, pool, family, f, s, _recipe(student), lr, "main")
+                run = plan_run(view, axes, runs_dir, pool, family, f, s, _variant(student), lr, "main")
                 teacher = student.partition("/")[2]
                 if teacher:
                     t = teacher_dir.get((teacher, f, s))
@@ -222,13 +222,13 @@ def student_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
 
 def teacher_name(run: Run) -> str:
     """resnet, vit, or a matched teacher's name (resnet-at-vit)."""
-    return run.recipe if MATCHED in run.recipe else run.family
+    return run.variant if MATCHED in run.variant else run.family
 
 
 def student_of(run: Run) -> str:
     """The profile's student name (none, hard/resnet, ...) of a student run."""
-    recipe = run.recipe
-    return recipe if recipe == NO_TEACHER else recipe.replace("-", "/", 1)
+    variant = run.variant
+    return variant if variant == NO_TEACHER else variant.replace("-", "/", 1)
 
 
 # ---------------- probes ----------------
@@ -372,7 +372,7 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
             # on the cpu profile); their students, planned here against a stand-in folder
             anyway = AnyLr(axes["lrs"][0])
             every_teacher = teacher_runs(spec, axes, runs_dir, pool, anyway)
-            stand_ins = [replace(r, recipe=matched_name(r.family, to), run_dir=r.run_dir.with_name(
+            stand_ins = [replace(r, variant=matched_name(r.family, to), run_dir=r.run_dir.with_name(
                 r.run_dir.name + MATCHED + to)) for fam, to in axes["matched"].items() for r in every_teacher
                 if r.family == fam]
             whole_profile([*trials, *every_teacher,

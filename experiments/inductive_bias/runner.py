@@ -48,7 +48,7 @@ NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
 HINT = ": delete it and run make exp-inductive-bias again"
 CKA_DIR = "cka"
-BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the recipe "default"
+BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the variant "default"
 REFERENCE = "resnet"   # every family's CKA is computed against this family
 TOP_KEYS = {"dataset", "ablated", "ablations", "profiles"}
 PROFILE_KEYS = {"families", "family_fractions", "ablations", "budget", "seeds", "epochs", "min_steps", "max_steps",
@@ -154,18 +154,18 @@ def _ablation_fractions(axes: dict) -> list[float]:
 
 
 # ---------------- the runs ----------------
-def _recipe(variant: str) -> str:
+def _variant(variant: str) -> str:
     return "default" if variant == BASELINE else variant
 
 
 def _view(spec: dict, axes: dict) -> dict:
-    """The sweep's view of this spec: each ablation is a recipe (its fit options)."""
-    return {"name": spec["name"], "recipe_args": {_recipe(v): spec["ablations"][v] for v in spec["ablations"]}}
+    """The sweep's view of this spec: each ablation is a variant (its fit options)."""
+    return {"name": spec["name"], "variant_args": {_variant(v): spec["ablations"][v] for v in spec["ablations"]}}
 
 
 def _family_axes(axes: dict) -> dict:
     return {**axes, "fractions": axes["family_fractions"], "tuned_fractions": _tuned(axes, axes["family_fractions"]),
-            "recipes": ["default"]}
+            "variants": ["default"]}
 
 
 def _tuned(axes: dict, fractions: list[float]) -> list[float]:
@@ -202,7 +202,7 @@ def plan_tuning(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) -> 
     extra = [f for f in tuned_at(axes, axes["ablated"]) if f not in done]
     if extra:
         ablated = {**axes, "families": [axes["ablated"]], "fractions": extra, "tuned_fractions": extra,
-                   "recipes": ["default"]}
+                   "variants": ["default"]}
         _, more = tuning_stage(view, ablated, runs_dir, pool, run=run)
         trials = _unique(trials + more)
         choices, _ = choose_lrs(trials)
@@ -224,20 +224,20 @@ def family_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict
     if not ready:
         return []
     return main_runs(_view(spec, axes), {**fa, "families": ready}, runs_dir, pool,
-                     lambda family, recipe, fraction: lr_of(choices, axes, family, fraction))
+                     lambda family, variant, fraction: lr_of(choices, axes, family, fraction))
 
 
 def ablation_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict) -> list[Run]:
     """Every variant x its fractions x seed, at the ablated family's chosen lr of that fraction."""
     view, family = _view(spec, axes), axes["ablated"]
-    runs = [plan_run(view, axes, runs_dir, pool, family, f, s, _recipe(v), lr_of(choices, axes, family, f), "main")
+    runs = [plan_run(view, axes, runs_dir, pool, family, f, s, _variant(v), lr_of(choices, axes, family, f), "main")
             for v, fractions in axes["ablations"].items() for f in fractions for s in axes["seeds"]
             if lr_of(choices, axes, family, f) is not None]
     return with_folders(runs)
 
 
 def variant_of(run: Run) -> str:
-    return BASELINE if run.recipe == "default" else run.recipe
+    return BASELINE if run.variant == "default" else run.variant
 
 
 # ---------------- probes ----------------

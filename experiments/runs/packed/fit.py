@@ -50,7 +50,7 @@ from experiments.runs.run.run_folder import BEST, RunFolder
 from experiments.runs.run.provenance import git_commit
 
 # what may differ between members: the seed (and DeiT's teacher, which follows it), the lr, and the
-# augmentation (each member has its own DataModule: the default and strong recipes pack together)
+# augmentation (each member has its own DataModule: the default and strong variants pack together)
 MEMBER_KEYS = ("seed_everything", "data.seed", "model.teacher_checkpoint", "model.lr", "data.crop_padding",
                "data.hflip", "data.randaugment", "data.random_erasing", "data.mixup_alpha", "data.cutmix_alpha")
 PACKED_DIR = "packed"

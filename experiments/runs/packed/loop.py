@@ -197,7 +197,7 @@ class GroupLoop:
         self.packed.to(device).train(True)
         cfgs = [dm.augment.cfg for dm in self.dms]
         # the step augments when the members crop and flip alike (their other stages may differ:
-        # the default and strong recipes pack); otherwise batches come in augmented. DeiT's teachers
+        # the default and strong variants pack); otherwise batches come in augmented. DeiT's teachers
         # run inside the step either way.
         self.inside = all((c.crop_padding, c.hflip) == (cfgs[0].crop_padding, cfgs[0].hflip) for c in cfgs)
         position = lambda: (self.epoch, self.batch)  # noqa: E731

@@ -83,10 +83,10 @@ def folder_name(readable: str, ident: Mapping) -> str:
     return f"{readable}_{config_hash(ident)}"
 
 
-def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, recipe: str, lr: float) -> str:
-    """The readable name a spec gives a run: family-budget_dataset_fraction_seed_lr, then its recipe
+def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int, variant: str, lr: float) -> str:
+    """The readable name a spec gives a run: family-budget_dataset_fraction_seed_lr, then its variant
     unless it is the default one."""
-    return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if recipe == "default" else f"_{recipe}")
+    return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if variant == "default" else f"_{variant}")
 
 
 def evaluation_identity(cfg: Mapping, *, precision: str, checkpoint: str) -> dict:

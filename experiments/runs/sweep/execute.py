@@ -337,7 +337,7 @@ def record_failure(run: Run, reason: str) -> None:
 def _record(run: Run, status: str, error: str | None = None) -> None:
     """summary.json says `status` (and `error`), the rest of what the run recorded kept."""
     s = RunFolder(run.run_dir).summary() or {"experiment": run.run_dir.parent.name, "run": run.name, "family": run.family,
-                                       "fraction": run.fraction, "seed": run.seed, "recipe": run.recipe}
+                                       "fraction": run.fraction, "seed": run.seed, "variant": run.variant}
     s.pop("error", None)
     s.update(status=status, **({"error": error} if error else {}))
     run.run_dir.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,8 @@ Findings and the Makefile know of an experiment), and one loader reads it with i
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
 the tuning stage trains each family at a grid of learning rates on the profile's smallest and
 largest fractions (first seed, never tested), and the main stage trains every family x fraction x
-seed x recipe at the learning rate that won on validation at the nearest tuned fraction. Nothing
-else links runs except DeiT's teacher (the ResNet run of the same subset, seed and recipe).
+seed x variant at the learning rate that won on validation at the nearest tuned fraction. Nothing
+else links runs except DeiT's teacher (the ResNet run of the same subset, seed and variant).
 """
 from __future__ import annotations
 
@@ -132,10 +132,10 @@ def spec_label(path: Path) -> str:
     return f"{path.parent.name}/{path.name}" if path.name == "spec.yaml" else path.name
 
 
-TOP_KEYS = {"dataset", "families", "recipes", "recipe_args", "sample_efficiency_accuracy"}
+TOP_KEYS = {"dataset", "families", "variants", "variant_args", "sample_efficiency_accuracy"}
 PROFILE_KEYS = {"budget", "fractions", "seeds", "epochs", "min_steps", "max_steps", "val_checks", "val_size", "batch_size", "lrs",
                 "precision",
-                "families", "recipes", "pack", "tuned_fractions", "jobs", "cluster"}
+                "families", "variants", "pack", "tuned_fractions", "jobs", "cluster"}
 PROFILE_REQUIRED = ("budget", "fractions", "seeds", "epochs", "min_steps", "val_checks", "lrs")
 
 
@@ -146,7 +146,7 @@ class Run:
     family: str
     fraction: float
     seed: int
-    recipe: str
+    variant: str
     args: tuple[str, ...]
     teacher: str | None = None           # folder name of the run whose best checkpoint DeiT distils from
     run_dir: Path = field(default=Path("."))
@@ -241,15 +241,15 @@ def _check_sweep_profile(profile: dict, where: str) -> None:
     check_training_profile(profile, where)
 
 
-def _check_recipes(spec: dict, label: str) -> None:
-    recipes = spec["recipe_args"]
-    if not isinstance(recipes, dict) or not recipes or not all(isinstance(v, dict) for v in recipes.values()):
-        raise ValueError(f"recipe_args in {label}: allowed a mapping of recipe names to their fit options, "
+def _check_variants(spec: dict, label: str) -> None:
+    variants = spec["variant_args"]
+    if not isinstance(variants, dict) or not variants or not all(isinstance(v, dict) for v in variants.values()):
+        raise ValueError(f"variant_args in {label}: allowed a mapping of variant names to their fit options, "
                          "e.g. {default: {}, strong: {data.randaugment: true}}")
 
 
-SWEEP_SCHEMA = Schema(SWEEP, frozenset(TOP_KEYS), ("name", "dataset", "families", "profiles", "recipe_args"),
-                      frozenset(PROFILE_KEYS), PROFILE_REQUIRED, _check_sweep_profile, _check_recipes)
+SWEEP_SCHEMA = Schema(SWEEP, frozenset(TOP_KEYS), ("name", "dataset", "families", "profiles", "variant_args"),
+                      frozenset(PROFILE_KEYS), PROFILE_REQUIRED, _check_sweep_profile, _check_variants)
 
 
 def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
@@ -329,14 +329,14 @@ def batch_for(n: int, axes: dict) -> int:
     return b if isinstance(b, int) else b[max(k for k in b if k <= n)]
 
 
-def per_run(value, family: str, recipe: str):
-    """A schedule value for one run: the value itself, or from its mapping the recipe's (a variant:
-    an ablation, a student), else the family's, else the default. The recipe `default` (no variant)
+def per_run(value, family: str, variant: str):
+    """A schedule value for one run: the value itself, or from its mapping the variant's (an
+    ablation, a student), else the family's, else the default. The variant `default`
     is not looked up: in a mapping that key is the fallback."""
     if not isinstance(value, dict):
         return value
-    if recipe != "default" and recipe in value:
-        return value[recipe]
+    if variant != "default" and variant in value:
+        return value[variant]
     return value.get(family, value["default"])
 
 
@@ -355,7 +355,7 @@ def reject_unknown(d: dict, allowed: set[str], where: str, required: tuple[str, 
 
 
 def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, seeds=None, budget=None,
-                 dataset=None, recipes=None, lrs=None) -> dict:
+                 dataset=None, variants=None, lrs=None) -> dict:
     """The spec's profile with command-line overrides, every value checked."""
     if profile not in spec["profiles"]:
         raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
@@ -365,7 +365,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "families": list(families or p.get("families") or spec["families"]),
         "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
         "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-        "recipes": list(recipes or p.get("recipes") or spec.get("recipes", ["default"])),
+        "variants": list(variants or p.get("variants") or spec.get("variants", ["default"])),
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
         "epochs": p["epochs"], "min_steps": p["min_steps"], "max_steps": p.get("max_steps"),
         "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
@@ -387,9 +387,9 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
     check_axes(axes)
-    for r in axes["recipes"]:
-        if r not in spec["recipe_args"]:
-            raise ValueError(f"unknown recipe {r!r}: allowed {', '.join(spec['recipe_args'])}")
+    for r in axes["variants"]:
+        if r not in spec["variant_args"]:
+            raise ValueError(f"unknown variant {r!r}: allowed {', '.join(spec['variant_args'])}")
     return axes
 
 
@@ -408,16 +408,16 @@ def check_axes(axes: dict) -> None:
             raise ValueError(f"learning rate {lr:g} in lrs: allowed numbers > 0")
 
 
-def steps_for(n: int, axes: dict, family: str = "", recipe: str = "") -> int:
+def steps_for(n: int, axes: dict, family: str = "", variant: str = "") -> int:
     """S(n) = max(min_steps, epochs * n / batch_for(n)), at most max_steps where the profile caps it,
     rounded up to a multiple of val_checks so the run validates exactly val_checks times, the last at
-    its final step; epochs, min_steps and max_steps are those of the run's variant (recipe) or family
+    its final step; epochs, min_steps and max_steps are those of the run's variant or family
     where the profile maps them (per_run)."""
     checks = axes["val_checks"]
-    epochs, min_steps = per_run(axes["epochs"], family, recipe), per_run(axes["min_steps"], family, recipe)
+    epochs, min_steps = per_run(axes["epochs"], family, variant), per_run(axes["min_steps"], family, variant)
     steps = max(min_steps, math.ceil(epochs * n / batch_for(n, axes)))
     if axes.get("max_steps") is not None:
-        steps = min(steps, per_run(axes["max_steps"], family, recipe))
+        steps = min(steps, per_run(axes["max_steps"], family, variant))
     return math.ceil(steps / checks) * checks
 
 
@@ -442,12 +442,12 @@ def nearest_tuned(fraction: float, axes: dict) -> float:
 
 
 def plan_run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str, fraction: float, seed: int,
-             recipe: str, lr: float, stage: str, val_interval: int | None = None) -> Run:
-    """The Run of one cell of a spec's plan (family, fraction, seed, recipe, lr, stage): its name,
+             variant: str, lr: float, stage: str, val_interval: int | None = None) -> Run:
+    """The Run of one cell of a spec's plan (family, fraction, seed, variant, lr, stage): its name,
     its steps and batch at its training-set size, and its fit command; every runner plans with it."""
-    name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, recipe, lr)
+    name = run_name(family, axes["budget"], axes["dataset"], fraction, seed, variant, lr)
     n = resolve_train_size(fraction, None, pool_size)
-    steps, batch = steps_for(n, axes, family, recipe), batch_for(n, axes)
+    steps, batch = steps_for(n, axes, family, variant), batch_for(n, axes)
     args = ["--experiment", spec["name"], "--runs_dir", str(runs_dir), "--run_name", name,
             "--seed_everything", str(seed), "--model.family", family, "--model.budget", axes["budget"],
             "--model.lr", f"{lr:g}", "--data.dataset", axes["dataset"], "--data.fraction", f"{fraction:g}",
@@ -457,20 +457,20 @@ def plan_run(spec: dict, axes: dict, runs_dir: Path, pool_size: int, family: str
         args += ["--data.val_size", str(axes["val_size"])]
     if axes.get("precision") is not None:
         args += ["--trainer.precision", axes["precision"]]
-    for key, value in spec["recipe_args"][recipe].items():
+    for key, value in spec["variant_args"][variant].items():
         args += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
     if stage == "tune":
         args += ["--test_after_fit", "false"]  # a tuning trial never reads the test split
-    return Run(0, name, family, fraction, seed, recipe, tuple(args), stage=stage, lr=lr, budget=axes["budget"],
+    return Run(0, name, family, fraction, seed, variant, tuple(args), stage=stage, lr=lr, budget=axes["budget"],
                steps=steps, batch_size=batch, planned_by=spec["name"])
 
 
 def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
-    """Adds each DeiT's teacher checkpoint (teacher_dir: (fraction, seed, recipe) -> the ResNet run's
+    """Adds each DeiT's teacher checkpoint (teacher_dir: (fraction, seed, variant) -> the ResNet run's
     folder) and every run's folder (with_folders)."""
     out = []
     for r in runs:
-        t = teacher_dir.get((r.fraction, r.seed, r.recipe)) if distils(r.family) else None
+        t = teacher_dir.get((r.fraction, r.seed, r.variant)) if distils(r.family) else None
         if t is not None:
             r = replace(r, args=r.args + ("--model.teacher_checkpoint", str(RunFolder(t).best_checkpoint)),
                         teacher=entry(t, r.planned_by))
@@ -490,22 +490,22 @@ def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families
                 teacher_dir: dict | None = None) -> list[Run]:
     """The tuning stage for `families`: every lr of the grid at each tuned fraction, first seed."""
     seed = axes["seeds"][0]
-    runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr, "tune")
-            for recipe in axes["recipes"] for family in fit_order(families)
+    runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, variant, lr, "tune")
+            for variant in axes["variants"] for family in fit_order(families)
             for fraction in tuned_fractions(axes) for lr in axes["lrs"]]
     return _with_folders(runs, teacher_dir or {})
 
 
 def main_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, lr_of) -> list[Run]:
-    """Every family x fraction x seed x recipe at lr_of(family, recipe, fraction), ResNet teachers
+    """Every family x fraction x seed x variant at lr_of(family, variant, fraction), ResNet teachers
     before their DeiT students."""
     families = fit_order(axes["families"])
-    runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, recipe, lr_of(family, recipe, fraction),
+    runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, variant, lr_of(family, variant, fraction),
                  "main")
-            for recipe in axes["recipes"] for seed in axes["seeds"] for fraction in axes["fractions"]
+            for variant in axes["variants"] for seed in axes["seeds"] for fraction in axes["fractions"]
             for family in families]
     runs.sort(key=lambda r: distils(r.family))  # stable: students after every teacher
     teachers = _with_folders([r for r in runs if not distils(r.family)], {})
-    teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in teachers if r.family == TEACHER}
+    teacher_dir = {(r.fraction, r.seed, r.variant): r.run_dir for r in teachers if r.family == TEACHER}
     students = _with_folders([r for r in runs if distils(r.family)], teacher_dir)
     return [replace(r, index=i) for i, r in enumerate(teachers + students)]

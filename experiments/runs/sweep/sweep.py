@@ -3,7 +3,7 @@
 1. tune: each family trains at every learning rate of the profile's grid, at its smallest and
    largest fraction (first seed); the winner on validation accuracy is recorded in
    <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
-2. main: every family x fraction x seed x recipe at the learning rate chosen at the nearest tuned
+2. main: every family x fraction x seed x variant at the learning rate chosen at the nearest tuned
    fraction; the best-validation checkpoint is tested. The tuning run that won is the same run
    (same configuration, same folder): only its test is left to do, by its own `fit`, or, packed,
    in the group of its configuration (execute.phase_units).
@@ -171,17 +171,17 @@ def launching(exp_dir: Path, launcher: Callable[[Run], int], jobs: int, dry_run:
 
 
 def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
-    """(family, recipe, fraction) -> the lr with the best validation accuracy among finished trials
+    """(family, variant, fraction) -> the lr with the best validation accuracy among finished trials
     (the smaller lr on a tie), and a record of every trial. Only validation is read."""
     best, records = {}, []
     for r in trials:
         s = RunFolder(r.run_dir).summary() or {}
         acc = s.get("val_acc_best") if s.get("status") in TUNED else None
-        records.append({"family": r.family, "recipe": r.recipe, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
+        records.append({"family": r.family, "variant": r.variant, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
                         "train_size": s.get("train_size"), "val_size": s.get("val_size"), "status": s.get("status"),
                         "val_acc_best": acc, "plateaued": (judged(s) or {}).get("plateaued"),
                         "run": r.entry})
-        key = (r.family, r.recipe, r.fraction)
+        key = (r.family, r.variant, r.fraction)
         if acc is not None and (key not in best or acc > best[key][0] or (acc == best[key][0] and r.lr < best[key][1])):
             best[key] = (acc, r.lr)
     return {k: lr for k, (_, lr) in best.items()}, records
@@ -192,12 +192,12 @@ class TuningIncomplete(ValueError):
 
 
 def lr_lookup(choices: dict, axes: dict):
-    def lr_of(family: str, recipe: str, fraction: float) -> float:
+    def lr_of(family: str, variant: str, fraction: float) -> float:
         t = nearest_tuned(fraction, axes)
-        if (family, recipe, t) not in choices:
-            raise TuningIncomplete(f"no learning rate chosen for {family} ({recipe}) at fraction {t:g}: every tuning "
+        if (family, variant, t) not in choices:
+            raise TuningIncomplete(f"no learning rate chosen for {family} ({variant}) at fraction {t:g}: every tuning "
                                    "trial failed or has not run (see the tuning stage's log.txt files)")
-        return choices[(family, recipe, t)]
+        return choices[(family, variant, t)]
     return lr_of
 
 
@@ -211,9 +211,9 @@ def tuning_stage(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) ->
     trials = list(first)
     students = [f for f in axes["families"] if distils(f)]
     if students:
-        # each DeiT trial distils from the ResNet trial at the ResNet's chosen lr (same fraction, seed, recipe)
-        teacher_dir = {(r.fraction, r.seed, r.recipe): r.run_dir for r in first
-                       if r.family == TEACHER and choices.get((r.family, r.recipe, r.fraction)) == r.lr}
+        # each DeiT trial distils from the ResNet trial at the ResNet's chosen lr (same fraction, seed, variant)
+        teacher_dir = {(r.fraction, r.seed, r.variant): r.run_dir for r in first
+                       if r.family == TEACHER and choices.get((r.family, r.variant, r.fraction)) == r.lr}
         deit = tuning_runs(spec, axes, runs_dir, pool, students, teacher_dir)
         deit = [replace(r, index=len(first) + i) for i, r in enumerate(deit)]
         if run:
@@ -231,11 +231,11 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
     _, records = choose_lrs(trials)
     lr_of = lr_lookup(choices, axes)
     uses = []
-    for recipe in axes["recipes"]:
+    for variant in axes["variants"]:
         for family in axes["families"]:
             for f in axes["fractions"]:
                 try:
-                    uses.append({"family": family, "recipe": recipe, "fraction": f, "lr": lr_of(family, recipe, f),
+                    uses.append({"family": family, "variant": variant, "fraction": f, "lr": lr_of(family, variant, f),
                                  "tuned_at": nearest_tuned(f, axes)})
                 except TuningIncomplete:
                     pass
@@ -255,7 +255,7 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
 
 
 class AnyLr(dict):
-    """Learning-rate choices before tuning, for a dry run's estimate: every (family, recipe,
+    """Learning-rate choices before tuning, for a dry run's estimate: every (family, variant,
     fraction) gets `lr`. A run's steps do not depend on its lr, so neither does the estimate."""
 
     def __init__(self, lr: float):
@@ -282,7 +282,7 @@ def whole_profile(runs: list[Run], axes: dict, jobs: int, pack: int = 1) -> None
 
 def _runnable_families(axes: dict, choices: dict) -> list[str]:
     return [f for f in axes["families"]
-            if all((f, r, t) in choices for r in axes["recipes"] for t in tuned_fractions(axes))]
+            if all((f, r, t) in choices for r in axes["variants"] for t in tuned_fractions(axes))]
 
 
 def packed_cost(runs: list[Run], pack: int) -> str:
@@ -314,7 +314,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
     p.add_argument("--budget", help="override the budget (tiny, small, base)")
     p.add_argument("--dataset", help="override the dataset")
-    p.add_argument("--recipes", nargs="+", help="override the recipes (default, strong)")
+    p.add_argument("--variants", nargs="+", help="override the variants (default, strong)")
     p.add_argument("--lrs", nargs="+", type=float, help="override the learning-rate grid of the tuning stage")
     p.add_argument("--stage", choices=("all", "tune", "main"), default="all",
                    help="all (default): tune, then the main runs; tune or main: that stage only")
@@ -348,7 +348,7 @@ def main(argv: list[str]) -> int:
     spec = load_spec(a.spec)
     profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")
     axes = resolve_axes(spec, profile, families=a.families, fractions=a.fractions, seeds=a.seeds,
-                        budget=a.budget, dataset=a.dataset, recipes=a.recipes, lrs=a.lrs)
+                        budget=a.budget, dataset=a.dataset, variants=a.variants, lrs=a.lrs)
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     pack = a.pack or axes["pack"]
     jobs = a.jobs or axes["jobs"]
@@ -404,8 +404,8 @@ def planned_stages(spec: dict, axes: dict, runs_dir: Path, pool: int, stage: str
     display needs, do not depend on it)."""
     choices, trials = tuning_stage(spec, axes, runs_dir, pool)
 
-    def lr_of(family: str, recipe: str, fraction: float) -> float:
-        return choices.get((family, recipe, nearest_tuned(fraction, axes)), axes["lrs"][0])
+    def lr_of(family: str, variant: str, fraction: float) -> float:
+        return choices.get((family, variant, nearest_tuned(fraction, axes)), axes["lrs"][0])
     return ([("tune", trials)] if stage != "main" else []) + \
         ([("main", main_runs(spec, axes, runs_dir, pool, lr_of))] if stage != "tune" else [])
 
