@@ -273,6 +273,6 @@ def test_figures_draw():
 
 
 def test_the_tables_judge_2d_structure_by_the_probes_own_rule():
-    from experiments.inductive_bias import tables
+    from experiments.inductive_bias import numbers
     from modules.probes import pos_embed
-    assert tables.STRUCTURE_MIN_GAP == pos_embed.STRUCTURE_MIN_GAP
+    assert numbers.STRUCTURE_MIN_GAP == pos_embed.STRUCTURE_MIN_GAP
