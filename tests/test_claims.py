@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.report.claim import CLAIMS_FILE, Claim, Wording, claims_path, load_claims
+from experiments.report.claim import (CLAIMS_FILE, Claim, Wording, claims_path, load_claims, load_figures,
+                                     read_together)
 from experiments.report.statistics import Estimate
 from experiments.report.verdicts import MARGINS
 
@@ -24,6 +25,7 @@ def test_every_experiment_s_claims_load_with_a_declared_margin(experiment):
     ("a: {question: q, published: p, higher: h}", "claim 'a': missing text lower"),
     ("a: {question: q, published: p, higher: h, lower: l, margin: inches}", "margin 'inches' is no declared margin"),
     ("a: {question: q, published: p, higher: h, lower: l, expected: up}", "expected 'up' is no direction"),
+    ("a: {question: q, published: p, higher: h, lower: l, together: {agree: x}}", "together: expected the texts"),
     ("- just a list", "expected a mapping of claim names"),
     ("a: !!python/object/apply:os.system [echo ran]", "not valid YAML"),
 ])
@@ -93,3 +95,35 @@ def test_a_claim_s_verdict_passes_its_one_converged_check_in_every_form():
     assert improving.silence() == "not read, 2 of the 6 runs behind it still improving (†)"
     assert improving.not_read_at("100 images") == (
         "Not read at 100 images: 2 of the runs there were still improving at their last validation (†).")
+
+
+def test_several_claims_read_together_agree_only_when_every_one_reads_the_published_direction():
+    """A figure's verdict over every pair (inductive_bias's robustness): agrees when every claim reads the
+    expected direction, disagrees when every one reads the other or no difference, else cannot tell;
+    silent while a run behind any of them still improves; its words are the wording's `together`."""
+    together = {"agree": "all above", "disagree": "none above", "unsure": "mixed"}
+    words = Wording("q", "p", "above", "below", expected="higher", together=together)
+    up, down, same = (Claim(words, Estimate(v, ci, 3), runs=6) for v, ci in ((0.1, 0.02), (-0.1, 0.02), (0.0, 0.005)))
+    unsure = Claim(words, Estimate(0.0, 0.5, 3), runs=6)
+    assert read_together([up, up]) == "agrees in direction: all above"
+    assert read_together([down, same]) == "disagrees in direction: none above"
+    assert read_together([up, down]) == read_together([up, unsure]) == "cannot tell in direction: mixed"
+    assert read_together([up, Claim(words, Estimate(0.1, 0.02, 3), runs=6, improving=1)]) == ""
+    assert read_together([]) == ""
+    lower = Wording("q", "p", "above", "below", expected="lower", together=together)
+    assert read_together([Claim(lower, Estimate(-0.1, 0.02, 3), runs=6)]) == "agrees in direction: all above"
+    robustness = load_claims("inductive_bias")
+    assert robustness["robustness_patchdrop"].together == robustness["robustness_shuffle4"].together
+
+
+def test_figures_words_are_data_beside_the_claims(tmp_path):
+    """inductive_bias's figures take their caption, what they measure and what the literature found
+    from claims.yaml; an entry that is not those three texts is one clear error."""
+    from experiments.inductive_bias.numbers import FIGURES
+    figures = load_figures("inductive_bias")
+    assert set(figures) == set(FIGURES) and all(f.caption and f.measures and f.published for f in figures.values())
+    assert "0.6138 vs 0.6421" in figures["ablation"].published   # Table 8, as claims.yaml's published rows say
+    path = tmp_path / CLAIMS_FILE
+    path.write_text("figures: {shift: {caption: c, measures: m}}")
+    with pytest.raises(ValueError, match="figure 'shift': expected the texts caption, measures, published"):
+        load_figures("x", path)

@@ -13,49 +13,12 @@ from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN
                                                 position_claims, robustness_claims, still_uniform)
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
                                               robustness_text, robustness_verdict, structure_text, unsettled)
+from experiments.report.claim import load_figures
 from experiments.report.figures import family_colour
 from experiments.report.statistics import mean_ci
 from experiments.report.verdicts import size_against
-FIGURE_TEXT = {  # name -> (caption, what it measures, what the literature found)
-    "ablation": ("ViT ablations: test accuracy per variant and fraction",
-                 "ViT's test accuracy with each position embedding, with average pooling instead of [CLS], and at "
-                 "patch 2 and 7, at a scarce and at the full training set",
-                 "without a position embedding ViT-B/16 loses 2.8 points (0.6138 vs 0.6421, Table 8); 1D, 2D and "
-                 "relative embeddings are within 0.2 points of each other"),
-    "attention_distance": ("mean attention distance per layer, one dot per head and seed",
-                           "for each head, the attention-weighted pixel distance between query and key patches "
-                           "(ViT App. D.7; Swin: within its windows)",
-                           "some heads attend globally already in the first layer, others locally; the distance "
-                           "grows with depth, and local heads are rarer in hybrids (Fig. 7 right)"),
-    "pos_embed_similarity": ("position-table cosine similarity (ViT Fig. 7 left)",
-                             "tile (r, c): the cosine similarity of patch (r, c)'s position embedding with every "
-                             "patch's",
-                             "the learned 1D table learns the 2D grid: nearby patches, and patches of the same row "
-                             "or column, have similar embeddings (Fig. 7 left)"),
-    "occlusion": ("PatchDrop: accuracy against the fraction of cells zeroed",
-                  "accuracy when a random fraction of the image's 4x4-pixel cells is set to zero (mean of draws)",
-                  "with half the patches dropped DeiT-S keeps ~70% ImageNet top-1 where ResNet50 falls to ~0.1% "
-                  "(Naseer et al. 2021)"),
-    "shuffle": ("accuracy with the image's grid cells permuted",
-                "accuracy when the image, cut into a g x g grid, has its cells permuted at random",
-                "transformers lose far less than CNNs to shuffling, and a ViT without position embedding is "
-                "invariant to shuffling its own patches (Naseer et al. 2021)"),
-    "shift": ("accuracy under diagonal shifts (grey: multiples of the cell size)",
-              "accuracy after a diagonal shift of 0 to twice the patch size (zero-filled); a shift by the patch size keeps the "
-              "patch grid aligned, its neighbours do not",
-              "CNNs are not shift-invariant either: ResNet50 gives the same class to two shifts of an image 89.2% "
-              "of the time (Zhang 2019)"),
-    "cka": ("minibatch CKA of each family's blocks against the ResNet's",
-            "linear CKA (minibatch, unbiased HSIC) between every block of a model and every block of the ResNet on "
-            "the same test images",
-            "ViT's lower layers resemble a ResNet's lower layers, but ViT's representations are more uniform across "
-            "depth (Raghu et al. 2021)"),
-    "attention_maps": ("last-layer [CLS] attention and attention rollout",
-                       "where the class token looks in the last layer (heads averaged), and attention rollout "
-                       "through every layer (Abnar & Zuidema 2020), over sample test images",
-                       "rollout concentrates on the object (ViT Fig. 6)"),
-}
 
+FIGURE_TEXT = load_figures("inductive_bias")  # caption, what it measures, what the literature found (claims.yaml)
 
 
 def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> str:
@@ -165,7 +128,7 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
 def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], families: list[dict]) -> list[str]:
     out, gate = ["### Figures", ""], unsettled(p)
     for k, png in pngs.items():
-        caption, measures, published = FIGURE_TEXT[k]
+        caption, measures, published = FIGURE_TEXT[k].caption, FIGURE_TEXT[k].measures, FIGURE_TEXT[k].published
         said = (f"*Here*: {gate}" if gate else f"*Here*: {here(p, k, ablations, families)}"
                 + (f" *Verdict*: {verdict(p, k, ablations, families)}" if verdict(p, k, ablations, families) else ""))
         out += [f"#### {caption}", "", f"![{caption}]({png})", "", f"*Measures*: {measures}. *Published*: {published}. "

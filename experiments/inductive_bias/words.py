@@ -11,7 +11,7 @@ from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, SINGL
                                                 _test_acc, growth_claim, kept, locality, locality_claim,
                                                 position_claims, robustness_claims, settled_rows, single_class,
                                                 still_uniform)
-from experiments.report.claim import Claim
+from experiments.report.claim import Claim, read_together
 from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import fmt, markdown_table, plus_minus
@@ -295,19 +295,12 @@ def robustness_text(claims: list[tuple[str, str, Claim]]) -> str:
 
 
 def robustness_verdict(claims: list[tuple[str, str, Claim]]) -> str:
-    """In direction: agrees when every transformer − CNN claim reads "higher" in the shared
-    vocabulary, disagrees when every one reads "lower" or "no difference", else cannot tell; in size,
+    """In direction, every transformer − CNN claim read together (claim.read_together); in size,
     apart: each difference against the published one, where one exists. Silent ('') unless every
     claim is converged."""
-    if not claims or not all(claim.converged for _, _, claim in claims):
+    out = read_together([claim for _, _, claim in claims])
+    if not out:
         return ""
-    said = [claim.category for _, _, claim in claims]
-    if all(s == "higher" for s in said):
-        out = "agrees in direction: every transformer keeps more of its accuracy than every CNN"
-    elif all(s in ("lower", "no difference") for s in said):
-        out = "disagrees in direction: no transformer keeps more of its accuracy than a CNN"
-    else:
-        out = "cannot tell in direction: some transformer − CNN difference cannot be told or they point different ways"
     published = claims[0][2].wording.size
     if published is None:
         return f"{out}; in size: the paper gives no number to hold ours against"

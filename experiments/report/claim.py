@@ -8,7 +8,8 @@ of a reading's bullet or a figure (`read`; with what follows from it, `reasoned`
 effect, `against_published`), and the sentences that stand in for them while a run behind it was
 still improving (`not_read`, `not_read_clause`, `not_read_at`, `silence`). Every one of them goes
 through the shared vocabulary (report/verdicts.py) and the one converged-or-silent check
-(`converged`); `said` is the bare verdict, for a caller that has checked it.
+(`converged`); `said` is the bare verdict, for a caller that has checked it. Several claims of one
+wording read at once (a figure's verdict over every pair it compares) go through `read_together`.
 
 claims.yaml is read with yaml.safe_load: data only, nothing in it runs.
 """
@@ -27,7 +28,9 @@ from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not
 
 CLAIMS_FILE = "claims.yaml"
 AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
-PUBLISHED = "published"  # claims.yaml's one key that is no claim: the papers' numbers the reports quote
+PUBLISHED = "published"  # claims.yaml's keys that are no claim: the papers' numbers the reports quote,
+FIGURES = "figures"      # and each figure's caption, what it measures and what the literature found
+TOGETHER = ("agree", "disagree", "unsure")  # a wording's `together` words, one per reading of several claims
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,8 @@ class Wording:
     "no difference", `unsure` after "cannot tell" and `apart` after a direction, and say the claim as a sentence, `said`, its
     {names} filled by `filled`), and the kind of quantity (verdicts.MARGINS) whose margin reads it;
     `size`, the published difference (or one per published model) where the paper gives one, and
-    `source`, where the paper says it."""
+    `source`, where the paper says it; `together`, what several claims of this wording say read at
+    once (read_together), where a figure reads them so."""
     question: str
     published: str
     higher: str
@@ -51,6 +55,7 @@ class Wording:
     margin: str = "accuracy"
     size: float | tuple[float, ...] | None = None
     source: str = ""
+    together: dict | None = None
 
     @property
     def margin_value(self) -> float:
@@ -173,11 +178,49 @@ class Claim:
                        self.cell(), source)
 
 
+def read_together(claims: list[Claim]) -> str:
+    """The direction of several claims of one wording read at once (a figure's verdict over every
+    transformer − CNN pair): "agrees" when every one reads the direction the paper found, "disagrees"
+    when every one reads the other or "no difference", else "cannot tell", each followed by the
+    wording's `together` words for it. Silent ('') unless every claim is converged."""
+    if not claims or not all(c.converged for c in claims):
+        return ""
+    wording = claims[0].wording
+    said = [c.category for c in claims]
+    other = "lower" if wording.expected == "higher" else "higher"
+    if all(s == wording.expected for s in said):
+        return f"agrees in direction: {wording.together['agree']}"
+    if all(s in (other, "no difference") for s in said):
+        return f"disagrees in direction: {wording.together['disagree']}"
+    return f"cannot tell in direction: {wording.together['unsure']}"
+
+
+@dataclass(frozen=True)
+class FigureText:
+    """A figure's fixed words: its caption, what it measures and what the literature found."""
+    caption: str
+    measures: str
+    published: str
+
+
+def load_figures(experiment: str, path: Path | None = None) -> dict[str, FigureText]:
+    """The figures claims.yaml describes under `figures`, as {figure name: FigureText}."""
+    path = path or claims_path(experiment)
+    out = {}
+    for name, entry in (_read(path).get(FIGURES) or {}).items():
+        if not isinstance(entry, dict) or set(entry) != {f.name for f in fields(FigureText)} \
+                or not all(isinstance(v, str) for v in entry.values()):
+            raise ValueError(f"claims {path.as_posix()!r}, figure {name!r}: expected the texts "
+                             f"{', '.join(f.name for f in fields(FigureText))}")
+        out[name] = FigureText(**entry)
+    return out
+
+
 def load_claims(experiment: str, path: Path | None = None) -> dict[str, Wording]:
     """The claims.yaml beside experiment's spec as {claim name: Wording}; one line naming the file and
     the key where it is not what a claim holds."""
     path = path or claims_path(experiment)
-    return {name: _wording(path, name, entry) for name, entry in _read(path).items() if name != PUBLISHED}
+    return {name: _wording(path, name, entry) for name, entry in _read(path).items() if name not in (PUBLISHED, FIGURES)}
 
 
 def load_published(experiment: str, path: Path | None = None) -> dict:
@@ -215,5 +258,9 @@ def _wording(path: Path, name: str, entry) -> Wording:
         raise ValueError(f"{where}: expected {entry['expected']!r} is no direction (allowed: higher, lower)")
     if entry.get("margin", "accuracy") not in MARGINS:
         raise ValueError(f"{where}: margin {entry['margin']!r} is no declared margin (allowed: {', '.join(MARGINS)})")
+    together = entry.get("together")
+    if together is not None and (not isinstance(together, dict) or set(together) != set(TOGETHER)
+                                 or not all(isinstance(v, str) for v in together.values())):
+        raise ValueError(f"{where}: together: expected the texts {', '.join(TOGETHER)}")
     size = entry.get("size")
     return Wording(**{**entry, "size": tuple(size) if isinstance(size, list) else size})
