@@ -15,9 +15,43 @@ import torch
 
 from datamodules import erasing_mixing as em
 from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
+from datamodules.counter_rng import normal, threefry2x32, uniform, words
 from datamodules.randaugment import NUM_OPS, SPACE, _TORCHVISION, randaugment, randaugment_draws, variants
 
 MEAN, STD = torch.tensor([72.9]), torch.tensor([90.0])
+PLACE = torch.tensor([0, 0])   # (epoch, batch): the counter-based draws' step
+
+
+def _words(n: int, stream: int = 0, members: int = 1, place: torch.Tensor = PLACE) -> torch.Tensor:
+    """n words of `stream` for members of seeds 0..members - 1: (members, n)."""
+    return words(torch.arange(members), place, [(stream, n)])[0]
+
+
+def test_threefry_is_random123s_known_answers():
+    """threefry2x32 (20 rounds) against Random123's kat_vectors: (counter, key) -> output words;
+    and `words` keeps apart what its key and counter hold: seeds, epochs, batches and streams."""
+    kat = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+           ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+           ((0x243F6A88, 0x85A308D3), (0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0))]
+    for counter, key, want in kat:
+        got = threefry2x32(tuple(map(torch.tensor, key)), tuple(map(torch.tensor, counter)))
+        assert [int(t) for t in got] == list(want)
+    seeds = torch.tensor([0, 1])
+    base = words(seeds, PLACE, [(0, 6), (1, 5)])
+    assert [t.shape for t in base] == [(2, 6), (2, 5)] and all(((t >= 0) & (t < 2 ** 32)).all() for t in base)
+    assert torch.equal(words(seeds, PLACE, [(1, 5)])[0], base[1])      # a stream whatever else is drawn
+    assert not torch.equal(base[0][0], base[0][1]) and not torch.equal(base[0][:, :5], base[1])
+    for place in ([1, 0], [0, 1]):   # another epoch, another batch
+        assert not torch.equal(words(seeds, torch.tensor(place), [(0, 6)])[0], base[0])
+
+
+def test_uniforms_and_normals_have_their_moments():
+    u, z = uniform(_words(40_000)), normal(_words(40_000, stream=1))
+    assert u.dtype == z.dtype == torch.float32 and ((u >= 0) & (u < 1)).all()
+    counts = torch.histc(u, bins=10, min=0, max=1)
+    assert (counts - 4000).abs().max() < 4 * math.sqrt(4000)
+    assert abs(z.mean()) < 4 / 200 and abs(z.var() - 1) < 0.03
+    assert abs((z.abs() < 1).float().mean() - 0.6827) < 0.01
 
 
 def _images(n: int, c: int, size: int, seed: int = 0) -> torch.Tensor:
