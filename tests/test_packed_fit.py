@@ -106,12 +106,15 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
     assert before == {n: (d / "summary.json").read_text() for n, d in packed.items()}
 
 
+STRONG = ("--data.randaugment", "true", "--data.mixup_alpha", "0.8", "--data.cutmix_alpha", "1.0",
+          "--data.random_erasing", "0.25")   # experiments/datascale/spec.yaml's strong variant
+
+
 def test_variants_pack_together(fmnist_dir, tmp_path):
-    """A default and a strong-augmentation member (MixUp/CutMix: soft targets) packed train as their
-    own fits do: the default member's labels become one-hot targets, the same loss."""
-    strong = ("--data.mixup_alpha", "0.8", "--data.cutmix_alpha", "1.0", "--data.random_erasing", "0.25",
-              "--test_after_fit", "false")
-    variants = [("--test_after_fit", "false"), strong]
+    """A default and a strong-augmentation member (RandAugment, Random Erasing, MixUp/CutMix: soft
+    targets) packed train as their own fits do: the strong member's numbers, drawn inside the group's
+    step, are its single fit's; the default member's labels become one-hot targets, the same loss."""
+    variants = [("--test_after_fit", "false"), (*STRONG, "--test_after_fit", "false")]
     for extra in variants:
         assert main(["fit", *_args(fmnist_dir, tmp_path / "single", 0, *extra)]) == 0
     assert set(fit_packed([_args(fmnist_dir, tmp_path / "packed", 0, *e) for e in variants]).values()) == {"fitted"}
@@ -136,13 +139,15 @@ class _CrashAt:
             raise RuntimeError("crash")
 
 
-@pytest.mark.parametrize("drop_path", ["0.0", "0.5"])  # 0.5: each member's stochastic-depth stream resumes
-def test_interrupted_group_resumes_to_the_same_end(drop_path, fmnist_dir, tmp_path):
+# 0.5: each member's stochastic-depth stream resumes; strong: the strong variant's draws (the batch's place)
+@pytest.mark.parametrize("drop_path, variant", [("0.0", ()), ("0.5", ()), ("0.0", STRONG)],
+                         ids=["default", "drop_path", "strong"])
+def test_interrupted_group_resumes_to_the_same_end(drop_path, variant, fmnist_dir, tmp_path):
     """A group that crashed after its first validation resumes from its group checkpoint and ends
     where an uninterrupted group ends, bit for bit."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     extra = ("--test_after_fit", "false", "--trainer.max_steps", "8", "--trainer.val_check_interval", "4",
-             "--model.drop_path_rate", drop_path)
+             "--model.drop_path_rate", drop_path, *variant)
     fit_packed([_args(fmnist_dir, whole, s, *extra) for s in SEEDS])
     members = [_args(fmnist_dir, cut, s, *extra) for s in SEEDS]
     with pytest.raises(RuntimeError, match="crash"):
