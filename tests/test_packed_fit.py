@@ -485,3 +485,58 @@ def test_a_packed_sweep_tests_its_tuning_winners_in_its_packed_groups(fmnist_dir
         assert alone["test"].keys() == packed["test"].keys() and {"acc", "acc_top5", "ece", "loss"} <= set(packed["test"])
         for key in packed["test"]:
             assert abs(alone["test"][key] - packed["test"][key]) <= 0.011, (name, key)
+
+
+class _CountHostOps:
+    """Counts the aten ops the group's loop runs outside its step's call (loop.run: the function that
+    compiles into one graph) from the start of step `step` to the start of the next: one step's host
+    part (its batches, their draws, the losses' watch)."""
+
+    def __init__(self, step: int):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(mode, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+        self.step, self.ops, self.mode = step, [], Count()
+
+    def on_train_batch_start(self, loop, step: int) -> None:
+        if step == self.step:
+            self.run = run = loop.run
+            mode = self.mode
+
+            def uncounted(*args, **kwargs):
+                mode.__exit__(None, None, None)
+                try:
+                    return run(*args, **kwargs)
+                finally:
+                    mode.__enter__()
+            loop.run = uncounted
+            mode.__enter__()
+        elif step == self.step + 1:
+            self.mode.__exit__(None, None, None)
+            loop.run = self.run
+
+
+def test_the_strong_variants_draws_take_a_fixed_number_of_host_ops_per_step(fmnist_dir, tmp_path, monkeypatch):
+    """The strong variant's random numbers (RandAugment, Random Erasing, MixUp/CutMix) add the same
+    few ops per step to the host part of a group's step at 2 and at 8 members: they are drawn for all
+    members at once, inside the step. (The crop and flip draws stay each member's own, from its loader
+    generator, as in the default variant: the count is the strong variant's over the default's.)
+    Before the counter-based draws, each member drew its own: 324 ops more at 2 members, 1,266 at 8."""
+    import modules.budgets as budgets
+    monkeypatch.setitem(budgets.ARCHS, ("resnet", "tiny"), {**budgets.ARCHS["resnet", "tiny"], "depths": (1, 1, 1)})
+    counts = {}
+    for k in (2, 8):
+        for name, variant in (("default", ()), ("strong", STRONG)):
+            counter = _CountHostOps(1)
+            args = [_args(fmnist_dir, tmp_path / f"{name}{k}", s, "--model.family", "resnet", "--test_after_fit",
+                          "false", "--data.batch_size", "8", "--trainer.max_steps", "3",
+                          "--trainer.val_check_interval", "3", *variant) for s in range(k)]
+            assert set(fit_packed(args, callbacks=(counter,), compile=False).values()) == {"fitted"}
+            counts[name, k] = len(counter.ops)
+    extra = {k: counts["strong", k] - counts["default", k] for k in (2, 8)}
+    print(f"host ops per step: {counts}; the strong variant's over the default's: {extra}")
+    assert counts["default", 8] > counts["default", 2] > 0   # the count sees each member's own host work
+    assert extra[2] == extra[8] <= 4, (counts, extra)
