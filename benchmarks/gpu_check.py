@@ -10,8 +10,9 @@ Parts, in this order (the most telling first), each in a process of its own kill
            (the strong variant's augmentation inside) per member count of the gpu profile's groups
            (8, 6, 4) and family: compile time (compile, capture, replay once) and ms per captured
            step; the dry run reads these rows (experiments/runs/sweep/estimate.py)
-  syncs    host synchronisations per captured step, and per step of the strong variant's draws
-           (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
+  syncs    host synchronisations per captured step (the strong variant's augmentation and its
+           counter-based draws inside), and per step of its host part (each member's crop and flip
+           draws, the batch's place) (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
   fit      one single run through `python -m experiments fit` (vit, tiny, 10% of Fashion-MNIST):
            its wall time and images/s from its summary
 It prints a one-screen summary and writes results/gpu_check.json after every part. Its processes get
@@ -119,7 +120,7 @@ def part_compile(a, device, work: Path, sink) -> None:
 def part_syncs(a, device, work: Path, sink) -> None:
     if device.type != "cuda":
         return sink({"syncs_per_step": "n/a (counted on CUDA only)"})
-    call, _ = group(a.families[0], a.members[0], a.batch, device, a.mode, a.backend)
+    call, _ = group(a.families[0], a.members[0], a.batch, device, a.mode, a.backend, engine=True)
     draw = strong_draws(a.members[0], a.batch, device)
     for _ in range(3):
         call()
@@ -132,12 +133,13 @@ def part_syncs(a, device, work: Path, sink) -> None:
 
 
 def strong_draws(k: int, batch: int, device: torch.device):
-    """The host's part of a step of the strong variant: each member's augmentation draws (RandAugment,
-    Random Erasing, MixUp/CutMix) from its loader's generator on the device, stacked."""
+    """The host's part of a step of the strong variant's draws: each member's crop and flip from its
+    loader's generator on the device, stacked, and the batch's place (the strong stages' numbers are
+    drawn inside the step, packed_group.group)."""
     from datamodules.batch_augment import member_draws
     aug = strong_augment()
     gens = [torch.Generator(device).manual_seed(i) for i in range(k)]
-    return lambda: member_draws([aug.draws(batch, (1, 28, 28), g) for g in gens])
+    return lambda: member_draws([aug.draws(batch, g) for g in gens]) | {"place": torch.tensor([0, 1], device=device)}
 
 
 def _synchronisations(call, steps: int) -> list[str]:

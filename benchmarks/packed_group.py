@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
+from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws, strong_inputs
 from modules.packed import PackedClassifier
 from modules.packed_step import PackedStep
 
@@ -24,7 +24,8 @@ def group(family: str, k: int, batch: int, device: torch.device, mode: str | Non
     (mode None) or compiled whole with fullgraph=True in `mode` (benchmarks/compiled_step.py and
     family_throughput.py too); autocast: bf16 on CUDA and float32 on the CPU ("device"), or as given.
     engine: the step as a sweep's group calls it (packed_loop.GroupLoop._step): uint8 images
-    augmented inside by the strong variant from draws made each step on the device, each member's
+    augmented inside by the strong variant (crop and flip drawn each step on the device, the strong
+    stages' numbers inside the step from the members' seeds and the batch's place), each member's
     drop-path masks, the schedule as a tensor."""
     torch.manual_seed(0)
     packed = PackedClassifier(seeds=range(k), family=family, budget=budget).to(device).train()
@@ -41,13 +42,16 @@ def group(family: str, k: int, batch: int, device: torch.device, mode: str | Non
     y = torch.randint(0, h.num_classes, (k, batch), device=device, generator=g)
     lr = torch.full((k,), float(h.lr), device=device)
     gens = [torch.Generator(device).manual_seed(i) for i in range(k)]
+    strong = strong_inputs([STRONG] * k, list(range(k)), shape[3:], device) if engine else {}
     schedule = step.schedule(device=device)
-    box = {"state": step.init_state(), "losses": None}
+    box = {"state": step.init_state(), "losses": None, "steps": 0}
 
     def inputs() -> dict:
         if not engine:
             return {}
-        return {"draws": member_draws([augment.draws(batch, shape[2:], gen) for gen in gens]),
+        box["steps"] += 1
+        place = torch.tensor([0, box["steps"]], device=device)
+        return {"draws": member_draws([augment.draws(batch, gen) for gen in gens]) | strong | {"place": place},
                 "masks": packed._drop_path_masks(x), "schedule": schedule}
 
     def call():

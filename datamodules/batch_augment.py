@@ -2,11 +2,16 @@
 
 Order: crop + flip (uint8) -> RandAugment (uint8) -> float + normalise -> Random Erasing -> MixUp/CutMix.
 Validation and test batches only get normalised. A training batch is augmented in two halves:
-`draws` takes every random number from the loader's generator `g` (on the batch's device: no host
-read), `apply` is tensor ops of fixed shape on them. So a batch is a function of `g` alone (a run
-resumes exactly, and the model's own random draws, stochastic depth, stay apart), and a step that
-augments for itself (modules.packed_step) takes the draws as inputs and compiles `apply` into its
-graph (a draw with generator= breaks torch.compile's graph).
+the random numbers, then `apply`, tensor ops of fixed shape on them; nothing is read back to the
+host, so a step that augments for itself (modules.packed_step) compiles `apply` into its graph.
+The random numbers come from two sources, both a function of where the batch sits in the run (so a
+run resumes exactly, and the model's own random draws, stochastic depth, stay apart):
+- the crop and the flip (`draws`) from the loader's generator `g`: one per member of a packed group,
+  drawn outside its step (a draw with generator= breaks torch.compile's graph);
+- the strong stages (RandAugment, Random Erasing, MixUp/CutMix) from the counter-based generator
+  datamodules.counter_rng, a pure function of (the run's seed, the batch's epoch and index, the
+  stage): `apply` draws them itself from `strong_inputs` (the members' seeds and settings, (K,)
+  tensors) and the batch's place, for every member of a packed group at once, inside its graph.
 """
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .erasing_mixing import erase, erasing_draws, mix, mixing_draws
-from .randaugment import randaugment, randaugment_draws
+from .counter_rng import words
+from .erasing_mixing import ERASE_WORDS, MIX_WORDS, erase, erasing_draws, mix, mixing_draws
+from .randaugment import NUM_OPS, randaugment, randaugment_draws, variants
 
 
 @dataclass
@@ -29,10 +35,9 @@ class AugmentConfig:
     cutmix_alpha: float = 0.0
 
 
-# draws of a stage a member's variant leaves out, when members that use it share its batches
-# (a packed group of the default and the strong variant): each leaves the images as they are
-IDENTITY_DRAWS = {"ra_variant": 0, "erase": False, "erase_top": 0, "erase_left": 0, "erase_h": 0, "erase_w": 0,
-                  "erase_noise": 0.0, "mix_lam": 1.0, "mix_cut": False, "mix_box": 0}
+# the strong stages and their settings in AugmentConfig (a setting's default turns its stage off)
+STRONG = {"randaugment": ("randaugment",), "erasing": ("random_erasing",), "mixing": ("mixup_alpha", "cutmix_alpha")}
+GEOMETRY = ("dy", "dx", "flip")                 # the crop's and the flip's draws, from the loader's generator
 PER_BATCH = ("mix_lam", "mix_cut", "mix_box")   # one draw per batch; the other draws are per image
 
 
@@ -42,10 +47,6 @@ class BatchAugment:
         self.mean = mean.view(1, -1, 1, 1).float()  # (1, C, 1, 1), in [0, 255] units
         self.std = std.view(1, -1, 1, 1).float()
         self.num_classes = num_classes
-
-    @property
-    def soft_targets(self) -> bool:
-        return self.cfg.mixup_alpha > 0 or self.cfg.cutmix_alpha > 0
 
     def to(self, device: torch.device) -> "BatchAugment":
         """Keep the normalisation's mean and std on `device` (not copied there again per batch)."""
@@ -58,29 +59,27 @@ class BatchAugment:
             self.to(x.device)
         return (x.float() - self.mean) / self.std
 
-    def train(self, x: torch.Tensor, y: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 (B, C, H, W), int64 (B,) -> float32 (B, C, H, W), int64 (B,) or soft (B, classes)."""
-        return self.apply(x, y, self.draws(len(y), tuple(x.shape[1:]), g))
+    def train(self, x: torch.Tensor, y: torch.Tensor, g: torch.Generator, strong: dict, place: tuple[int, int]
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 (B, C, H, W), int64 (B,) -> float32 (B, C, H, W), int64 (B,) or soft (B, classes).
+        strong: strong_inputs of this run ({} without strong stages); place: (epoch, batch of it)."""
+        d = self.draws(len(y), g)
+        if strong:
+            d |= strong | {"place": torch.tensor(place, device=x.device)}
+        return self.apply(x, y, d)
 
-    def draws(self, batch: int, shape: tuple[int, int, int], g: torch.Generator) -> dict[str, torch.Tensor]:
-        """Every random number of a batch of `batch` images of `shape` (C, H, W), from `g`, in a
-        fixed order: geometry_draws, then per image RandAugment's ops (ra_variant (B, 2)) and Random
-        Erasing's box (erase_*), then per batch MixUp/CutMix's (mix_*); only the variant's stages."""
-        cfg = self.cfg
-        d = geometry_draws(cfg, batch, g)
-        if cfg.randaugment:
-            d["ra_variant"] = randaugment_draws(batch, shape[1:], g)
-        if cfg.random_erasing > 0:
-            d.update(erasing_draws(cfg.random_erasing, batch, shape, g))
-        if self.soft_targets:
-            d.update(mixing_draws(cfg.mixup_alpha, cfg.cutmix_alpha, shape[1:], g))
-        return d
+    def draws(self, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+        """The crop and flip draws of a batch of `batch` images, from the loader's generator `g`."""
+        return geometry_draws(self.cfg, batch, g)
 
     def apply(self, x: torch.Tensor, y: torch.Tensor, d: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 (..., B, C, H, W), labels (..., B) and their draws (per image (..., B, ...), per batch
-        (..., ...)) -> normalised float32 (..., B, C, H, W) and labels, or soft targets (..., B, classes)
-        when the draws mix. Leading dims: the members of a packed group, each with its own draws."""
+        """uint8 (..., B, C, H, W), labels (..., B) and their draws (crop and flip per image
+        (..., B)), plus, with strong stages, strong_inputs (...,) and place -> normalised float32
+        (..., B, C, H, W) and labels, or soft targets (..., B, classes) when a member mixes. Leading
+        dims: the members of a packed group, each with its own draws."""
         lead, image = x.shape[:-3], x.shape[-3:]
+        if "seed" in d:
+            d = {k: t for k, t in d.items() if k in GEOMETRY} | strong_draws(d, lead, image)
         per_image = {k: t.reshape(-1, *t.shape[len(lead):]) for k, t in d.items() if k not in PER_BATCH}
         x = geometry(x.reshape(-1, *image), self.cfg.crop_padding, per_image)
         if "ra_variant" in d:
@@ -95,12 +94,50 @@ class BatchAugment:
 
 
 def member_draws(draws: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The draws of a packed group's members stacked (K, ...): a stage some members leave out gets
-    IDENTITY_DRAWS for them (their images pass it unchanged, and their generators drew nothing for it)."""
-    keys = dict.fromkeys(k for d in draws for k in d)
-    like = {k: next(d[k] for d in draws if k in d) for k in keys}
-    return {k: torch.stack([d[k] if k in d else torch.full_like(like[k], IDENTITY_DRAWS[k]) for d in draws])
-            for k in keys}
+    """The crop and flip draws of a packed group's members stacked (K, B)."""
+    return {k: torch.stack([d[k] for d in draws]) for k in draws[0]}
+
+
+def strong_inputs(cfgs: list[AugmentConfig], seeds: list[int], size: tuple[int, int], device) -> dict:
+    """What the strong stages' random numbers of K members are a function of, besides the batch's
+    place: their seeds and their settings of every strong stage some member uses, (K,) tensors on
+    `device` ({} when none does; a member without a stage has its default, which leaves the images
+    as they are). Computes RandAugment's variants for images of `size` (H, W) here, outside any trace."""
+    stages = [s for s, names in STRONG.items() if any(getattr(c, n) for c in cfgs for n in names)]
+    if not stages:
+        return {}
+    if "randaugment" in stages:
+        variants(*size)
+    return {"seed": torch.tensor(seeds, device=device),
+            **{n: torch.tensor([float(getattr(c, n)) for c in cfgs], device=device) for s in stages for n in STRONG[s]}}
+
+
+def strong_draws(d: dict, lead: tuple, shape: tuple) -> dict[str, torch.Tensor]:
+    """The strong stages' random numbers of images (*lead, C, H, W) (lead: the members' dims, then
+    the batch's) from counter_rng, for the stages whose settings `d` holds (strong_inputs, (K,) each,
+    and place): one hash for all members and stages; a member's own settings (its stage off: the
+    draws of no change). RandAugment's ra_variant, erasing's erase_*, mixing's mix_* (erasing_draws,
+    mixing_draws), shaped as BatchAugment.apply reads them."""
+    C, H, W = shape
+    members, batch = lead[:-1], lead[-1]
+    pixels = batch * C * H * W + batch * C * H * W % 2
+    counts = {"randaugment": [(0, batch * NUM_OPS * 2)], "erasing": [(1, batch * ERASE_WORDS), (2, pixels)],
+              "mixing": [(3, MIX_WORDS)]}
+    stages = [s for s, names in STRONG.items() if names[0] in d]
+    seed = d["seed"].reshape(-1)
+    k, w = len(seed), iter(words(seed, d["place"], [c for s in stages for c in counts[s]]))
+    setting = {n: d[n].reshape(-1) for s in stages for n in STRONG[s]}
+    out = {}
+    if "randaugment" in stages:
+        variant = randaugment_draws(next(w).view(k, batch, NUM_OPS, 2), (H, W))
+        out["ra_variant"] = torch.where(setting["randaugment"].view(k, 1, 1) > 0, variant, 0)
+    if "erasing" in stages:
+        boxes = next(w).view(k, batch, ERASE_WORDS)
+        out |= erasing_draws(setting["random_erasing"], boxes, next(w), shape)
+    if "mixing" in stages:
+        out |= mixing_draws(setting["mixup_alpha"], setting["cutmix_alpha"], next(w), (H, W))
+    return {n: t.reshape((*members, *t.shape[1:]) if n in PER_BATCH else (*lead, *t.shape[2:]))
+            for n, t in out.items()}
 
 
 def geometry_draws(cfg: AugmentConfig, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:

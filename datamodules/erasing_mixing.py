@@ -5,7 +5,7 @@ pairs each image with the batch's reversed order, one lambda per batch, CutMix o
 probability 1/2 when both are on, CutMix's lambda corrected to the box's area, targets one-hot mixed.
 
 timm draws these with Python's and numpy's RNGs inside the call, image by image; here every random
-number is drawn beforehand as a tensor from the loader's generator on the batch's device
+number is a function of counter_rng's words, drawn for a batch (or a packed group's batches) at once
 (`erasing_draws`, `mixing_draws`), and the ops are static-shape tensor ops: no host read, so they
 compile into a training step's graph (modules.packed_step).
 """
@@ -15,32 +15,38 @@ import math
 
 import torch
 
+from .counter_rng import below, normal, uniform
+
 ERASE_AREA = (0.02, 1 / 3)                                  # timm RandomErasing: min_area, max_area
 ERASE_LOG_ASPECT = (math.log(0.3), math.log(1 / 0.3))      # its min_aspect 0.3, max_aspect 1 / 0.3
 ERASE_TRIES = 10
+ERASE_WORDS = 3 + 2 * ERASE_TRIES        # per image: the gate, each try's area and aspect, the corner's 2
 SWITCH_PROB = 0.5   # timm Mixup: CutMix rather than MixUp, when both alphas are set
+GAMMA_TRIES = 16
+GAMMA_WORDS = 2 * GAMMA_TRIES + 1        # a try's normal and uniform, U for a < 1
+MIX_WORDS = 3 + 4 * GAMMA_WORDS          # per batch: the switch, the centre's 2, 4 Gamma draws
 
 
-def erasing_draws(probability: float, batch: int, shape: tuple[int, int, int], g: torch.Generator) -> dict:
-    """Each image's box {erase (B,) bool, erase_top, erase_left, erase_h, erase_w (B,) int64} and
-    erase_noise (B, C, H, W) float32 (its pixels), for images of `shape` (C, H, W)."""
+def erasing_draws(probability: torch.Tensor, w: torch.Tensor, noise: torch.Tensor, shape: tuple) -> dict:
+    """Each image's box {erase, erase_top, erase_left, erase_h, erase_w (..., B)} and erase_noise
+    (..., B, C, H, W) float32 (its pixels), for images of `shape` (C, H, W), from words w (..., B,
+    ERASE_WORDS) and noise (..., B * C * H * W rounded up to even); probability (...,) per member."""
     C, H, W = shape
-    dev = g.device
-    erase = torch.rand(batch, generator=g, device=dev) <= probability   # timm: skipped when random() > p
+    T = ERASE_TRIES
+    erase = uniform(w[..., 0]) < probability[..., None]          # timm: skipped when random() > p
     lo, hi = ERASE_AREA
-    area = H * W * (lo + (hi - lo) * torch.rand(batch, ERASE_TRIES, generator=g, device=dev))
+    area = H * W * (lo + (hi - lo) * uniform(w[..., 1:1 + T]))
     a, b = ERASE_LOG_ASPECT
-    aspect = torch.exp(a + (b - a) * torch.rand(batch, ERASE_TRIES, generator=g, device=dev))
-    h, w = torch.round(torch.sqrt(area * aspect)).long(), torch.round(torch.sqrt(area / aspect)).long()
-    fits = (h < H) & (w < W)
-    first = fits.long().argmax(1, keepdim=True)           # the first try whose box fits
-    h, w = h.gather(1, first)[:, 0], w.gather(1, first)[:, 0]
-    corner = torch.rand(batch, 2, generator=g, device=dev)
-    top = (corner[:, 0] * (H - h + 1)).floor().long().clamp(max=H - 1)   # uniform over 0..H - h
-    left = (corner[:, 1] * (W - w + 1)).floor().long().clamp(max=W - 1)
-    noise = torch.randn(batch, C, H, W, generator=g, device=dev)
-    return {"erase": erase & fits.any(1), "erase_top": top, "erase_left": left, "erase_h": h, "erase_w": w,
-            "erase_noise": noise}
+    aspect = torch.exp(a + (b - a) * uniform(w[..., 1 + T:1 + 2 * T]))
+    h, w_ = torch.round(torch.sqrt(area * aspect)).long(), torch.round(torch.sqrt(area / aspect)).long()
+    fits = (h < H) & (w_ < W)
+    first = fits.long().argmax(-1, keepdim=True)                 # the first try whose box fits
+    h, w_ = h.gather(-1, first)[..., 0], w_.gather(-1, first)[..., 0]
+    top = below(w[..., -2], (H - h + 1).clamp(min=1))              # uniform over 0..H - h
+    left = below(w[..., -1], (W - w_ + 1).clamp(min=1))
+    pixels = normal(noise)[..., :w.shape[-2] * C * H * W].view(*w.shape[:-1], C, H, W)
+    return {"erase": erase & fits.any(-1), "erase_top": top, "erase_left": left, "erase_h": h, "erase_w": w_,
+            "erase_noise": pixels}
 
 
 def erase(x: torch.Tensor, d: dict) -> torch.Tensor:
@@ -55,23 +61,20 @@ def erase(x: torch.Tensor, d: dict) -> torch.Tensor:
     return torch.where(box[:, None], patch.to(x.dtype), x)
 
 
-def mixing_draws(mixup_alpha: float, cutmix_alpha: float, shape: tuple[int, int], g: torch.Generator) -> dict:
-    """One batch's {mix_lam () float32, mix_cut () bool, mix_box (4,) int64: rows yl:yh, columns
-    xl:xh} for images of `shape` (H, W): lambda ~ Beta(alpha, alpha) of the chosen method, CutMix's
-    box centred uniformly and clipped (timm's rand_bbox), its lambda corrected to the box's area."""
+def mixing_draws(mixup_alpha: torch.Tensor, cutmix_alpha: torch.Tensor, w: torch.Tensor, shape: tuple) -> dict:
+    """One batch's {mix_lam (...) float32, mix_cut (...) bool, mix_box (..., 4) int64: rows yl:yh,
+    columns xl:xh} for images of `shape` (H, W), from words w (..., MIX_WORDS), alphas (...,) per
+    member (0: that method off; both 0: lambda 1, the images unchanged): lambda ~ Beta(alpha, alpha)
+    of the chosen method, CutMix's box centred uniformly and clipped (timm's rand_bbox), its lambda
+    corrected to the box's area."""
     H, W = shape
-    dev = g.device
-    if mixup_alpha > 0 and cutmix_alpha > 0:
-        cut = torch.rand((), generator=g, device=dev) < SWITCH_PROB
-    else:
-        cut = torch.tensor(cutmix_alpha > 0, device=dev)
-    one = torch.ones((), device=dev)
-    lam_mix = beta(mixup_alpha, g) if mixup_alpha > 0 else one
-    lam_cut = beta(cutmix_alpha, g) if cutmix_alpha > 0 else one
+    mixup, cutmix = mixup_alpha > 0, cutmix_alpha > 0
+    cut = torch.where(mixup & cutmix, uniform(w[..., 0]) < SWITCH_PROB, cutmix)
+    g = w[..., 3:].unflatten(-1, (2, 2, GAMMA_WORDS))            # (MixUp's, CutMix's) Beta, each 2 Gammas
+    lam_mix = torch.where(mixup, beta(mixup_alpha, g[..., 0, :, :]), 1.0)
+    lam_cut = torch.where(cutmix, beta(cutmix_alpha, g[..., 1, :, :]), 1.0)
     lam = torch.where(cut, lam_cut, lam_mix)
-    centre = torch.rand(2, generator=g, device=dev)
-    cy, cx = (centre[0] * H).floor().long(), (centre[1] * W).floor().long()   # uniform over rows, columns
-    box, boxed = cutmix_box(lam, cy, cx, H, W)
+    box, boxed = cutmix_box(lam, below(w[..., 1], H), below(w[..., 2], W), H, W)   # centre: uniform row, column
     return {"mix_lam": torch.where(cut, boxed, lam), "mix_cut": cut, "mix_box": box}
 
 
@@ -82,7 +85,7 @@ def cutmix_box(lam: torch.Tensor, cy: torch.Tensor, cx: torch.Tensor, H: int, W:
     cut_h, cut_w = (H * ratio).floor().long(), (W * ratio).floor().long()
     yl, yh = (cy - cut_h // 2).clamp(0, H), (cy + (cut_h + 1) // 2).clamp(0, H)   # an odd side: 1 more below
     xl, xh = (cx - cut_w // 2).clamp(0, W), (cx + (cut_w + 1) // 2).clamp(0, W)
-    return torch.stack([yl, yh, xl, xh]), (1 - (yh - yl) * (xh - xl) / (H * W)).float()
+    return torch.stack([yl, yh, xl, xh], -1), (1 - (yh - yl) * (xh - xl) / (H * W)).float()
 
 
 def mix(x: torch.Tensor, y: torch.Tensor, d: dict, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,26 +108,27 @@ def mix(x: torch.Tensor, y: torch.Tensor, d: dict, num_classes: int) -> tuple[to
     return x, y * lam_y + y.flip(-2) * (1 - lam_y)
 
 
-def beta(alpha: float, g: torch.Generator) -> torch.Tensor:
-    """One draw of Beta(alpha, alpha), a 0-d float32 tensor: X / (X + Y) of two Gamma(alpha) draws."""
-    xy = gamma(alpha, 2, g)
-    return xy[0] / (xy[0] + xy[1])
+def beta(alpha: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Beta(alpha, alpha) (...,) float32 from words w (..., 2, GAMMA_WORDS): X / (X + Y) of two
+    Gamma(alpha) draws."""
+    xy = gamma(alpha[..., None], w)
+    return xy[..., 0] / (xy[..., 0] + xy[..., 1])
 
 
-def gamma(a: float, n: int, g: torch.Generator, tries: int = 16) -> torch.Tensor:
-    """n draws of Gamma(a, 1) from `g` by Marsaglia and Tsang's method (2000), on g's device with no
-    host read: `tries` candidates each, the first accepted kept (each is accepted with probability
-    > 0.95 at a >= 1, so all 16 fail with probability < 1e-20); for a < 1, Gamma(a + 1) * U^(1/a).
-    (torch's own Gamma sampler takes no generator.)"""
+def gamma(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Gamma(a, 1) (...,) float32 from words w (..., GAMMA_WORDS) by Marsaglia and Tsang's method
+    (2000) with a fixed number of tries, vectorised: GAMMA_TRIES candidates, the first accepted kept.
+    Each is accepted with probability > 0.95 at a >= 1, so all 16 fail with probability < 0.05^16 <
+    2e-21 (then the first candidate is kept); for a < 1, Gamma(a + 1) * U^(1/a). Where a <= 0 (a
+    member without the stage) the draw is of Gamma(1), for the caller to discard."""
+    T = GAMMA_TRIES
+    a = torch.where(a > 0, a, 1.0)
     boost = a < 1
-    d = (a + 1 if boost else a) - 1 / 3
-    c = 1 / math.sqrt(9 * d)
-    z = torch.randn(n, tries, generator=g, device=g.device)
-    u = torch.rand(n, tries, generator=g, device=g.device)
+    d = torch.where(boost, a + 1, a)[..., None] - 1 / 3
+    c = 1 / torch.sqrt(9 * d)
+    z, u = normal(w[..., :T]), uniform(w[..., T:2 * T])
     v = (1 + c * z) ** 3
     accept = (v > 0) & (torch.log(u) < 0.5 * z * z + d - d * v + d * torch.log(v.clamp(min=1e-30)))
-    first = accept.long().argmax(1, keepdim=True)
-    sample = (d * v).gather(1, first)[:, 0].clamp(min=1e-30)
-    if boost:
-        sample = sample * torch.rand(n, generator=g, device=g.device) ** (1 / a)
-    return sample
+    first = accept.long().argmax(-1, keepdim=True)
+    sample = (d * v).gather(-1, first)[..., 0].clamp(min=1e-30)
+    return torch.where(boost, sample * (1 - uniform(w[..., 2 * T])) ** (1 / a), sample)

@@ -12,7 +12,7 @@ import torch
 
 from modules.files import write_atomic
 
-from .batch_augment import AugmentConfig, BatchAugment
+from .batch_augment import AugmentConfig, BatchAugment, strong_inputs
 from .sources import FASHION_MNIST, FASHION_MNIST_CLASSES, load_decoded
 from .splits import default_val_size, resolve_train_size, split_train_val, training_subset
 from .tensor_loader import TensorBatchLoader
@@ -239,14 +239,17 @@ class ImageClassificationDataModule(L.LightningDataModule):
 
     def train_loader(self, position=None, draws_only: bool = False) -> TensorBatchLoader:
         """The training batches (train_dataloader's, also outside a Trainer). position: where a pass
-        starts (TensorBatchLoader's). draws_only: batches are (uint8 x, y, draws), augmentation left
-        undone and its random numbers (BatchAugment.draws) handed over, for a step that augments on
-        its own (modules.packed_step)."""
+        starts (TensorBatchLoader's). draws_only: batches are (uint8 x, y, crop and flip draws),
+        augmentation left undone, for a step that augments on its own (modules.packed_step), which
+        draws the strong stages' numbers from strong_inputs and the batch's place itself."""
         rank, world = self._rank_world()
         x, y = self._split_tensors("train")
-        transform, augment = self.augment.train, self.augment
+        augment = self.augment
         if draws_only:
-            transform = lambda xb, yb, g: (xb, yb, augment.draws(len(yb), tuple(xb.shape[1:]), g))  # noqa: E731
+            transform = lambda xb, yb, g, place: (xb, yb, augment.draws(len(yb), g))  # noqa: E731
+        else:
+            strong = strong_inputs([augment.cfg], [self.seed], tuple(x.shape[2:]), x.device)
+            transform = lambda xb, yb, g, place: augment.train(xb, yb, g, strong, place)  # noqa: E731
         return TensorBatchLoader(x, y, min(self.batch_size, len(y)), transform=transform,
                                  shuffle=True, drop_last=True, seed=self.seed, rank=rank, world_size=world,
                                  position=position)
@@ -281,9 +284,8 @@ class ImageClassificationDataModule(L.LightningDataModule):
     def _eval_loader(self, split: str) -> TensorBatchLoader:
         rank, world = self._rank_world()
         x, y = self._split_tensors(split)
-        normalize = self.augment.normalize
-        return TensorBatchLoader(x, y, self.eval_batch_size, transform=lambda xb, yb, g: (normalize(xb), yb),
-                                 rank=rank, world_size=world)
+        normalize = lambda xb, yb, g, place: (self.augment.normalize(xb), yb)  # noqa: E731
+        return TensorBatchLoader(x, y, self.eval_batch_size, transform=normalize, rank=rank, world_size=world)
 
     def val_dataloader(self) -> TensorBatchLoader:
         return self._eval_loader("val")

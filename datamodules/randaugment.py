@@ -3,7 +3,7 @@
 torchvision's v2 RandAugment defines the ops, their magnitudes (num_ops 2, magnitude 9 of 31 bins,
 nearest interpolation, fill 0) and computes each op; what differs is how the ops are chosen:
 torchvision draws one pair per call, for the whole batch, and reads the draw on the host. Here
-each image's ops are drawn beforehand as tensors on the batch's device (`randaugment_draws`), and
+each image's ops are tensors on the batch's device, from counter_rng's words (`randaugment_draws`), and
 `randaugment` runs each op slot as one grid_sample (every image by its own affine map: the shears,
 translations and rotations, with torchvision's matrices) plus the 12 colour variants on the whole
 batch, each image keeping its own: no host read and static shapes, so it compiles into a training
@@ -19,6 +19,8 @@ from torchvision.transforms.v2 import InterpolationMode, RandAugment
 from torchvision.transforms.v2 import functional as F
 from torchvision.transforms.v2.functional._geometry import (_affine_grid, _apply_grid_transform,
                                                             _get_inverse_affine_matrix)
+
+from .counter_rng import below
 
 NUM_OPS = 2          # ops applied one after the other to each image
 MAGNITUDE = 9        # of NUM_BINS: torchvision's default
@@ -44,9 +46,9 @@ _TABLES: dict[tuple[int, int], tuple] = {}
 
 def variants(height: int, width: int) -> tuple[tuple[str, float, list | None], ...]:
     """(op, magnitude, inverse affine matrix of a geometric op) of every op at MAGNITUDE, in SPACE's
-    order; a signed op twice, + then -. Kept per image size once computed: randaugment_draws
-    computes it eagerly (through _constants), so a traced randaugment reads constants (torchvision
-    computes magnitudes as tensors, and its affine's argument checks do not trace)."""
+    order; a signed op twice, + then -. Kept per image size once computed: batch_augment.strong_inputs
+    computes it eagerly, so a traced randaugment and its draws read constants (torchvision computes
+    magnitudes as tensors, and its affine's argument checks do not trace)."""
     if (height, width) not in _TABLES:
         out = []
         for name, (magnitudes, signed) in SPACE.items():
@@ -71,12 +73,13 @@ def _matrix(name: str, m: float, height: int, width: int) -> list[float] | None:
     return _get_inverse_affine_matrix(centre, angle, translate, 1.0, shear_xy)
 
 
-def randaugment_draws(batch: int, size: tuple[int, int], g: torch.Generator) -> torch.Tensor:
-    """Each image's ops as indices into variants(*size): (batch, NUM_OPS) int64 from `g`. An op is
-    uniform over the 14 of SPACE and a signed one is negated with probability 1/2, as torchvision draws."""
-    first, signed = _constants(*size, g.device)[2:]
-    op = torch.randint(0, len(SPACE), (batch, NUM_OPS), generator=g, device=g.device)
-    negative = torch.rand(batch, NUM_OPS, generator=g, device=g.device) <= 0.5
+def randaugment_draws(w: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Each image's ops as indices into variants(*size), from words (..., NUM_OPS, 2) of
+    counter_rng: (..., NUM_OPS) int64. An op is uniform over the 14 of SPACE and a signed one is
+    negated with probability 1/2, as torchvision draws."""
+    first, signed = _constants(*size, w.device)[2:]
+    op = below(w[..., 0], len(SPACE))
+    negative = w[..., 1] < 2 ** 31
     return first[op] + (negative & signed[op]).long()
 
 

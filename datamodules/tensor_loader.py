@@ -5,9 +5,11 @@ no per-sample PIL. Shards by rank for multi-process training (every rank draws t
 permutation from (seed, epoch) and takes every world_size-th image of it).
 
 Resumable at any batch: the order and the augmentation of an epoch are a function of one
-generator seeded by (seed, epoch), and `state_dict()` (which Lightning puts into every checkpoint)
-holds the generator's state before each of the last batches handed out and before the next one
-(Lightning may fetch a batch ahead of the one it trains on: the state it resumes at is one of those).
+generator seeded by (seed, epoch) and of the batch's place (epoch, index), which the transform
+gets (the strong stages' counter-based draws); `state_dict()` (which Lightning puts into every
+checkpoint) holds the generator's state before each of the last batches handed out and before the
+next one (Lightning may fetch a batch ahead of the one it trains on: the state it resumes at is one
+of those).
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ KEPT_STATES = 4  # generator states kept, for the last batches handed out (Light
 
 
 class TensorBatchLoader:
-    """`position`, when given, says where a pass starts: (epoch, batches of it already trained).
-    It is read when the pass starts, i.e. after Lightning has restored a checkpoint; without it (or
-    when it returns None), passes count epochs from 0."""
+    """`transform(images, labels, generator, (epoch, batch index))` makes a batch. `position`, when
+    given, says where a pass starts: (epoch, batches of it already trained). It is read when the
+    pass starts, i.e. after Lightning has restored a checkpoint; without it (or when it returns
+    None), passes count epochs from 0."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, *,
                  transform: Callable, shuffle: bool = False, drop_last: bool = False, seed: int = 0,
@@ -76,7 +79,7 @@ class TensorBatchLoader:
             self._states[i] = g.get_state()
             self._states.pop(i - KEPT_STATES, None)
             idx = mine[i * self.batch_size:(i + 1) * self.batch_size]
-            batch = self.transform(self.images[idx], self.labels[idx], g)
+            batch = self.transform(self.images[idx], self.labels[idx], g, (epoch, i))
             self._next = i + 1
             yield batch
         self._g, self._next = None, 0

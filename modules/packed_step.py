@@ -17,10 +17,13 @@ graph can be captured once and replayed. It covers:
   tensor times warmup + cosine computed on the device from the step-count tensor.
 
 - augmentation (datamodules.batch_augment.BatchAugment.apply: crop, flip, RandAugment, Random
-  Erasing, MixUp/CutMix) on uint8 batches, with each member's random numbers drawn outside by
-  BatchAugment.draws from its own loader generator (a draw with generator= breaks the graph): the
-  same numbers its single run draws. Members of different variants pack (default and strong): a
-  stage a member leaves out gets identity draws (batch_augment.member_draws).
+  Erasing, MixUp/CutMix) on uint8 batches. The crop's and flip's numbers come in, drawn outside by
+  each member's loader generator (a draw with generator= breaks the graph); the strong stages'
+  numbers are drawn inside, for every member at once, by a counter-based generator
+  (datamodules.counter_rng) from the members' seeds and settings (batch_augment.strong_inputs) and
+  the batch's place: the numbers each member's single run draws, with a fixed number of host ops
+  per step whatever the member count. Members of different variants pack (default and strong): a
+  member's settings of a stage it leaves out are its defaults, which leave its images unchanged.
 
 - with `teachers` (PackedClassifier.teacher_stack), DeiT's frozen teachers' forward on the members'
   augmented images, under the same autocast as the student's.
@@ -31,7 +34,7 @@ fullgraph=True equals itself eager.
     step = PackedStep(packed, total_steps=2000, clip=1.0)
     state = step.init_state()                       # weights, buffers, Adam moments, step count
     state, losses = step(state, x, y, lr)           # x (K, B, C, H, W), y (K, B), lr (K,)
-    step = PackedStep(packed, 2000, augment=dm.augment)   # x uint8, plus draws: member_draws of BatchAugment.draws
+    step = PackedStep(packed, 2000, augment=dm.augment)   # x uint8, plus draws (__call__)
     compiled = torch.compile(step, fullgraph=True)  # the same function, one graph
 """
 from __future__ import annotations
@@ -111,8 +114,9 @@ class PackedStep:
         members' peak learning rates, masks (K, n, B) their drop-path keep masks (n drawing drop
         paths, PackedClassifier._drop_path_masks) or None, teacher_logits (K, B, classes) or None
         (with `teachers`: computed here).
-        With `augment`: x uint8, y labels (K, B) and draws (batch_augment.member_draws of the members'
-        BatchAugment.draws). schedule: (warmup, total) steps (`self.schedule()`), teacher_weights: the
+        With `augment`: x uint8, y labels (K, B) and draws: batch_augment.member_draws of the members'
+        BatchAugment.draws (crop and flip), with strong stages also batch_augment.strong_inputs and
+        "place", the batch's (epoch, batch of the epoch) as a (2,) int64 tensor. schedule: (warmup, total) steps (`self.schedule()`), teacher_weights: the
         teachers' stacked (params, buffers) when they are not `teachers`' own (a group sharing this
         step); both inputs, so that the compiled graph holds no group's constants.
         Returns the next state and the members' losses (K,)."""

@@ -12,7 +12,7 @@ from PIL import Image
 
 from datamodules import DatasetError, ImageClassificationDataModule
 from datamodules import sources
-from datamodules.batch_augment import AugmentConfig, geometry, geometry_draws
+from datamodules.batch_augment import AugmentConfig, geometry, geometry_draws, strong_inputs
 
 from .conftest import make_images
 
@@ -372,13 +372,18 @@ def test_loader_after_a_fit_counts_its_own_passes(make_dm, tmp_path):
 
 @pytest.mark.parametrize("variant", [{}, dict(randaugment=True, random_erasing=0.5, mixup_alpha=0.8, cutmix_alpha=1.0)])
 def test_a_loader_of_draws_only_hands_over_what_augment_train_draws(make_dm, variant):
-    """train_loader(draws_only=True) hands over uint8 images and their augmentation's random numbers,
-    the ones augment.train draws: applied, they make its batches (the default and the strong variant)."""
+    """train_loader(draws_only=True) hands over uint8 images and their crop and flip draws, the ones
+    augment.train draws from the loader's generator; applied with the run's strong_inputs and each
+    batch's place (from which apply draws the strong stages' numbers), they make its batches (the
+    default and the strong variant)."""
     dm = make_dm(batch_size=16, train_size=64, **variant)
     dm.setup("fit")
+    strong = strong_inputs([dm.augment.cfg], [dm.seed], (28, 28), "cpu")
+    assert bool(strong) == bool(variant)
     draws_only = dm.train_loader(draws_only=True)
-    for (x, y, draws), (xa, ya) in zip(draws_only, dm.train_loader()):
-        assert x.dtype == torch.uint8
-        assert (set(draws) == {"dy", "dx", "flip"}) == (not variant)
+    for i, ((x, y, draws), (xa, ya)) in enumerate(zip(draws_only, dm.train_loader())):
+        assert x.dtype == torch.uint8 and set(draws) == {"dy", "dx", "flip"}
+        if strong:
+            draws |= strong | {"place": torch.tensor([0, i])}
         xb, yb = dm.augment.apply(x, y, draws)
         assert torch.equal(xb, xa) and torch.equal(yb, ya)

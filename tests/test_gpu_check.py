@@ -94,9 +94,11 @@ def test_its_member_counts_are_the_gpu_profiles_group_sizes(tmp_path):
 
 
 def test_the_strong_variant_draws_it_counts_are_every_members():
+    """The host part of the strong variant's draws: every member's crop and flip, and the batch's
+    place, from which the step draws the strong stages' numbers of every member."""
     draws = gpu_check.strong_draws(3, 8, torch.device("cpu"))()
-    assert draws["ra_variant"].shape == (3, 8, 2) and draws["erase_noise"].shape == (3, 8, 1, 28, 28)
-    assert draws["mix_lam"].shape == (3,) and draws["mix_box"].shape == (3, 4)
+    assert set(draws) == {"dy", "dx", "flip", "place"}
+    assert draws["dy"].shape == draws["flip"].shape == (3, 8) and draws["place"].shape == (2,)
 
 
 def test_its_processes_keep_an_environment_given_through_pythonpath(tmp_path, monkeypatch):

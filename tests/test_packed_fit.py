@@ -106,12 +106,15 @@ def test_packed_fit_leaves_what_single_fits_leave(family, fmnist_dir, tmp_path):
     assert before == {n: (d / "summary.json").read_text() for n, d in packed.items()}
 
 
+STRONG = ("--data.randaugment", "true", "--data.mixup_alpha", "0.8", "--data.cutmix_alpha", "1.0",
+          "--data.random_erasing", "0.25")   # experiments/datascale/spec.yaml's strong variant
+
+
 def test_variants_pack_together(fmnist_dir, tmp_path):
-    """A default and a strong-augmentation member (MixUp/CutMix: soft targets) packed train as their
-    own fits do: the default member's labels become one-hot targets, the same loss."""
-    strong = ("--data.mixup_alpha", "0.8", "--data.cutmix_alpha", "1.0", "--data.random_erasing", "0.25",
-              "--test_after_fit", "false")
-    variants = [("--test_after_fit", "false"), strong]
+    """A default and a strong-augmentation member (RandAugment, Random Erasing, MixUp/CutMix: soft
+    targets) packed train as their own fits do: the strong member's numbers, drawn inside the group's
+    step, are its single fit's; the default member's labels become one-hot targets, the same loss."""
+    variants = [("--test_after_fit", "false"), (*STRONG, "--test_after_fit", "false")]
     for extra in variants:
         assert main(["fit", *_args(fmnist_dir, tmp_path / "single", 0, *extra)]) == 0
     assert set(fit_packed([_args(fmnist_dir, tmp_path / "packed", 0, *e) for e in variants]).values()) == {"fitted"}
@@ -136,13 +139,15 @@ class _CrashAt:
             raise RuntimeError("crash")
 
 
-@pytest.mark.parametrize("drop_path", ["0.0", "0.5"])  # 0.5: each member's stochastic-depth stream resumes
-def test_interrupted_group_resumes_to_the_same_end(drop_path, fmnist_dir, tmp_path):
+# 0.5: each member's stochastic-depth stream resumes; strong: the strong variant's draws (the batch's place)
+@pytest.mark.parametrize("drop_path, variant", [("0.0", ()), ("0.5", ()), ("0.0", STRONG)],
+                         ids=["default", "drop_path", "strong"])
+def test_interrupted_group_resumes_to_the_same_end(drop_path, variant, fmnist_dir, tmp_path):
     """A group that crashed after its first validation resumes from its group checkpoint and ends
     where an uninterrupted group ends, bit for bit."""
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     extra = ("--test_after_fit", "false", "--trainer.max_steps", "8", "--trainer.val_check_interval", "4",
-             "--model.drop_path_rate", drop_path)
+             "--model.drop_path_rate", drop_path, *variant)
     fit_packed([_args(fmnist_dir, whole, s, *extra) for s in SEEDS])
     members = [_args(fmnist_dir, cut, s, *extra) for s in SEEDS]
     with pytest.raises(RuntimeError, match="crash"):
@@ -480,3 +485,58 @@ def test_a_packed_sweep_tests_its_tuning_winners_in_its_packed_groups(fmnist_dir
         assert alone["test"].keys() == packed["test"].keys() and {"acc", "acc_top5", "ece", "loss"} <= set(packed["test"])
         for key in packed["test"]:
             assert abs(alone["test"][key] - packed["test"][key]) <= 0.011, (name, key)
+
+
+class _CountHostOps:
+    """Counts the aten ops the group's loop runs outside its step's call (loop.run: the function that
+    compiles into one graph) from the start of step `step` to the start of the next: one step's host
+    part (its batches, their draws, the losses' watch)."""
+
+    def __init__(self, step: int):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(mode, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+        self.step, self.ops, self.mode = step, [], Count()
+
+    def on_train_batch_start(self, loop, step: int) -> None:
+        if step == self.step:
+            self.run = run = loop.run
+            mode = self.mode
+
+            def uncounted(*args, **kwargs):
+                mode.__exit__(None, None, None)
+                try:
+                    return run(*args, **kwargs)
+                finally:
+                    mode.__enter__()
+            loop.run = uncounted
+            mode.__enter__()
+        elif step == self.step + 1:
+            self.mode.__exit__(None, None, None)
+            loop.run = self.run
+
+
+def test_the_strong_variants_draws_take_a_fixed_number_of_host_ops_per_step(fmnist_dir, tmp_path, monkeypatch):
+    """The strong variant's random numbers (RandAugment, Random Erasing, MixUp/CutMix) add the same
+    few ops per step to the host part of a group's step at 2 and at 8 members: they are drawn for all
+    members at once, inside the step. (The crop and flip draws stay each member's own, from its loader
+    generator, as in the default variant: the count is the strong variant's over the default's.)
+    Before the counter-based draws, each member drew its own: 324 ops more at 2 members, 1,266 at 8."""
+    import modules.budgets as budgets
+    monkeypatch.setitem(budgets.ARCHS, ("resnet", "tiny"), {**budgets.ARCHS["resnet", "tiny"], "depths": (1, 1, 1)})
+    counts = {}
+    for k in (2, 8):
+        for name, variant in (("default", ()), ("strong", STRONG)):
+            counter = _CountHostOps(1)
+            args = [_args(fmnist_dir, tmp_path / f"{name}{k}", s, "--model.family", "resnet", "--test_after_fit",
+                          "false", "--data.batch_size", "8", "--trainer.max_steps", "3",
+                          "--trainer.val_check_interval", "3", *variant) for s in range(k)]
+            assert set(fit_packed(args, callbacks=(counter,), compile=False).values()) == {"fitted"}
+            counts[name, k] = len(counter.ops)
+    extra = {k: counts["strong", k] - counts["default", k] for k in (2, 8)}
+    print(f"host ops per step: {counts}; the strong variant's over the default's: {extra}")
+    assert counts["default", 8] > counts["default", 2] > 0   # the count sees each member's own host work
+    assert extra[2] == extra[8] <= 4, (counts, extra)

@@ -4,9 +4,10 @@ for every family it takes the same steps as PackedClassifier under Lightning's o
 it into one graph that computes the same thing: no host synchronisation, no graph break (inductor
 for vit and resnet, aot_eager for the other families: see BACKEND). The step
 augments and normalises uint8 batches itself (crop and flip; RandAugment, Random Erasing and
-MixUp/CutMix for a member of the strong variant, packed beside one of the default), from random
-numbers drawn outside it from each member's loader generator; they equal the batches each
-member's single run makes.
+MixUp/CutMix for a member of the strong variant, packed beside one of the default): the crop and
+flip from numbers drawn outside it from each member's loader generator, the strong stages from
+numbers it draws inside from the members' seeds and the batch's place (counter-based); they equal
+the batches each member's single run makes.
 
 Float64, so that equality is tight: Adam's first steps divide by sqrt(v), which turns fp32
 rounding of near-zero gradients into visible weight differences. One block per stage keeps
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 import modules.budgets as budgets
-from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws
+from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws, strong_inputs
 from modules import FAMILIES
 from modules.packed import PackedClassifier, clip_grad_norm_per_member
 from modules.packed_step import PackedStep
@@ -46,15 +47,27 @@ STRONG = BatchAugment(AugmentConfig(crop_padding=2, hflip=True, randaugment=True
                                     mixup_alpha=0.8, cutmix_alpha=1.0), torch.tensor([72.9]), torch.tensor([90.0]), 10)
 
 
+SEEDS = [10 + k for k in range(K)]   # the members' data seeds: their loader generators and strong draws
+
+
 def _batches(family: str):
-    """uint8 images (K, B, 1, 28, 28), labels, DeiT's teacher logits, and each member's loader generator."""
+    """uint8 images (K, B, 1, 28, 28), labels, DeiT's teacher logits, each member's loader generator
+    and the batch's place (epoch, batch)."""
     g = torch.Generator().manual_seed(1)
-    loaders = [torch.Generator().manual_seed(10 + k) for k in range(K)]
-    for _ in range(STEPS):
+    loaders = [torch.Generator().manual_seed(s) for s in SEEDS]
+    for i in range(STEPS):
         x = torch.randint(0, 256, (K, B, 1, 28, 28), generator=g, dtype=torch.uint8)
         y = torch.randint(0, 10, (K, B), generator=g)
         teacher = torch.randn(K, B, 10, generator=g, dtype=torch.float64) if family == "deit" else None
-        yield x, y, teacher, loaders
+        yield x, y, teacher, loaders, (0, i)
+
+
+def _group_draws(augments, loaders, place) -> dict:
+    """A group's draws as its loop hands them over: each member's crop and flip from its generator,
+    the members' strong inputs and the batch's place."""
+    strong = strong_inputs([a.cfg for a in augments], SEEDS, (28, 28), "cpu")
+    return (member_draws([a.draws(B, g) for a, g in zip(augments, loaders)])
+            | strong | ({"place": torch.tensor(place)} if strong else {}))
 
 
 def _lightning_steps(family: str, augments=(AUGMENT,) * K):
@@ -66,9 +79,11 @@ def _lightning_steps(family: str, augments=(AUGMENT,) * K):
     opt = ref.configure_optimizers(total_steps=TOTAL)
     optimizer, schedule = opt["optimizer"], opt["lr_scheduler"]["scheduler"]
     losses, masks = [], []
-    for i, (images, y, teacher, loaders) in enumerate(_batches(family)):
+    for i, (images, y, teacher, loaders, place) in enumerate(_batches(family)):
         # each member's batch as its single run's loader makes it: BatchAugment.train with its generator
-        xs, ys = zip(*(augments[k].train(images[k], y[k], loaders[k]) for k in range(K)))
+        xs, ys = zip(*(augments[k].train(images[k], y[k], loaders[k],
+                                         strong_inputs([augments[k].cfg], [SEEDS[k]], (28, 28), "cpu"), place)
+                       for k in range(K)))
         x, y = torch.stack(xs).double(), _targets(list(ys))
         y = y.double() if y.is_floating_point() else y     # soft targets when a member mixes
         m = ref._drop_path_masks(x)
@@ -96,10 +111,9 @@ def _pure_steps(family: str, masks, compiled: bool, augments=(AUGMENT,) * K, bac
     step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=augments[0])
     run = torch.compile(step, fullgraph=True, backend=backend or BACKEND.get(family, "aot_eager")) if compiled else step
     state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
-    for (images, y, teacher, loaders), m in zip(_batches(family), masks):
-        # the same random numbers, drawn outside the step from each member's generator
-        draws = member_draws([augments[k].draws(B, (1, 28, 28), g) for k, g in enumerate(loaders)])
-        state, loss = run(state, images, y, lr, m, teacher, draws)
+    for (images, y, teacher, loaders, place), m in zip(_batches(family), masks):
+        # the same random numbers: the crop and flip drawn outside the step, the strong stages inside
+        state, loss = run(state, images, y, lr, m, teacher, _group_draws(augments, loaders, place))
         losses.append(loss)
     return state, torch.stack(losses)
 
@@ -200,8 +214,8 @@ def test_teachers_inside_the_step_see_the_augmented_images():
         step = PackedStep(packed, total_steps=TOTAL, clip=1.0, augment=AUGMENT, teachers=stack if inside else None)
         run = torch.compile(step, fullgraph=True, backend="aot_eager") if inside == "compiled" else step
         state, lr, losses = step.init_state(), torch.tensor(LRS, dtype=torch.float64), []
-        for images, y, _, loaders in _batches("deit"):
-            draws = member_draws([AUGMENT.draws(B, (1, 28, 28), g) for g in loaders])
+        for images, y, _, loaders, place in _batches("deit"):
+            draws = _group_draws((AUGMENT,) * K, loaders, place)
             given = None
             if not inside:   # the same augmentation, done here, and the teachers' logits on it
                 x = AUGMENT.apply(images, y, draws)[0].double()

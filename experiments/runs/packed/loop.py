@@ -4,8 +4,10 @@ Single runs stay LightningModules under the Trainer; a packed group trains here,
 for its one pure step (modules.packed_step.PackedStep): every member's augmentation, vmapped
 forward and backward, clipping, AdamW and BatchNorm statistics in one function of static-shape
 tensors that reads nothing back to the host (DeiT's teachers run inside it). Around it, per step,
-the host only hands over the members' batches (uint8, with their augmentation's random numbers) and
-their drop-path masks (each member's own generator). The host reads the device only at
+the host only hands over the members' batches (uint8, with their crop and flip draws from each
+member's loader generator), the batch's place (epoch, index: the strong variant's draws, made inside
+the step for all members at once, are a function of it) and their drop-path masks (each member's
+own generator). The host reads the device only at
 log steps (the members' losses), at validations (one vmapped pass of all members over the shared
 validation split) and when the group checkpoint is written: on a timer and at the group's end.
 
@@ -39,7 +41,7 @@ import lightning as L
 import torch
 from lightning.fabric import Fabric
 
-from datamodules.batch_augment import member_draws
+from datamodules.batch_augment import member_draws, strong_inputs
 from modules.checkpoint_io import SafeCheckpointIO
 from modules.optim import warmup_cosine
 from modules.packed_step import PackedStep
@@ -139,13 +141,14 @@ def limited(n: int, limit) -> int:
 _COMPILED: dict[tuple, tuple] = {}
 
 
-def step_key(packed, augment, autocast, clip, mode, device) -> tuple:
-    """What a compiled PackedStep holds as constants: everything but the step's tensor inputs."""
+def step_key(packed, augment, autocast, clip, mode, device, strong=()) -> tuple:
+    """What a compiled PackedStep holds as constants: everything but the step's tensor inputs
+    (`strong`: the names of the members' strong settings, whose values are inputs)."""
     h = dict(packed.template.hparams)
     config = sorted((k, repr(v)) for k, v in h.items() if k not in ("lr", "teacher_checkpoint"))
     data = None if augment is None else (repr(augment.cfg), tuple(augment.mean.flatten().tolist()),
                                          tuple(augment.std.flatten().tolist()),
-                                         augment.num_classes)
+                                         augment.num_classes, tuple(strong))
     weights = next(iter(packed.members.parameters())).dtype
     return (tuple(config), packed.num_members, data, str(autocast), clip, mode, str(device), str(weights),
             packed.teacher_architectures())
@@ -203,6 +206,9 @@ class GroupLoop:
         position = lambda: (self.epoch, self.batch)  # noqa: E731
         self.loaders = [dm.train_loader(position=position, draws_only=self.inside) for dm in self.dms]
         self.schedule.start(min(len(loader) for loader in self.loaders))
+        # the members' seeds and strong settings, (K,) tensors once: the step draws their numbers
+        size = tuple(self.loaders[0].images.shape[2:])
+        self.strong = strong_inputs(cfgs, [dm.seed for dm in self.dms], size, device) if self.inside else {}
         augment, teachers = self.dms[0].augment if self.inside else None, self.packed.teacher_stack(device)
         compile_ = self.compile if self.compile is not None else device.type == "cuda"
         self.mode = ("reduce-overhead" if device.type == "cuda" else "default") if compile_ else None
@@ -210,7 +216,7 @@ class GroupLoop:
                                    augment=augment, autocast=self.autocast, teachers=teachers)
         if compile_:
             self.pure, self.run = compiled_step(step_key(self.packed, augment, self.autocast, self.schedule.clip,
-                                                         self.mode, device), build, self.mode)
+                                                         self.mode, device, self.strong), build, self.mode)
         else:
             self.pure = self.run = build()
         # what differs between groups that share a compiled step comes in as tensors
@@ -281,6 +287,8 @@ class GroupLoop:
     def _step(self, batches: list) -> torch.Tensor:
         x, y = torch.stack([b[0] for b in batches]), _targets([b[1] for b in batches])
         draws = member_draws([b[2] for b in batches]) if self.inside else None
+        if self.strong:
+            draws |= self.strong | {"place": torch.tensor([self.epoch, self.batch], device=x.device)}
         masks = self.packed._drop_path_masks(x)  # each member's own generator, outside the graph
         if self.mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are this one's inputs
