@@ -9,7 +9,8 @@ from pathlib import Path
 
 from experiments.datascale.numbers import grouping_identity
 from experiments.runs.run.identity import config_hash, run_name
-from experiments.runs.run.run_folder import SUMMARY_SCHEMA, RunFolder, Teacher, migrate_summary, teacher_of
+from experiments.runs.run.run_folder import RunFolder, teacher_of
+from experiments.runs.run.summary import SUMMARY_SCHEMA, Summary, Teacher, migrate
 from experiments.runs.sweep.shared import shared_entries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,10 +27,6 @@ def test_a_committed_summary_of_the_old_schema_reads_as_today_with_its_teacher_a
                                   "family": "resnet", "budget": "tiny", "variant": "resnet-at-vit",
                                   "checkpoint": RunFolder(STUDENT).identity()["model.teacher_checkpoint"]}
     assert {k: v for k, v in summary.items() if k not in ("schema", "teacher")} == stored  # nothing else moves
-    plain = {"status": "done", "family": "vit"}
-    assert migrate_summary(plain, {"model.teacher_checkpoint": None}) == {**plain, "schema": SUMMARY_SCHEMA}
-    today = {**plain, "schema": SUMMARY_SCHEMA}
-    assert migrate_summary(today, {"model.teacher_checkpoint": "x/checkpoints/best.ckpt"}) is today
 
 
 def _teacher_folder(runs: Path, variant: str) -> Path:
@@ -59,7 +56,7 @@ def test_a_teacher_is_recorded_as_a_structure_and_read_back_as_written(tmp_path)
         assert Teacher.from_record(read["teacher"]) == teacher and read["schema"] == SUMMARY_SCHEMA
         assert grouping_identity(student_ident, read["teacher"])["model.teacher_checkpoint"] == label
         # a record of the old schema names the same teacher alike: old and new students group together
-        assert migrate_summary({"status": "done"}, student_ident)["teacher"] == teacher.record()
+        assert migrate(Summary.from_record({"status": "done"}), student_ident).teacher == teacher
     assert teacher_of({"model.family": "vit", "model.teacher_checkpoint": None}, runs) is None
 
 

@@ -20,7 +20,7 @@ from experiments.report.records import Run, read_runs
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.table_format import fmt, write_csv
 from experiments.runs.run.convergence import judged, plateau_unknown, still_improving
-from experiments.runs.run.run_folder import Teacher
+from experiments.runs.run.summary import Teacher
 
 CLAIMS = load_claims("datascale")  # the claims' fixed words and published results (claims.yaml)
 

@@ -1,0 +1,66 @@
+"""Summary: summary.json as a typed record that reads and writes the file's own bytes (unknown keys
+and nulls kept), and the one migration of the records written before the schema had a number."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.runs.run.summary import KEYS, SUMMARY_SCHEMA, Summary, Teacher, migrate
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted((ROOT / "results" / "reference").glob("*/*/summary.json"))
+
+
+def test_every_committed_summary_is_written_back_byte_for_byte():
+    assert len(COMMITTED) >= 50  # every experiment's reference runs
+    for path in COMMITTED:
+        text = path.read_text()
+        summary, record = Summary.from_json(text), json.loads(text)
+        assert summary.to_json() == text, path
+        assert summary.extra == {} and summary.schema == record.get("schema"), path  # every key a field
+        assert summary.status == record["status"] and summary.test_acc == record.get("test_acc"), path
+
+
+def test_unknown_keys_and_nulls_are_kept_and_an_absent_key_stays_absent():
+    record = {"status": "fitted", "plateau": None, "from_a_newer_writer": {"x": [1, 2.5]}, "extra": 3,
+              "nulls": "a key named like an attribute", "schema": SUMMARY_SCHEMA, "test_acc": 0.25}
+    summary = Summary.from_record(record)
+    assert summary.plateau is None and summary.test is None and summary.test_acc == 0.25
+    assert summary.extra == {"from_a_newer_writer": {"x": [1, 2.5]}, "extra": 3, "nulls": "a key named like an attribute"}
+    assert summary.to_record() == record and "test" not in summary.to_record()
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    assert Summary.from_json(text).to_json() == text
+    assert Summary.from_record({"schema": None}).to_record() == {"schema": None}  # a null schema stays null
+
+
+def test_a_teacher_is_read_as_a_structure_and_written_as_it_was():
+    teacher = Teacher("resnet-tiny_x_f0.1_s0_lr0.003_1234abcd", "resnet", "tiny", None,
+                      "resnet-tiny_x_f0.1_s0_lr0.003_1234abcd/checkpoints/best.ckpt")
+    summary = Summary.from_record({"status": "done", "teacher": teacher.record(), "schema": SUMMARY_SCHEMA})
+    assert summary.teacher == teacher and summary.to_record()["teacher"] == teacher.record()
+
+
+def test_a_record_that_is_not_a_mapping_is_one_error():
+    for text in ("[1, 2]", "7", "null"):
+        with pytest.raises(ValueError, match="a summary is a mapping"):
+            Summary.from_json(text)
+    with pytest.raises(ValueError):
+        Summary.from_json('{"status": ')
+
+
+def test_every_field_but_the_bookkeeping_is_a_key_a_record_holds():
+    assert "extra" not in KEYS and "nulls" not in KEYS and {"status", "teacher", "schema", "variant"} <= set(KEYS)
+
+
+def test_migration_leaves_todays_records_alone_and_names_no_teacher_without_a_checkpoint():
+    today = Summary(status="done", family="vit")
+    assert migrate(today, {"model.teacher_checkpoint": "x/checkpoints/best.ckpt"}) is today
+    old = Summary.from_record({"status": "done", "family": "vit"})
+    migrated = migrate(old, {"model.teacher_checkpoint": None})
+    assert migrated.schema == SUMMARY_SCHEMA and migrated.teacher is None
+    assert migrated.to_record() == {"status": "done", "family": "vit", "schema": SUMMARY_SCHEMA}
+    # a record that says it has no teacher keeps saying so
+    assert migrate(Summary.from_record({"teacher": None}), {"model.teacher_checkpoint": "a_1234abcd/checkpoints/best.ckpt"}
+                   ).to_record() == {"teacher": None, "schema": SUMMARY_SCHEMA}
