@@ -22,11 +22,12 @@ def test_a_committed_summary_of_the_old_schema_reads_as_today_with_its_teacher_a
     stored = json.loads((STUDENT / "summary.json").read_text())
     assert "schema" not in stored and "teacher" not in stored  # written before the schema had a number
     summary = RunFolder(STUDENT).summary()
-    assert summary["schema"] == SUMMARY_SCHEMA
-    assert summary["teacher"] == {"run": "resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_resnet-at-vit_28174dca",
-                                  "family": "resnet", "budget": "tiny", "variant": "resnet-at-vit",
-                                  "checkpoint": RunFolder(STUDENT).identity()["model.teacher_checkpoint"]}
-    assert {k: v for k, v in summary.items() if k not in ("schema", "teacher")} == stored  # nothing else moves
+    assert summary.schema == SUMMARY_SCHEMA
+    assert summary.teacher == Teacher("resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_resnet-at-vit_28174dca",
+                                      "resnet", "tiny", "resnet-at-vit",
+                                      RunFolder(STUDENT).identity()["model.teacher_checkpoint"])
+    record = summary.to_record()
+    assert {k: v for k, v in record.items() if k not in ("schema", "teacher")} == stored  # nothing else moves
 
 
 def _teacher_folder(runs: Path, variant: str) -> Path:
@@ -51,10 +52,11 @@ def test_a_teacher_is_recorded_as_a_structure_and_read_back_as_written(tmp_path)
                                   student_ident["model.teacher_checkpoint"])
         student = RunFolder(runs / "datascale" / f"deit-{variant}")
         student.path.mkdir(parents=True)
-        student.write_summary({"status": "done", "family": "deit", "teacher": teacher.record()})
+        student.write_summary(Summary(status="done", family="deit", teacher=teacher))
         read = student.summary()
-        assert Teacher.from_record(read["teacher"]) == teacher and read["schema"] == SUMMARY_SCHEMA
-        assert grouping_identity(student_ident, read["teacher"])["model.teacher_checkpoint"] == label
+        assert read.teacher == teacher and read.schema == SUMMARY_SCHEMA
+        assert json.loads(student.summary_file.read_text())["teacher"] == teacher.record()
+        assert grouping_identity(student_ident, teacher.record())["model.teacher_checkpoint"] == label
         # a record of the old schema names the same teacher alike: old and new students group together
         assert migrate(Summary.from_record({"status": "done"}), student_ident).teacher == teacher
     assert teacher_of({"model.family": "vit", "model.teacher_checkpoint": None}, runs) is None

@@ -64,3 +64,10 @@ def test_migration_leaves_todays_records_alone_and_names_no_teacher_without_a_ch
     # a record that says it has no teacher keeps saying so
     assert migrate(Summary.from_record({"teacher": None}), {"model.teacher_checkpoint": "a_1234abcd/checkpoints/best.ckpt"}
                    ).to_record() == {"teacher": None, "schema": SUMMARY_SCHEMA}
+
+
+def test_updated_and_without_set_and_drop_keys_as_a_dicts_update_and_pop_do():
+    record = {"status": "fitted", "error": "x", "test": {"acc": 0.5}, "kept": 1}
+    summary = Summary.from_record(record).updated(status="done", plateau=None, later=2).without("error", "kept")
+    assert summary.to_record() == {"status": "done", "test": {"acc": 0.5}, "plateau": None, "later": 2}
+    assert summary.plateau is None and summary.error is None and summary.extra == {"later": 2}

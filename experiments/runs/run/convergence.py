@@ -54,7 +54,11 @@ def plateau(history: list[tuple[int, float]], steps: int) -> dict | None:
 def judged(summary: dict) -> dict | None:
     """The plateau of a finished run by today's rule, from its recorded validations (a record keeps
     its curve, so a record made under an older rule is judged by this one)."""
-    history, steps = summary.get("val_history"), summary.get("steps")
+    return judged_curve(summary.get("val_history"), summary.get("steps"))
+
+
+def judged_curve(history: list | None, steps: int | None) -> dict | None:
+    """`judged` of a run's recorded val_history and steps (None when either is missing)."""
     if not history or not steps:
         return None
     return plateau([tuple(v) for v in history], int(steps))

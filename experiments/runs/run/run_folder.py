@@ -15,9 +15,10 @@ needs no torch or Lightning: a scheduler's task process reads these records.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path, PurePath
 
-from modules.files import write_json
+from modules.files import write_atomic, write_json
 
 from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, run_name
 from experiments.runs.run.lock import held, lock_run_folder
@@ -89,19 +90,20 @@ class RunFolder:
         return f"RunFolder({str(self.path)!r})"
 
     # ---------------- records ----------------
-    def summary(self) -> dict | None:
+    def summary(self) -> Summary | None:
         """summary.json at SUMMARY_SCHEMA (an older one migrated), or None when absent or unreadable."""
         s = _read_json(self.summary_file)
-        return migrate(Summary.from_record(s), self.identity()).to_record() if isinstance(s, dict) else None
+        return migrate(Summary.from_record(s), self.identity()) if isinstance(s, dict) else None
 
     def status(self) -> str | None:
         """The summary's status (fitted, done, failed, diverged, interrupted), None for no record."""
-        return (self.summary() or {}).get("status")
+        summary = self.summary()
+        return summary.status if summary is not None else None
 
-    def write_summary(self, summary: dict) -> None:
-        """summary.json; and the run's hparams session follows it (its status a column of HPARAMS)."""
-        summary = {**summary, "schema": SUMMARY_SCHEMA}
-        write_json(self.summary_file, summary)
+    def write_summary(self, summary: Summary) -> None:
+        """summary.json at SUMMARY_SCHEMA; and the run's hparams session follows it (its status a column of HPARAMS)."""
+        summary = replace(summary, schema=SUMMARY_SCHEMA)
+        write_atomic(self.summary_file, summary.to_json())
         identity = self.identity()
         if identity is not None:
             from experiments.runs.run.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used

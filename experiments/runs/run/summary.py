@@ -115,6 +115,18 @@ class Summary:
         """summary.json's text read: a ValueError for one that is not JSON or not a mapping."""
         return cls.from_record(json.loads(text))
 
+    def updated(self, **values) -> Summary:
+        """The summary with these keys set, as a dict's update sets them: a None is recorded as null;
+        a key of no field goes to `extra`."""
+        fields_ = {k: v for k, v in values.items() if k in KEYS}
+        return replace(self, **fields_, extra={**self.extra, **{k: v for k, v in values.items() if k not in KEYS}},
+                       nulls=(self.nulls - set(values)) | {k for k, v in fields_.items() if v is None})
+
+    def without(self, *keys: str) -> Summary:
+        """The summary without these keys, as a dict's pop drops them."""
+        return replace(self, **{k: None for k in keys if k in KEYS}, nulls=self.nulls - set(keys),
+                       extra={k: v for k, v in self.extra.items() if k not in keys})
+
     def to_record(self) -> dict:
         """The record as json.dumps writes it: every field the record holds, then the unknown keys."""
         out = {}
