@@ -54,16 +54,32 @@ def test_every_field_but_the_bookkeeping_is_a_key_a_record_holds():
     assert "extra" not in KEYS and "nulls" not in KEYS and {"status", "teacher", "schema", "variant"} <= set(KEYS)
 
 
+IDENT = {"model.family": "vit", "model.budget": "tiny", "data.dataset": "fashion_mnist", "data.fraction": 0.1,
+         "data.seed": 0, "model.lr": 0.001, "model.teacher_checkpoint": None}
+
+
 def test_migration_leaves_todays_records_alone_and_names_no_teacher_without_a_checkpoint():
     today = Summary(status="done", family="vit")
-    assert migrate(today, {"model.teacher_checkpoint": "x/checkpoints/best.ckpt"}) is today
+    assert migrate(today, {"model.teacher_checkpoint": "x/checkpoints/best.ckpt"}, "x_1234abcd") is today
     old = Summary.from_record({"status": "done", "family": "vit"})
-    migrated = migrate(old, {"model.teacher_checkpoint": None})
+    migrated = migrate(old, IDENT, "vit-tiny_fashion_mnist_f0.1_s0_lr0.001_1234abcd")
     assert migrated.schema == SUMMARY_SCHEMA and migrated.teacher is None
-    assert migrated.to_record() == {"status": "done", "family": "vit", "schema": SUMMARY_SCHEMA}
-    # a record that says it has no teacher keeps saying so
-    assert migrate(Summary.from_record({"teacher": None}), {"model.teacher_checkpoint": "a_1234abcd/checkpoints/best.ckpt"}
-                   ).to_record() == {"teacher": None, "schema": SUMMARY_SCHEMA}
+    assert migrated.to_record() == {"status": "done", "family": "vit", "variant": "default", "schema": SUMMARY_SCHEMA}
+    # a record that says it has no teacher keeps saying so; one without an identity gets no variant
+    assert migrate(Summary.from_record({"teacher": None}), None, "a_1234abcd").to_record() \
+        == {"teacher": None, "schema": SUMMARY_SCHEMA}
+
+
+def test_an_older_records_own_variant_is_read_from_the_name_its_spec_gave_it():
+    for schema in (None, 2):
+        old = Summary.from_record({"status": "done"} if schema is None else {"status": "done", "schema": schema})
+        assert migrate(old, IDENT, "vit-tiny_fashion_mnist_f0.1_s0_lr0.001_strong_1234abcd").variant == "strong"
+        # a name no spec made (a fit's own readable name has no lr) says none, recorded as null
+        unnamed = migrate(old, IDENT, "vit-tiny_fashion_mnist_f0.1_s0_1234abcd")
+        assert unnamed.variant is None and unnamed.to_record()["variant"] is None
+    # a record that says its variant keeps it
+    assert migrate(Summary.from_record({"variant": "mine"}), IDENT, "vit-tiny_fashion_mnist_f0.1_s0_lr0.001_1234abcd"
+                   ).variant == "mine"
 
 
 def test_updated_and_without_set_and_drop_keys_as_a_dicts_update_and_pop_do():

@@ -221,7 +221,8 @@ def read_run(run_dir: Path, name: str | None = None) -> Run | LeftOut | None:
         identity = _identity(folder)
     except BadRecord as e:
         return LeftOut(name, folder.identity_file, f"{IDENTITY_FILE}: {e}")
-    return Run(name, markdown_safe(migrate(Summary.from_record(summary), identity).to_record()), markdown_safe(identity))
+    summary = migrate(Summary.from_record(summary), identity, folder.name)
+    return Run(name, markdown_safe(summary.to_record()), markdown_safe(identity))
 
 
 def read_runs(exp_dir: Path) -> tuple[dict[str, Run], list[LeftOut]]:

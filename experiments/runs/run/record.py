@@ -12,7 +12,7 @@ from modules.files import write_atomic, write_json
 
 from experiments.runs.run.convergence import plateau
 from experiments.runs.run.provenance import hardware, versions
-from experiments.runs.run.identity import config_hash
+from experiments.runs.run.identity import config_hash, run_variant
 from experiments.runs.run.run_folder import RunFolder, teacher_of
 from experiments.runs.run.summary import Summary
 
@@ -84,7 +84,9 @@ def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dic
                    extra: dict | None = None) -> None:
     """summary.json of a run (RunRecord, and each member of a packed fit): what ran, on what, with
     which code, and its `fit` (steps, wall_time_s; when fitted also epochs, images_per_sec,
-    val_acc_best, max_steps, val_history: the plateau is derived here) and `test` results."""
+    val_acc_best, max_steps, val_history: the plateau is derived here) and `test` results; a fit's
+    own variant (identity.run_variant) and its DeiT teacher (run_folder.teacher_of, which takes the
+    teacher's variant from the teacher's record)."""
     folder = RunFolder(run_dir)
     previous = folder.summary() or Summary()
     dm, h = datamodule, hparams
@@ -113,7 +115,8 @@ def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dic
         summary = summary.without("test")  # a new fit makes any older test result stale
     if test is not None:
         summary = summary.updated(test=test, test_acc=test.get("acc"))
-    if identity is not None:  # a fit's: its teacher as a structure (an evaluation keeps the recorded one)
+    if identity is not None:  # a fit's: its variant, and its teacher as a structure (an evaluation keeps the recorded ones)
+        summary = summary.updated(variant=run_variant(folder.name, identity))
         teacher = teacher_of(identity, folder.path.parent.parent)
         summary = summary.without("teacher") if teacher is None else summary.updated(teacher=teacher)
     folder.path.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from pathlib import Path, PurePath
 
 from modules.files import write_atomic, write_json
 
-from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, run_name
+from experiments.runs.run.identity import RUN_FOLDER
 from experiments.runs.run.lock import held, lock_run_folder
 from experiments.runs.run.summary import SUMMARY_SCHEMA, Summary, Teacher, migrate
 
@@ -53,20 +53,13 @@ def teacher_of(identity: dict | None, runs_dir: Path) -> Teacher | None:
         return None
     folder = PurePath(checkpoint).parent.parent.name
     found = sorted(Path(runs_dir).glob(f"*/{folder}")) if RUN_FOLDER.fullmatch(folder) else []
-    ident = RunFolder(found[0]).identity() if found else None
+    teacher = RunFolder(found[0]) if found else None
+    ident = teacher.identity() if teacher is not None else None
     if ident is None:
         return Teacher(None, None, None, None, checkpoint)
-    family, budget = ident.get("model.family"), ident.get("model.budget")
-    # a spec names a run run_name(...) + "_<variant>" (identity.run_name): what is left of the
-    # folder's readable name past the name of the default variant is the teacher's variant
-    readable = folder[:-(HASH_CHARS + 1)]
-    try:
-        default = run_name(family, budget, ident["data.dataset"], ident["data.fraction"], ident["data.seed"],
-                           "default", ident["model.lr"])
-    except (KeyError, TypeError, ValueError):
-        default = None
-    variant = readable[len(default) + 1:] if default and readable.startswith(default + "_") else None
-    return Teacher(folder, family, budget, variant, checkpoint)
+    own = teacher.summary()  # the teacher's own record says its variant (None without one: it recorded nothing)
+    variant = own.variant if own is not None and own.variant != "default" else None
+    return Teacher(folder, ident.get("model.family"), ident.get("model.budget"), variant, checkpoint)
 
 
 class RunFolder:
@@ -93,7 +86,7 @@ class RunFolder:
     def summary(self) -> Summary | None:
         """summary.json at SUMMARY_SCHEMA (an older one migrated), or None when absent or unreadable."""
         s = _read_json(self.summary_file)
-        return migrate(Summary.from_record(s), self.identity()) if isinstance(s, dict) else None
+        return migrate(Summary.from_record(s), self.identity(), self.name) if isinstance(s, dict) else None
 
     def status(self) -> str | None:
         """The summary's status (fitted, done, failed, diverged, interrupted), None for no record."""

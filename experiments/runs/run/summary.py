@@ -16,19 +16,23 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePath
 
-from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER
+from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, run_variant
 
+# 3: a run records its own variant ("variant": its spec's variant, "default" for none), and a DeiT
+#    student's teacher structure takes the teacher's variant from the teacher's record.
 # 2: a DeiT student's teacher is recorded as a structure ("teacher": Teacher.record()), and the
-# summary says its schema. 1 (no "schema" key): the teacher only as the checkpoint path in identity.json.
-SUMMARY_SCHEMA = 2
+#    summary says its schema.
+# 1 (no "schema" key): the teacher only as the checkpoint path in identity.json.
+SUMMARY_SCHEMA = 3
 TEACHER_KEYS = ("run", "family", "budget", "variant", "checkpoint")
 
 
 @dataclass(frozen=True)
 class Teacher:
     """The run a DeiT student distils from, as the student's summary records it: the teacher's
-    folder name, family, budget and variant (its spec's variant, such as a matched teacher's
-    'resnet-at-vit'; None for the default one), so that no reader parses them out of a path."""
+    folder name, family, budget and variant (its spec's variant as the teacher's own record says
+    it, such as a matched teacher's 'resnet-at-vit'; None for the default one), so that no reader
+    parses them out of a path."""
     run: str | None         # the teacher's folder name; None for a checkpoint outside the suite's run folders
     family: str | None
     budget: str | None
@@ -60,7 +64,7 @@ class Summary:
     # family, fraction, seed and variant)
     experiment: str | None = None
     run: str | None = None               # the run's folder name
-    variant: str | None = None           # the spec's variant of the run
+    variant: str | None = None           # the spec's variant of the run ("default" for none; null: not a spec's run)
     config_hash: str | None = None       # of its identity
     test_settings: str | None = None     # hash of the evaluation settings its own test result is for
     family: str | None = None
@@ -143,10 +147,12 @@ class Summary:
 KEYS = tuple(f.name for f in fields(Summary) if f.name not in ("extra", "nulls"))  # a record's keys of a field
 
 
-def migrate(summary: Summary, identity: dict | None) -> Summary:
-    """A summary of an older schema as SUMMARY_SCHEMA reads it. Schema 1 named a DeiT teacher only
-    by its checkpoint path in the identity (<teacher folder>/checkpoints/best.ckpt): the structure
-    is taken from that folder's name, which a spec wrote as <family>-<budget>_..._lr<lr>[_<variant>]_<hash>."""
+def migrate(summary: Summary, identity: dict | None, folder: str) -> Summary:
+    """A summary of an older schema, of the run folder named `folder`, as SUMMARY_SCHEMA reads it.
+    The older records' variants are read from the names a spec gave its runs, as
+    <family>-<budget>_..._lr<lr>[_<variant>]_<hash> (identity.run_name): schema 1 and 2 did not
+    record a run's own variant (taken from `folder` against its identity), and schema 1 named a
+    DeiT teacher only by its checkpoint path in the identity (<teacher folder>/checkpoints/best.ckpt)."""
     if summary.schema == SUMMARY_SCHEMA:
         return summary
     checkpoint = (identity or {}).get("model.teacher_checkpoint")
@@ -160,4 +166,6 @@ def migrate(summary: Summary, identity: dict | None) -> Summary:
         variant = rest[lr_at + 3:].partition("_")[2] if lr_at >= 0 else ""
         teacher = Teacher(name if RUN_FOLDER.fullmatch(name) else None, family, budget or None, variant or None,
                           checkpoint)
+    if summary.variant is None and "variant" not in summary.nulls and identity is not None:
+        summary = summary.updated(variant=run_variant(folder, identity))
     return replace(summary, schema=SUMMARY_SCHEMA, teacher=teacher)
