@@ -67,7 +67,7 @@ def test_a_teacher_is_recorded_as_a_structure_and_read_back_as_written(tmp_path)
         read = student.summary()
         assert read.teacher == teacher and read.schema == SUMMARY_SCHEMA
         assert json.loads(student.summary_file.read_text())["teacher"] == teacher.record()
-        assert grouping_identity(student_ident, teacher.record())["model.teacher_checkpoint"] == label
+        assert grouping_identity(student_ident, read.teacher)["model.teacher_checkpoint"] == label
         # a record of the old schema names the same teacher alike: old and new students group together
         assert migrate(Summary.from_record({"status": "done"}), student_ident, student.name).teacher == teacher
     assert teacher_of({"model.family": "vit", "model.teacher_checkpoint": None}, runs) is None

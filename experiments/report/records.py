@@ -33,7 +33,7 @@ class BadRecord(ValueError):
 @dataclass(frozen=True)
 class Run:
     name: str                # as the experiment's records name it: <folder>, or <experiment>/<folder> when shared
-    summary: dict
+    summary: Summary         # at SUMMARY_SCHEMA (an older record migrated)
     identity: dict | None    # identity.json's settings; None for a run without one (a record from before it)
 
 
@@ -222,7 +222,7 @@ def read_run(run_dir: Path, name: str | None = None) -> Run | LeftOut | None:
     except BadRecord as e:
         return LeftOut(name, folder.identity_file, f"{IDENTITY_FILE}: {e}")
     summary = migrate(Summary.from_record(summary), identity, folder.name)
-    return Run(name, markdown_safe(summary.to_record()), markdown_safe(identity))
+    return Run(name, Summary.from_record(markdown_safe(summary.to_record())), markdown_safe(identity))
 
 
 def read_runs(exp_dir: Path) -> tuple[dict[str, Run], list[LeftOut]]:

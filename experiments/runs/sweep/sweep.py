@@ -37,7 +37,7 @@ from datamodules.splits import resolve_train_size
 from modules.budgets import TEACHER, distils
 from modules.files import write_json
 
-from experiments.runs.run.convergence import judged_curve
+from experiments.runs.run.convergence import judged
 from experiments.runs.run.lock import hold_experiment
 from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
@@ -180,7 +180,7 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
         acc = s.val_acc_best if s.status in TUNED else None
         records.append({"family": r.family, "variant": r.variant, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
                         "train_size": s.train_size, "val_size": s.val_size, "status": s.status,
-                        "val_acc_best": acc, "plateaued": (judged_curve(s.val_history, s.steps) or {}).get("plateaued"),
+                        "val_acc_best": acc, "plateaued": (judged(s) or {}).get("plateaued"),
                         "run": r.entry})
         key = (r.family, r.variant, r.fraction)
         if acc is not None and (key not in best or acc > best[key][0] or (acc == best[key][0] and r.lr < best[key][1])):
