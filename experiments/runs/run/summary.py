@@ -99,7 +99,7 @@ class Summary:
     test: dict | None = None             # acc, acc_top5, loss, ece (and DeiT's heads' acc_cls, acc_dist...)
     test_acc: float | None = None
     teacher: Teacher | None = None       # DeiT's teacher (anything else a record holds there is kept as read)
-    identity: dict | None = None         # a record from before identity.json: its settings
+    identity: dict | None = None         # the run's settings, as a record from before identity.json held them
     extra: dict = field(default_factory=dict)  # keys of no field, kept as read
     nulls: frozenset = frozenset()       # the fields the record holds as null
 
