@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
+from experiments.runs.run.summary import Summary  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 from packed_group import group, strong_augment  # noqa: E402
@@ -70,13 +71,13 @@ def part_group(a, device, work: Path, sink) -> None:
     t = time.perf_counter()
     statuses = fit_packed([list(r.args) for r in members], compile=None)
     seconds = time.perf_counter() - t
-    summaries = [RunFolder(r.run_dir).summary() or {} for r in members]
-    engine = summaries[0].get("engine") or {}
+    summaries = [RunFolder(r.run_dir).summary() or Summary() for r in members]
+    engine = summaries[0].engine or {}
     sink({**planned, "seconds": round(seconds, 1), "statuses": statuses,
-          "tested": sum(s.get("test_acc") is not None for s in summaries),
-          "test_acc": [s.get("test_acc") for s in summaries], "compiled": engine.get("compiled"),
-          "ms_per_step": round(1000 * summaries[0]["wall_time_s"] / members[0].steps, 2)
-          if summaries[0].get("wall_time_s") else None})
+          "tested": sum(s.test_acc is not None for s in summaries),
+          "test_acc": [s.test_acc for s in summaries], "compiled": engine.get("compiled"),
+          "ms_per_step": round(1000 * summaries[0].wall_time_s / members[0].steps, 2)
+          if summaries[0].wall_time_s else None})
 
 
 def group_plan(a, work: Path) -> list:
@@ -167,8 +168,8 @@ def part_fit(a, device, work: Path, sink) -> None:
     out = {"rc": p.returncode, "seconds": round(time.perf_counter() - t, 1), "tail": p.stdout[-1200:]}
     summaries = list((work / "fit").rglob(SUMMARY_FILE))
     if summaries:
-        s = RunFolder(summaries[0].parent).summary() or {}
-        out.update({k: s.get(k) for k in ("status", "steps", "images_per_sec", "wall_time_s", "test_acc")})
+        s = RunFolder(summaries[0].parent).summary() or Summary()
+        out.update({k: getattr(s, k) for k in ("status", "steps", "images_per_sec", "wall_time_s", "test_acc")})
     sink(out)
 
 

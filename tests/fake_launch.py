@@ -4,6 +4,7 @@ cost each task ~6 s of start-up)."""
 import time
 
 from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.summary import Summary
 
 
 def fake_launch(run) -> int:
@@ -16,5 +17,5 @@ def fake_launch(run) -> int:
             log.write("boom: the fake vit run fails\n")
             return 1
         log.write(f"end {time.time()!r}\n")
-    RunFolder(run.run_dir).write_summary({"run": run.name, "family": run.family, "status": "done", "test_acc": 0.5})
+    RunFolder(run.run_dir).write_summary(Summary(run=run.name, family=run.family, status="done", test_acc=0.5))
     return 0

@@ -546,13 +546,14 @@ def test_what_each_teacher_can_hand_on_is_shown_where_recorded():
     nothing for the student trained alone."""
     from experiments.distill.numbers import Profile
     from experiments.distill.words import teacher_labels
+    from experiments.runs.run.summary import Summary
 
     def run(seed, rate=None):
-        labels = {"teacher_labels": {"differs": round(rate * 1000), "images": 1000, "rate": rate}} if rate else {}
-        return {"train_size": 590, "seed": seed, **labels}
+        labels = {"differs": round(rate * 1000), "images": 1000, "rate": rate} if rate else None
+        return Summary(train_size=590, seed=seed, teacher_labels=labels)
     p = Profile("cpu", {"axes": {"students": ["none", "hard/resnet", "hard/vit"], "fractions": [0.01]}}, {}, {},
                 {("none", 0.01): {0: run(0)}, ("hard/resnet", 0.01): {0: run(0, 0.1), 1: run(1, 0.2), 2: run(2)},
-                 ("hard/vit", 0.01): {0: run(0)}}, {})
+                 ("hard/vit", 0.01): {0: run(0)}}, {}, {}, {})
     lines = teacher_labels(p)
     assert lines[0] == "### What each teacher can hand on"
     assert ("- hard/resnet at 590 images: the teacher's hard label differs from the true label on 15.0% of the "

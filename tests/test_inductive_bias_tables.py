@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from experiments.inductive_bias.numbers import (FIGURES, NAME, RECORD, family_ro
                                                 robustness_claims)
 from experiments.inductive_bias.tables import make_tables
 from experiments.report.statistics import Estimate
+from experiments.runs.run.summary import Summary
 from modules.probes import pos_embed_2d_structure
 from .conftest import val_curve
 
@@ -388,7 +390,7 @@ def test_locality_against_training_set_size_is_read_from_the_paired_change(ratio
         for seed, r in enumerate(by_seed):
             name = f"vit_f{f}_s{seed}"
             rec["families"].append({"family": "vit", "fraction": f, "seed": seed, "run": name})
-            runs[name] = {"train_size": int(f * 59000)}
+            runs[name] = Summary(train_size=int(f * 59000))
             probes[name] = {"attention_distance": [[10 * r, 10 * r], [10 * r, 10 * r]],
                             "attention_distance_uniform": [[10.0, 10.0], [10.0, 10.0]]}
     p = Profile("cpu", rec, Path("."), runs=runs, probes=probes)
@@ -471,8 +473,8 @@ def test_locality_is_not_read_while_a_run_behind_it_still_improves():
         for seed in SEEDS:
             name = f"vit_f{f}_s{seed}"
             rec["families"].append({"family": "vit", "fraction": f, "seed": seed, "run": name})
-            runs[name] = {"train_size": int(f * 59000), "status": "done", "test_acc": 0.8, "identity": {}, "steps": 200,
-                          "val_history": val_curve(200, plateaued=(f, seed) != (0.01, 2))}
+            runs[name] = Summary(train_size=int(f * 59000), status="done", test_acc=0.8, identity={}, steps=200,
+                                 val_history=val_curve(200, plateaued=(f, seed) != (0.01, 2)))
             probes[name] = {"attention_distance": [[10 * (ratio + 0.01 * seed)] * 2] * 2,
                             "attention_distance_uniform": [[10.0, 10.0], [10.0, 10.0]]}
     p = Profile("cpu", rec, Path("."), runs=runs, probes=probes)
@@ -480,7 +482,7 @@ def test_locality_is_not_read_while_a_run_behind_it_still_improves():
     assert (claim.runs, claim.improving, claim.category) == (6, 1, None)
     said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))
     assert said == f"- **Locality against training-set size**: {claim.silence()}."
-    runs["vit_f0.01_s2"]["val_history"] = val_curve(200)
+    runs["vit_f0.01_s2"] = replace(runs["vit_f0.01_s2"], val_history=val_curve(200))
     claim = locality_claim(p, locality(p))
     assert claim.converged and claim.category == "lower"
     said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))

@@ -13,6 +13,7 @@ from rich.console import Console
 from experiments.runs.sweep.progress import SweepProgress
 from experiments.runs.run.record import read_progress, write_progress
 from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.spec import Run
 from experiments.runs.sweep.sweep import run_sweep
 
@@ -37,7 +38,7 @@ def _runs(tmp_path: Path, stage: str, n: int, family: str = "resnet") -> list[Ru
 
 def _done(run: Run) -> None:
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    RunFolder(run.run_dir).write_summary({"run": run.name, "status": "fitted" if run.stage == "tune" else "done"})
+    RunFolder(run.run_dir).write_summary(Summary(run=run.name, status="fitted" if run.stage == "tune" else "done"))
 
 
 def test_one_line_for_the_whole_sweep_with_the_dry_runs_estimate_updated_as_runs_finish(tmp_path):

@@ -7,9 +7,12 @@ import ast
 import json
 from pathlib import Path
 
+from modules.files import write_json
+
 from experiments.datascale.numbers import grouping_identity
 from experiments.runs.run.identity import config_hash, run_name
-from experiments.runs.run.run_folder import SUMMARY_SCHEMA, RunFolder, Teacher, migrate_summary, teacher_of
+from experiments.runs.run.run_folder import RunFolder, teacher_of
+from experiments.runs.run.summary import SUMMARY_SCHEMA, Summary, Teacher, migrate
 from experiments.runs.sweep.shared import shared_entries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,31 +24,37 @@ def test_a_committed_summary_of_the_old_schema_reads_as_today_with_its_teacher_a
     stored = json.loads((STUDENT / "summary.json").read_text())
     assert "schema" not in stored and "teacher" not in stored  # written before the schema had a number
     summary = RunFolder(STUDENT).summary()
-    assert summary["schema"] == SUMMARY_SCHEMA
-    assert summary["teacher"] == {"run": "resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_resnet-at-vit_28174dca",
-                                  "family": "resnet", "budget": "tiny", "variant": "resnet-at-vit",
-                                  "checkpoint": RunFolder(STUDENT).identity()["model.teacher_checkpoint"]}
-    assert {k: v for k, v in summary.items() if k not in ("schema", "teacher")} == stored  # nothing else moves
-    plain = {"status": "done", "family": "vit"}
-    assert migrate_summary(plain, {"model.teacher_checkpoint": None}) == {**plain, "schema": SUMMARY_SCHEMA}
-    today = {**plain, "schema": SUMMARY_SCHEMA}
-    assert migrate_summary(today, {"model.teacher_checkpoint": "x/checkpoints/best.ckpt"}) is today
+    assert summary.schema == SUMMARY_SCHEMA
+    assert summary.teacher == Teacher("resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_resnet-at-vit_28174dca",
+                                      "resnet", "tiny", "resnet-at-vit",
+                                      RunFolder(STUDENT).identity()["model.teacher_checkpoint"])
+    assert summary.variant == "hard-resnet-at-vit"  # its own, from its folder's name: the old schemas had none
+    record = summary.to_record()
+    assert {k: v for k, v in record.items() if k not in ("schema", "teacher", "variant")} == stored  # nothing else moves
+    assert RunFolder(ROOT / "results/reference/distill" / summary.teacher.run).summary().variant == "resnet-at-vit"
 
 
-def _teacher_folder(runs: Path, variant: str) -> Path:
-    ident = {"model.family": "resnet", "model.budget": "tiny", "data.dataset": "fashion_mnist",
-             "data.fraction": 0.01, "data.seed": 1, "model.lr": 0.003}
-    name = run_name("resnet", "tiny", "fashion_mnist", 0.01, 1, variant, 0.003)
+IDENT = {"model.family": "resnet", "model.budget": "tiny", "data.dataset": "fashion_mnist",
+         "data.fraction": 0.01, "data.seed": 1, "model.lr": 0.003}
+
+
+def _teacher_folder(runs: Path, variant: str, record: dict | None, seed: int = 1) -> Path:
+    """A teacher's folder named as a spec names its `variant`, with its identity and `record` as its summary."""
+    ident = {**IDENT, "data.seed": seed}
+    name = run_name("resnet", "tiny", "fashion_mnist", 0.01, seed, variant, 0.003)
     folder = RunFolder(runs / "distill" / f"{name}_{config_hash(ident)}")
     folder.path.mkdir(parents=True)
     folder.write_identity(ident, config_hash(ident))
+    if record is not None:
+        write_json(folder.summary_file, record)
     return folder.path
 
 
 def test_a_teacher_is_recorded_as_a_structure_and_read_back_as_written(tmp_path):
     runs = tmp_path / "runs"
     for variant, label in (("default", "resnet-tiny"), ("resnet-at-vit", "resnet-tiny_resnet-at-vit")):
-        teacher_dir = _teacher_folder(runs, variant)
+        # the teacher's own record says its variant (as record_summary writes it today)
+        teacher_dir = _teacher_folder(runs, variant, {"status": "done", "variant": variant, "schema": SUMMARY_SCHEMA})
         student_ident = {"model.family": "deit", "model.distillation": "hard",
                          "model.teacher_checkpoint": f"{teacher_dir.name}/checkpoints/best.ckpt"}
         # the student trains in another experiment: the pool finds its teacher's folder there
@@ -54,13 +63,31 @@ def test_a_teacher_is_recorded_as_a_structure_and_read_back_as_written(tmp_path)
                                   student_ident["model.teacher_checkpoint"])
         student = RunFolder(runs / "datascale" / f"deit-{variant}")
         student.path.mkdir(parents=True)
-        student.write_summary({"status": "done", "family": "deit", "teacher": teacher.record()})
+        student.write_summary(Summary(status="done", family="deit", teacher=teacher))
         read = student.summary()
-        assert Teacher.from_record(read["teacher"]) == teacher and read["schema"] == SUMMARY_SCHEMA
-        assert grouping_identity(student_ident, read["teacher"])["model.teacher_checkpoint"] == label
+        assert read.teacher == teacher and read.schema == SUMMARY_SCHEMA
+        assert json.loads(student.summary_file.read_text())["teacher"] == teacher.record()
+        assert grouping_identity(student_ident, read.teacher)["model.teacher_checkpoint"] == label
         # a record of the old schema names the same teacher alike: old and new students group together
-        assert migrate_summary({"status": "done"}, student_ident)["teacher"] == teacher.record()
+        assert migrate(Summary.from_record({"status": "done"}), student_ident, student.name).teacher == teacher
     assert teacher_of({"model.family": "vit", "model.teacher_checkpoint": None}, runs) is None
+
+
+def test_a_teachers_variant_is_the_one_its_own_record_says(tmp_path):
+    """The student takes its teacher's variant from the teacher's summary, never from the teacher's
+    folder name: a record of an older schema, which did not say it, is migrated from its own name."""
+    runs = tmp_path / "runs"
+
+    def taught_by(teacher_dir: Path) -> Teacher:
+        return teacher_of({"model.teacher_checkpoint": f"{teacher_dir.name}/checkpoints/best.ckpt"}, runs)
+    # named as the default variant, recorded as another: the record wins
+    assert taught_by(_teacher_folder(runs, "default", {"variant": "strong", "schema": SUMMARY_SCHEMA},
+                                     seed=2)).variant == "strong"
+    assert taught_by(_teacher_folder(runs, "resnet-at-vit", {"status": "done"}, seed=3)).variant == "resnet-at-vit"
+    assert taught_by(_teacher_folder(runs, "resnet-at-vit", {"status": "done", "schema": 2}, seed=4)).variant \
+        == "resnet-at-vit"
+    # a teacher that recorded nothing (killed before its summary) says no variant
+    assert taught_by(_teacher_folder(runs, "resnet-at-vit", None, seed=5)).variant is None
 
 
 def test_shared_runs_are_the_entries_a_record_holds_not_a_substring_of_its_text(tmp_path):

@@ -71,6 +71,8 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
     matched_dir = located(runs / "distill", teachers["resnet-at-vit"])
     matched = json.loads((matched_dir / "summary.json").read_text())
     assert matched_dir.parent.name == "distill" and matched["family"] == "resnet"
+    # each run records its own variant; a student's teacher takes it from the teacher's record
+    assert matched["variant"] == "resnet-at-vit" and vit["variant"] == "default"
     assert matched["stopped"]["at_val_acc"] == vit["val_acc_best"] and matched["plateau"] is None
     ident = json.loads((matched_dir / "identity.json").read_text())["identity"]
     resnet_ident = json.loads((located(runs / "distill", teachers["resnet"]) / "identity.json").read_text())["identity"]
@@ -88,6 +90,9 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
         assert student_cfg["model"]["lr"] == choices["vit"]
     cfg = yaml.safe_load((runs / "distill" / students["hard/resnet-at-vit"]["run"] / "config.yaml").read_text())
     assert cfg["model"]["teacher_checkpoint"] == str(matched_dir / "checkpoints" / "best.ckpt")
+    student = json.loads((runs / "distill" / students["hard/resnet-at-vit"]["run"] / "summary.json").read_text())
+    assert student["variant"] == "hard-resnet-at-vit" and student["teacher"]["run"] == matched_dir.name
+    assert student["teacher"]["variant"] == "resnet-at-vit" and student["teacher"]["family"] == "resnet"
     cfg = yaml.safe_load((runs / "distill" / students["hard/vit"]["run"] / "config.yaml").read_text())
     assert cfg["model"]["teacher_checkpoint"] == str(runs / teachers["vit"] / "checkpoints" / "best.ckpt")
 

@@ -18,6 +18,7 @@ import yaml
 
 from experiments.__main__ import main
 from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.cluster import ClusterOptions
 from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuning_runs
 from experiments.runs.sweep.sweep import run_sweep
@@ -136,7 +137,7 @@ def test_status_of_a_half_finished_sweep(sweep_env, capsys):
                                        trials["vit", 0.003])
     for r, status in ((done, "fitted"), (diverged, "diverged"), (failed, "failed")):
         r.run_dir.mkdir(parents=True)
-        RunFolder(r.run_dir).write_summary({"run": r.name, "status": status, "val_acc_best": 0.5, "error": "exit status 1"})
+        RunFolder(r.run_dir).write_summary(Summary(run=r.name, status=status, val_acc_best=0.5, error="exit status 1"))
     (failed.run_dir / "log.txt").write_text("$ python -m experiments fit ...\nTraceback\nRuntimeError: out of memory\n")
     running.run_dir.mkdir(parents=True)
     with open(running.run_dir / ".lock", "a+") as lock:

@@ -339,7 +339,7 @@ def test_table_generator_on_hand_written_runs(tmp_path):
         for seed, acc in enumerate(values):
             _write_run(exp, family, fraction, seed, acc, int(fraction * 1000))
     _write_run(exp, "vit", 0.5, 0, None, 500, status="diverged")
-    rows = aggregate([json.loads(p.read_text()) for p in exp.glob("*/summary.json")])
+    rows = aggregate(collect(exp))
     assert [(r["family"], r["fraction"]) for r in rows] == [("vit", 0.1), ("vit", 1.0), ("resnet", 0.1), ("resnet", 1.0)]
     for r in rows:
         values = accs[r["family"], r["fraction"]]

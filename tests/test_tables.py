@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from experiments.report.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
-from experiments.datascale.numbers import aggregate, collect, gap_trend, winner_claim
+from experiments.datascale.numbers import Result, aggregate, collect, gap_trend, winner_claim
+from experiments.runs.run.summary import Summary
 from experiments.datascale.tables import make_tables
 from experiments.datascale.words import scaling_reading
 from .conftest import val_curve
@@ -87,10 +88,10 @@ def _rows(accs: dict, seeds: int = 1) -> list[dict]:
     or accs gives a row's seeds as a list."""
     def runs(a):
         accs = a if isinstance(a, list) else [a] if seeds == 1 else [a - 0.001, a, a + 0.001]
-        return [{"seed": k, "test_acc": x} for k, x in enumerate(accs)]
+        return [Result(None, Summary(seed=k, test_acc=x), None, None) for k, x in enumerate(accs)]
     return [{"family": f, "settings": "", "train_size": n, "_runs": runs(a),
-             "test_acc_mean": sum(r["test_acc"] for r in runs(a)) / len(runs(a)),
-             "_val_acc_mean": sum(r["test_acc"] for r in runs(a)) / len(runs(a)),  # validation as test, unless set
+             "test_acc_mean": sum(r.summary.test_acc for r in runs(a)) / len(runs(a)),
+             "_val_acc_mean": sum(r.summary.test_acc for r in runs(a)) / len(runs(a)),  # validation as test, unless set
              "test_acc_ci95": None if len(runs(a)) == 1 else 0.01} for (f, n), a in accs.items()]
 
 

@@ -79,6 +79,7 @@ def test_a_runs_status_in_hparams_follows_its_summary(tmp_path):
     """The session file holds the run's hparams with its status, rewritten whole at every summary
     (TensorBoard keeps the first session start it reads: an appended one would never show)."""
     from experiments.runs.run.run_folder import RunFolder
+    from experiments.runs.run.summary import Summary
     from experiments.runs.run.tensorboard import SESSION_FILE, session_hparams, write_session
     run_dir = tmp_path / "resnet-x"
     run_dir.mkdir()
@@ -86,12 +87,12 @@ def test_a_runs_status_in_hparams_follows_its_summary(tmp_path):
     write_session(run_dir, session_hparams({"model.family": "resnet", "data.seed": 1}, "running"))
     assert run_hparams(run_dir) == {"family": "resnet", "seed": 1, "Status": "running"}
     for status in ("interrupted", "done"):
-        RunFolder(run_dir).write_summary({"status": status, "params": 7, "flops_per_image": None})
+        RunFolder(run_dir).write_summary(Summary(status=status, params=7))
         assert run_hparams(run_dir) == {"family": "resnet", "seed": 1, "params": 7, "Status": status}
     assert [p.name for p in run_dir.glob("*tfevents*")] == [SESSION_FILE]  # one file, replaced
     # a summary without identity.json (a folder that is no run) writes no session
     (tmp_path / "other").mkdir()
-    RunFolder(tmp_path / "other").write_summary({"status": "failed"})
+    RunFolder(tmp_path / "other").write_summary(Summary(status="failed"))
     assert not list((tmp_path / "other").glob("*tfevents*"))
 
 

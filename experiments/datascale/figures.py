@@ -5,6 +5,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from experiments.datascale.numbers import Result
 from experiments.datascale.words import common_settings
 from experiments.report.figures import family_colour, pyplot, save_png
 
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
+def plot(rows: list[dict], runs: list[Result], path: Path) -> "Figure":
     """Test error (1 - accuracy) against training images, log-log, one line per (family,
     settings), bars the 95% t-interval over seeds where there is one (cut at the axis floor)."""
     plt = pyplot()
@@ -37,7 +38,7 @@ def plot(rows: list[dict], summaries: list[dict], path: Path) -> "Figure":
     ax.yaxis.set_minor_formatter(plain)
     ax.set_xlabel("training images (log scale)")
     ax.set_ylabel("test error, 1 - accuracy (log scale)")
-    ax.set_title(textwrap.fill(f"{common_settings(summaries)}; mean over seeds, bars: 95% t-interval", 120),
+    ax.set_title(textwrap.fill(f"{common_settings(runs)}; mean over seeds, bars: 95% t-interval", 120),
                  fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

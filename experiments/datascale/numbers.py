@@ -20,7 +20,7 @@ from experiments.report.records import Run, read_runs
 from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.table_format import fmt, write_csv
 from experiments.runs.run.convergence import judged, plateau_unknown, still_improving
-from experiments.runs.run.run_folder import Teacher
+from experiments.runs.run.summary import Summary, Teacher
 
 CLAIMS = load_claims("datascale")  # the claims' fixed words and published results (claims.yaml)
 
@@ -53,30 +53,38 @@ TUNING_COLUMNS = ("profile", "family", "variant", "fraction", "train_size", "val
 
 
 
-def collect(exp_dir: Path) -> list[dict]:
-    """Each readable run's summary (records.read_runs), with its identity (the settings its folder
-    hash covers) under 'identity' when the folder has one."""
-    return run_summaries(read_runs(exp_dir)[0])
+@dataclass(frozen=True)
+class Result:
+    """A run as the tables read it: its summary, and what its identity says of it."""
+    run: str | None          # its name: the summary's own, or <experiment>/<folder> for a shared run (as the records name it)
+    summary: Summary
+    settings: dict | None    # what groups it into a row: its identity without the seed (grouping_identity); a
+                             # record from before identity.json, the settings it held itself; None without either
+    seeds: list | None       # its (seed_everything, data.seed), from its identity
 
 
-def run_summaries(runs: dict[str, Run]) -> list[dict]:
+def collect(exp_dir: Path) -> list[Result]:
+    """Each readable run (records.read_runs) as a Result."""
+    return results(read_runs(exp_dir)[0])
+
+
+def results(runs: dict[str, Run]) -> list[Result]:
     out = []
     for name, run in runs.items():
-        s = {**run.summary, "run": name} if "/" in name else run.summary  # a shared run: as the record names it
-        ident = run.identity
-        out.append({**s, "identity": grouping_identity(ident, s.get("teacher")), "_seeds": [ident.get(k) for k in SEED_KEYS]}
-                   if ident is not None else s)
+        s, ident = run.summary, run.identity
+        out.append(Result(name if "/" in name else s.run, s,
+                          s.identity if ident is None else grouping_identity(ident, s.teacher),
+                          None if ident is None else [ident.get(k) for k in SEED_KEYS]))
     return out
 
 
-def grouping_identity(ident: dict, teacher: dict | None) -> dict:
+def grouping_identity(ident: dict, teacher: Teacher | None) -> dict:
     """The identity without the seed; a DeiT teacher is named by the student's record of it
-    (`teacher`, run_folder.Teacher): its family-budget and variant (a matched teacher's
+    (`teacher`, summary.Teacher): its family-budget and variant (a matched teacher's
     'resnet-at-vit'), not by its own fraction, seed and lr, which follow the student's."""
     out = {k: v for k, v in ident.items() if k not in SEED_KEYS}
-    named = Teacher.from_record(teacher)
-    if out.get("model.teacher_checkpoint") and named is not None:
-        out["model.teacher_checkpoint"] = named.label()
+    if out.get("model.teacher_checkpoint") and isinstance(teacher, Teacher):
+        out["model.teacher_checkpoint"] = teacher.label()
     return out
 
 
@@ -84,14 +92,14 @@ def _key(ident: dict) -> str:
     return json.dumps(ident, sort_keys=True)
 
 
-def varying_settings(summaries: list[dict]) -> list[str]:
+def varying_settings(runs: list[Result]) -> list[str]:
     """Identity keys (other than the seed and the row axes) whose values differ between runs of
     one family (a DeiT teacher is not a difference from a ResNet). A size key (SIZE_KEYS: the
     learning rate chosen per fraction, the steps, the validation images) is one only where two runs
     of the family at the same training-set size and otherwise equal settings differ in it."""
     keys = set()
-    for family in {s.get("family") for s in summaries}:
-        idents = [s["identity"] for s in summaries if "identity" in s and s.get("family") == family]
+    for family in {r.summary.family for r in runs}:
+        idents = [r.settings for r in runs if r.settings is not None and r.summary.family == family]
         varying = varying_keys(idents)
         plain = [k for k in varying if k not in SIZE_KEYS]
         keys |= set(plain)
@@ -115,25 +123,25 @@ def settings_label(ident: dict, keys: list[str]) -> str:
     return ", ".join(f"{k.split('.', 1)[-1]}={fmt(ident.get(k))}" for k in keys)
 
 
-def comparison_scope(summary: dict) -> str:
+def comparison_scope(run: Result) -> str:
     """What a run shares with the runs of other families it is compared with (the variant, budget,
     dataset, split...): its identity without the family's own keys, the size keys and the axes;
     the summary's variant for a run without identity."""
-    ident = summary.get("identity")
+    ident = run.settings
     if ident is None:
-        return json.dumps({"variant": summary.get("variant")})
+        return json.dumps({"variant": run.summary.variant})
     # data.val_size stays: it sets the pool a training subset is drawn from, so the same seed at
     # another val_size trains on other images, and a pair across them would not be paired
     return _key({k: v for k, v in ident.items()
                  if k not in (*FAMILY_KEYS, *AXIS_KEYS) and (k not in SIZE_KEYS or k == "data.val_size")})
 
 
-def _steps(s: dict):
+def _steps(run: Result):
     """A run's step budget: its max_steps, or for a run bounded by epochs (max_steps -1, as
     fit-families trains) the steps it took once done, which its epochs set."""
-    ident = s.get("identity") or {}
-    done_steps = s.get("steps") if s.get("status") == "done" else None
-    for v in (s.get("max_steps"), ident.get("trainer.max_steps"), done_steps):
+    s, ident = run.summary, run.settings or {}
+    done_steps = s.steps if s.status == "done" else None
+    for v in (s.max_steps, ident.get("trainer.max_steps"), done_steps):
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None
@@ -150,42 +158,44 @@ def shared_value(values: list):
     return values[0] if len(values) == 1 else "/".join(fmt(v) for v in values)
 
 
-def aggregate(summaries: list[dict]) -> list[dict]:
+def aggregate(runs: list[Result]) -> list[dict]:
     """One row per configuration over its finished seeds: the mean test accuracy with its 95%
     t-interval half-width (test_acc_ci95, None with one seed) and sample standard deviation (None
     with one seed), the paired difference to the ResNet of the same seeds, training subset and
     scope (delta_vs_resnet, delta_vs_resnet_ci95, delta_pairs; None for the ResNet or when no
     pair exists), the validation images, learning rate and steps, and how many of its runs were
     still improving at their last validation. Runs without an identity group by family and
-    fraction. Keys starting with "_" are for the other tables (the runs and their scope)."""
-    done = [s for s in summaries if s.get("status") == "done" and s.get("test_acc") is not None]
-    keys = {f: varying_settings([s for s in done if s["family"] == f]) for f in {s["family"] for s in done}}
+    fraction. Keys starting with "_" are for the other tables (the runs, Results, and their scope)."""
+    done = [r for r in runs if r.summary.status == "done" and r.summary.test_acc is not None]
+    families = {r.summary.family for r in done}
+    keys = {f: varying_settings([r for r in done if r.summary.family == f]) for f in families}
     groups = defaultdict(list)
-    for s in done:
-        ident = s.get("identity") or {"model.family": s["family"], "data.fraction": float(s["fraction"])}
-        groups[_key(ident)].append(s)
+    for r in done:
+        ident = r.settings or {"model.family": r.summary.family, "data.fraction": float(r.summary.fraction)}
+        groups[_key(ident)].append(r)
     rows = []
-    for runs in groups.values():
-        accs = [r["test_acc"] for r in runs]
-        first = runs[0]
+    for group in groups.values():
+        summaries = [r.summary for r in group]
+        accs = [s.test_acc for s in summaries]
+        first = summaries[0]
         acc = mean_ci(accs)
-        lr = shared_value(values_of(runs, lambda r: (r.get("identity") or {}).get("model.lr")))
-        rows.append({"family": first["family"], "settings": settings_label(first.get("identity", {}), keys[first["family"]]),
-                     "fraction": float(first["fraction"]), "train_size": first["train_size"],
-                     "val_size": shared_value(values_of(runs, lambda r: r.get("val_size"))), "lr": lr,
-                     "weight_decay": shared_value(values_of(runs, lambda r: (r.get("identity") or {}).get("model.weight_decay"))),
-                     "max_steps": shared_value(values_of(runs, _steps)),
+        lr = shared_value(values_of(group, lambda r: (r.settings or {}).get("model.lr")))
+        rows.append({"family": first.family, "settings": settings_label(group[0].settings or {}, keys[first.family]),
+                     "fraction": float(first.fraction), "train_size": first.train_size,
+                     "val_size": shared_value(values_of(summaries, lambda s: s.val_size)), "lr": lr,
+                     "weight_decay": shared_value(values_of(group, lambda r: (r.settings or {}).get("model.weight_decay"))),
+                     "max_steps": shared_value(values_of(group, _steps)),
                      "test_acc_mean": acc.value, "test_acc_ci95": acc.ci95,
                      "test_acc_std": statistics.stdev(accs) if len(accs) > 1 else None, "seeds": len(accs),
                      "delta_vs_resnet": None, "delta_vs_resnet_ci95": None, "delta_pairs": None,
-                     "still_improving": sum(still_improving(r) for r in runs),
-                     "_plateau_unknown": sum(plateau_unknown(r) for r in runs),
-                     "params": first["params"], "flops_per_image": first["flops_per_image"],
-                     "images_per_sec": round(statistics.fmean(r.get("images_per_sec") or 0 for r in runs)),
-                     "wall_time_s": round(statistics.fmean(r.get("wall_time_s") or 0 for r in runs)),
-                     "config_hashes": " ".join(sorted({r.get("config_hash") or "" for r in runs})),
-                     "_val_acc_mean": statistics.fmean(r.get("val_acc_best") or 0 for r in runs),
-                     "_runs": sorted(runs, key=lambda r: str(r.get("seed"))), "_scope": comparison_scope(first)})
+                     "still_improving": sum(map(still_improving, summaries)),
+                     "_plateau_unknown": sum(map(plateau_unknown, summaries)),
+                     "params": first.params, "flops_per_image": first.flops_per_image,
+                     "images_per_sec": round(statistics.fmean(s.images_per_sec or 0 for s in summaries)),
+                     "wall_time_s": round(statistics.fmean(s.wall_time_s or 0 for s in summaries)),
+                     "config_hashes": " ".join(sorted({s.config_hash or "" for s in summaries})),
+                     "_val_acc_mean": statistics.fmean(s.val_acc_best or 0 for s in summaries),
+                     "_runs": sorted(group, key=lambda r: str(r.summary.seed)), "_scope": comparison_scope(group[0])})
     _pair_with_reference(rows)
     order = {f: i for i, f in enumerate(FAMILIES)}
     return sorted(rows, key=lambda r: (order.get(r["family"], 99), r["settings"], r["fraction"]))
@@ -215,7 +225,7 @@ def _pair_with_reference(rows: list[dict]) -> None:
 def by_seed(row: dict) -> dict:
     """seed -> test accuracy, the seed being (seed_everything, data.seed) where the identity is known:
     two runs of one data.seed are two pairs' worth, not one overwriting the other."""
-    return {json.dumps(s.get("_seeds", s.get("seed"))): s["test_acc"] for s in row["_runs"]}
+    return {json.dumps(r.summary.seed if r.seeds is None else r.seeds): r.summary.test_acc for r in row["_runs"]}
 
 
 def sample_efficiency(rows: list[dict], threshold: float) -> dict[tuple[str, str], int | None]:
@@ -238,7 +248,7 @@ def error_slopes(rows: list[dict]) -> list[dict]:
         lines[r["family"], r["settings"]].append(r)
     out = []
     for (family, settings), rs in lines.items():
-        pts = [(s["train_size"], s["test_acc"]) for r in rs for s in r.get("_runs", [])]
+        pts = [(run.summary.train_size, run.summary.test_acc) for r in rs for run in r.get("_runs", [])]
         est = loglog_error_slope(pts)
         used = [(n, a) for n, a in pts if a < 1]  # an error of 0 has no log: loglog_error_slope drops it
         out.append({"family": family, "settings": settings, "slope": est.value if est else None,
@@ -384,20 +394,20 @@ def rejudged(tuning: dict, runs: dict[str, Run]) -> dict:
     def trial(t: dict) -> dict:
         run = runs.get(t.get("run")) if isinstance(t, dict) and isinstance(t.get("run"), str) else None
         s = run.summary if run else None
-        return {**t, "plateaued": (judged(s) or {}).get("plateaued")} if s and s.get("val_history") else t
+        return {**t, "plateaued": (judged(s) or {}).get("plateaued")} if s and s.val_history else t
     return {**tuning, "profiles": {p: {**rec, "trials": [trial(t) for t in rec.get("trials") or []]}
                                    for p, rec in (tuning.get("profiles") or {}).items()}} if tuning else tuning
 
 
-def planned(summaries: list[dict], sweep: dict) -> tuple[list[dict], list[dict]]:
+def planned(runs: list[Result], sweep: dict) -> tuple[list[Result], list[Result]]:
     """(runs the table covers, finished runs it leaves out). When the sweep recorded its main
     stage's runs (sweep.json, per profile), a finished run outside that plan, e.g. one trained at a
     learning rate an earlier tuning chose, is left out of the rows: one row per current choice."""
     plan = {name for rec in (sweep.get("profiles") or {}).values() for name in (rec.get("main_runs") or {}).values()}
     if not plan:
-        return summaries, []
-    out = [s for s in summaries if s.get("status") == "done" and s.get("run") not in plan]
-    return [s for s in summaries if s not in out], out
+        return runs, []
+    out = [r for r in runs if r.summary.status == "done" and r.run not in plan]
+    return [r for r in runs if r not in out], out
 
 
 def efficiency_threshold(sweep: dict) -> float:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from experiments.datascale.figures import plot
 from experiments.datascale.numbers import (CLAIMS, REFERENCE, aggregate, by_seed, collect, error_slopes, gap_change,
-                                           planned, rejudged, run_summaries, write_rows_csv, write_slopes_csv,
+                                           planned, rejudged, results, write_rows_csv, write_slopes_csv,
                                            write_tuning_csv)
 from experiments.datascale.words import render_markdown
 from experiments.report.claim import Claim
@@ -40,9 +40,9 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     name = exp_dir.name
     runs, unreadable = read_runs(exp_dir)
     sweep, tuning = read_record(exp_dir / "sweep.json"), read_record(exp_dir / "tuning.json")
-    summaries, left_out = planned(run_summaries(runs), sweep)
+    planned_runs, left_out = planned(results(runs), sweep)
     tuning = rejudged(tuning, runs)
-    rows = aggregate(summaries)
+    rows = aggregate(planned_runs)
     if not rows:
         raise NothingFinished(f"no finished runs in {exp_dir}: run the experiment first")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -51,10 +51,10 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     png, figs = None, {}
     if len({r["train_size"] for r in rows}) > 1:
         png = out_dir / f"{name}.png"
-        figs["test_error_by_train_size"] = plot(rows, summaries, png)
+        figs["test_error_by_train_size"] = plot(rows, planned_runs, png)
         paths.append(png)
     log_figures(figs, exp_dir / "tensorboard", name)  # beside the sweep's own view (write_sweep_view)
-    text = render_markdown(exp_dir, rows, summaries, sweep, png, tuning, left_out, unreadable)
+    text = render_markdown(exp_dir, rows, planned_runs, sweep, png, tuning, left_out, unreadable)
     paths[1].write_text(text)
     slopes = out_dir / f"{name}_slopes.csv"
     if png is not None:  # more than one training-set size
@@ -77,8 +77,7 @@ def findings(exp_dir: Path) -> list[Finding]:
     datasets"), and the gap's change from the smallest to the largest (they "plateau sooner than
     ViT"): a trend only from the paired interval of the change."""
     sweep = read_record(exp_dir / "sweep.json")
-    summaries, _ = planned(collect(exp_dir), sweep)
-    rows = [r for r in aggregate(summaries) if r["family"] in ("vit", REFERENCE)]
+    rows = [r for r in aggregate(planned(collect(exp_dir), sweep)[0]) if r["family"] in ("vit", REFERENCE)]
     scope = min((r["_scope"] for r in rows), default=None)  # the first variant where several ran
     by = {(r["family"], r["train_size"]): r for r in rows if r["_scope"] == scope and not r["settings"]}
     sizes = sorted(n for f, n in by if f == "vit" and (REFERENCE, n) in by)
@@ -91,7 +90,7 @@ def findings(exp_dir: Path) -> list[Finding]:
         rows = [by[f, n] for f in ("vit", REFERENCE) for n in ns]
         return {"runs": sum(r["seeds"] for r in rows), "improving": sum(r["still_improving"] for r in rows)}
     used = [by[f, n] for f in ("vit", REFERENCE) for n in {small, large}]
-    where = source("datascale", profiles, [s for r in used for s in r["_runs"]], whose(exp_dir))
+    where = source("datascale", profiles, [x.summary for r in used for x in r["_runs"]], whose(exp_dir))
     gap = paired_difference(by_seed(by["vit", small]), by_seed(by[REFERENCE, small]))
     out = [Claim(CLAIMS["scarce_data"], gap, **behind(small)).row(f"ViT − ResNet at {small:,} images", where)]
     if large > small:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from modules.budgets import FAMILIES, kind_of, reading_order
 
-from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapTrend, best_row, efficiency_threshold,
+from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapTrend, Result, best_row, efficiency_threshold,
                                            error_slopes, gap_trend, sample_efficiency, same_value, settings_label,
                                            shared_value, short_key, tuning_trials, values_of, varying_keys,
                                            varying_settings, winner_claim)
@@ -24,10 +24,10 @@ from experiments.runs.sweep.reference import whose_runs
 
 WINNER = CLAIMS["winner"].said  # the words before each size's winner
 
-def _provenance(summaries: list[dict]) -> list[str]:
+def _provenance(runs: list[Result]) -> list[str]:
     def values(key):
-        return sorted({json.dumps(s[key], sort_keys=True) if isinstance(s.get(key), dict) else str(s.get(key))
-                       for s in summaries if s.get(key) is not None})
+        recorded = [getattr(r.summary, key) for r in runs]
+        return sorted({json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v) for v in recorded if v is not None})
     lines = [f"- hardware: {'; '.join(values('hardware'))}",
              f"- code: commit {', '.join(values('commit'))}"]
     for v in values("versions"):
@@ -35,26 +35,26 @@ def _provenance(summaries: list[dict]) -> list[str]:
     return lines
 
 
-def common_settings(summaries: list[dict]) -> str:
+def common_settings(runs: list[Result]) -> str:
     """The settings every run of the table shares, of those a reader needs to place it."""
-    idents = [s["identity"] for s in summaries if "identity" in s]
+    idents = [r.settings for r in runs if r.settings is not None]
     shown = []
     for k in SHOWN_COMMON:
         vals = {json.dumps(i.get(k)) for i in idents}
         if idents and len(vals) == 1 and idents[0].get(k) not in (None, -1):
             shown.append(f"{k.split('.', 1)[1]} {fmt(idents[0][k])}")
-    seeds = sorted({s.get("seed") for s in summaries if s.get("seed") is not None})
+    seeds = sorted({r.summary.seed for r in runs if r.summary.seed is not None})
     return ", ".join(shown) + f"; seeds {seeds}"
 
 
-def _family_settings(summaries: list[dict]) -> list[str]:
+def _family_settings(runs: list[Result]) -> list[str]:
     """Shown settings that differ between families but not within one (e.g. a precision that
     depended on the machine a family was rerun on)."""
-    families = list(dict.fromkeys(s["family"] for s in summaries if "identity" in s))
+    known = [r for r in runs if r.settings is not None]
+    families = list(dict.fromkeys(r.summary.family for r in known))
     out = []
     for k in SHOWN_COMMON:
-        values = {f: {json.dumps(s["identity"].get(k)) for s in summaries if s.get("family") == f and "identity" in s}
-                  for f in families}
+        values = {f: {json.dumps(r.settings.get(k)) for r in known if r.summary.family == f} for f in families}
         if all(len(v) == 1 for v in values.values()) and len({next(iter(v)) for v in values.values()}) > 1:
             by_value = defaultdict(list)
             for f, v in values.items():
@@ -269,56 +269,56 @@ def _pm(value: float | None, ci: float | None, signed: bool = False) -> str:
     return "" if value is None else plus_minus(value, ci, signed)
 
 
-def unfinished_line(summaries: list[dict], sweep: dict) -> list[str]:
+def unfinished_line(runs: list[Result], sweep: dict) -> list[str]:
     """The runs of the sweep's plan (sweep.json's main runs) not finished yet: a partial sweep's
     table shows its finished cells and names the missing ones. Before the first invocation has
     recorded its plan, the unfinished run folders (interrupted or still running) are named."""
     plan = {key: run for rec in (sweep.get("profiles") or {}).values() for key, run in (rec.get("main_runs") or {}).items()}
     if plan:
-        done = {s.get("run") for s in summaries if s.get("status") == "done"}
+        done = {r.run for r in runs if r.summary.status == "done"}
         missing = sorted(key for key, run in plan.items() if run not in done)
         return [f"- not finished yet: {len(missing)} of the {plural(len(plan), 'run')} in the sweep's plan, so their "
                 f"cells are missing: {', '.join(missing)}"] if missing else []
-    started = sorted(s.get("run") for s in summaries if s.get("status") not in ("done", "fitted", "failed", "diverged"))
+    started = sorted(r.run for r in runs if r.summary.status not in ("done", "fitted", "failed", "diverged"))
     return [f"- not finished yet: {', '.join(started)}; the sweep records its whole plan (sweep.json) when an "
             "invocation ends, so runs not started yet are not listed"] if started else []
 
 
-def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | None, tuning: dict | None = None,
-                    left_out: list[dict] = (), unreadable: list[LeftOut] = ()) -> str:
+def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: Path | None, tuning: dict | None = None,
+                    left_out: list[Result] = (), unreadable: list[LeftOut] = ()) -> str:
     name = exp_dir.name
     threshold = efficiency_threshold(sweep)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
     with_settings = any(settings)
     with_wd = any(isinstance(r["weight_decay"], str) for r in rows) or len({r["weight_decay"] for r in rows}) > 1
-    wall = sum(s.get("wall_time_s") or 0 for s in summaries)
+    wall = sum(r.summary.wall_time_s or 0 for r in runs)
     out = [f"# {name}: test accuracy against training-set size", "",
            f"Generated by `make tables` from {exp_dir.as_posix()}/*/summary.json; do not edit by hand.",
            whose_runs(exp_dir), "",
-           f"- every run: {common_settings(summaries)}"]
-    by_family = _family_settings(summaries)
+           f"- every run: {common_settings(runs)}"]
+    by_family = _family_settings(runs)
     if by_family:
         out.append(f"- by family: {'; '.join(by_family)}")
-    keys = varying_settings([s for s in summaries if s.get("status") == "done"])
+    keys = varying_settings([r for r in runs if r.summary.status == "done"])
     if keys:
         out.append(f"- settings that differ between rows: {', '.join(keys)} (never averaged together)")
     statuses = defaultdict(int)
-    for s in summaries:
-        statuses[s.get("status")] += 1
-    out.append(f"- runs: {len(summaries)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
+    for r in runs:
+        statuses[r.summary.status] += 1
+    out.append(f"- runs: {len(runs)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
                f"wall time summed over runs (fit only): {wall / 60:.1f} min"
                + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
-    out += unfinished_line(summaries, sweep)
+    out += unfinished_line(runs, sweep)
     if unreadable:
         out.append(f"- {left_out_line(unreadable)}")
-    packed = [s for s in summaries if s.get("engine")]
+    packed = [r.summary for r in runs if r.summary.engine]
     if packed:
-        groups = {s["engine"]["group"] for s in packed}
+        groups = {s.engine["group"] for s in packed}
         out.append(f"- engine: {len(packed)} of the runs trained packed, in {len(groups)} groups (sweep --pack; "
                    "each member's record is the one its own fit would write)")
     if left_out:
         out.append(f"- not in the table: {len(left_out)} finished runs outside the sweep's current plan (trained at a "
-                   f"learning rate an earlier tuning chose): {', '.join(sorted(s['run'] for s in left_out))}")
+                   f"learning rate an earlier tuning chose): {', '.join(sorted(r.run for r in left_out))}")
     for profile, rec in sorted((sweep.get("profiles") or {}).items()):
         last = rec.get("last_invocation")
         if last:
@@ -333,7 +333,7 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
             out.append(f"- the last `sweep --profile {profile}` invocation {did} in "
                        f"{last['wall_time_s'] / 60:.1f} min with {last['jobs']} at a time"
                        + (f", up to {last['pack']} packed per process" if last.get("pack", 1) > 1 else ""))
-    out += [*_provenance(summaries), ""]
+    out += [*_provenance(runs), ""]
     out += ["Test accuracy: mean over seeds ± the half-width of its 95% Student-t interval (n/a with one seed). "
             f"Δ vs {REFERENCE}: the mean paired difference to the {REFERENCE} of the same seed and training subset, "
             "± its 95% t-interval (the number of pairs in brackets when fewer than the seeds).", ""]
@@ -355,21 +355,21 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
                    + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
                    + ("" if r["flops_per_image"] is None else f"{r['flops_per_image'] / 1e6:.1f}")  # not counted
                    + f" | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
-    improving = [s["run"] for r in rows for s in r["_runs"] if still_improving(s) and not plateau_unknown(s)]
-    unknown = [s["run"] for r in rows for s in r["_runs"] if plateau_unknown(s)]
+    improving = [x.run for r in rows for x in r["_runs"] if still_improving(x.summary) and not plateau_unknown(x.summary)]
+    unknown = [x.run for r in rows for x in r["_runs"] if plateau_unknown(x.summary)]
     if improving or unknown:
         out.append("")
-    for runs, why in ((improving, "still improving at its last validation"),
-                      (unknown, "too few validations to tell whether it plateaued")):
-        if runs:
-            out.append(f"{STILL_IMPROVING} {why}: {plural(len(runs), 'run')} ({', '.join(sorted(runs))})")
+    for names, why in ((improving, "still improving at its last validation"),
+                       (unknown, "too few validations to tell whether it plateaued")):
+        if names:
+            out.append(f"{STILL_IMPROVING} {why}: {plural(len(names), 'run')} ({', '.join(sorted(names))})")
     if (improving or unknown) and any(r.get("_delta_improving") for r in rows):
         out.append(f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is.")
-    deit = [s for s in summaries if s.get("family") == "deit" and s.get("status") == "done" and s.get("test")]
+    deit = [r for r in runs if r.summary.family == "deit" and r.summary.status == "done" and r.summary.test]
     if deit:
         out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]
-        out += [f"- {s['run']}: {s['test'].get('acc_cls', float('nan')):.4f} / "
-                f"{s['test'].get('acc_dist', float('nan')):.4f} / {s['test']['acc']:.4f}" for s in deit]
+        out += [f"- {r.run}: {r.summary.test.get('acc_cls', float('nan')):.4f} / "
+                f"{r.summary.test.get('acc_dist', float('nan')):.4f} / {r.summary.test['acc']:.4f}" for r in deit]
     out += ["", "## What the numbers say", "", *(f"{p}\n" for p in scaling_reading(rows))]
     slopes = error_slopes(rows) if len({r["train_size"] for r in rows}) > 1 else []  # one size: no slope
     out += [] if not slopes else ["## Slope of log test error vs log n", "",
@@ -404,9 +404,10 @@ def render_markdown(exp_dir: Path, rows, summaries, sweep: dict, plot: Path | No
                 "validation (at any size, where never reached): a longer run could move it; shown, not read."]
     if tuning and (tuning.get("profiles") or {}):
         out += ["", *render_tuning(tuning)]
-    bad = [s for s in summaries if s.get("status") in ("failed", "diverged")]
+    bad = [r for r in runs if r.summary.status in ("failed", "diverged")]
     if bad:
-        out += ["", "Runs left out of the table:", ""] + [f"- {s['run']}: {s['status']} ({s.get('error', '')})" for s in bad]
+        out += ["", "Runs left out of the table:", ""] + [f"- {r.run}: {r.summary.status} ({r.summary.error or ''})"
+                                                           for r in bad]
     if plot is not None:
         out += ["", f"![test error against training images]({plot.name})"]
     return "\n".join(out) + "\n"

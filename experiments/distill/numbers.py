@@ -17,6 +17,7 @@ from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.report.table_format import fmt
 from experiments.runs.run.convergence import still_improving
+from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.reference import NothingFinished
 from experiments.runs.sweep.shared import located
 
@@ -36,7 +37,7 @@ HEADS = ("cls", "dist", "both")        # DeiT Table 3: class head, distillation 
 
 HEAD_LABEL = {"cls": "cls", "dist": "dist", "both": "cls+dist"}
 
-TEST_KEY = {"cls": "acc_cls", "dist": "acc_dist", "both": "acc"}  # summary["test"]: acc is cls+dist when distilled
+TEST_KEY = {"cls": "acc_cls", "dist": "acc_dist", "both": "acc"}  # a summary's test: acc is cls+dist when distilled
 
 VERSIONS = ("python", "torch", "timm", "lightning")
 
@@ -47,25 +48,27 @@ COLUMNS = ("profile", "role", "student", "variant", "teacher", "fraction", "trai
            "teacher_acc_mean", "agreement_with_teacher_mean", "agreement_with_teacher_ci95", "still_improving", "lr",
            "steps", "wall_time_s_mean")
 
-def _finished(s: dict | None) -> bool:
-    return bool(s) and s.get("status") == "done" and _test_acc(s) is not None
+def _finished(s: Summary | None) -> bool:
+    return s is not None and s.status == "done" and _test_acc(s) is not None
 
 
-
-def _test_acc(s: dict):
-    return s.get("test_acc", (s.get("test") or {}).get("acc"))
+def _test_acc(s: Summary):
+    return s.test_acc if s.test_acc is not None else (s.test or {}).get("acc")
 
 
 @dataclass
 class Profile:
     """One profile of distill.json with its finished runs: teachers[(family, fraction)] and
-    students[(student, fraction)] map seed -> summary (a student's also carries its probes)."""
+    students[(student, fraction)] map seed -> summary, entries and probes[(student, fraction)] seed
+    -> a student's entry in the record and its probes ({} without)."""
     name: str
     rec: dict
     runs: dict              # every folder's summary, by folder name
     teachers: dict
     students: dict
     plan_teacher: dict      # (family, fraction, seed) -> the teacher folder the record lists
+    entries: dict
+    probes: dict
 
     @property
     def axes(self) -> dict:
@@ -98,15 +101,15 @@ class Profile:
     def planned_runs(self) -> list[str]:
         return [e["run"] for r in ("teachers", "students") for e in self._entries(r)]
 
-    def finished_runs(self) -> list[dict]:
+    def finished_runs(self) -> list[Summary]:
         return [s for cells in (self.teachers, self.students) for cell in cells.values() for s in cell.values()]
 
-    def runs_at(self, fraction: float) -> list[dict]:
+    def runs_at(self, fraction: float) -> list[Summary]:
         return [s for cells in (self.teachers, self.students) for (_, f), cell in cells.items() if f == fraction
                 for s in cell.values()]
 
     def train_size(self, fraction: float):
-        sizes = sorted({s.get("train_size") for s in self.runs_at(fraction) if s.get("train_size")})
+        sizes = sorted({s.train_size for s in self.runs_at(fraction) if s.train_size})
         return sizes[0] if len(sizes) == 1 else None
 
     def size_label(self, fraction: float) -> str:
@@ -131,7 +134,7 @@ def reported(student: str) -> str:
     return "cls" if variant_of(student) == NO_TEACHER else "both"
 
 
-def collect(exp_dir: Path) -> dict[str, dict]:
+def collect(exp_dir: Path) -> dict[str, Summary]:
     """Every readable run's summary (records.read_runs), by folder name, and every shared run the
     record names, by <experiment>/<folder>."""
     return {name: run.summary for name, run in read_runs(exp_dir)[0].items()}
@@ -152,7 +155,7 @@ def check_record(record, path: Path) -> None:
 
 
 def load_profile(name: str, rec: dict, runs: dict, exp_dir: Path) -> Profile:
-    teachers, students, plan_teacher = defaultdict(dict), defaultdict(dict), {}
+    teachers, students, plan_teacher, entries, probed = defaultdict(dict), defaultdict(dict), {}, defaultdict(dict), defaultdict(dict)
     for e in rec.get("teachers") or []:
         key = (e["family"], float(e["fraction"]), e["seed"])
         plan_teacher[key] = e["run"]
@@ -161,9 +164,10 @@ def load_profile(name: str, rec: dict, runs: dict, exp_dir: Path) -> Profile:
     for e in rec.get("students") or []:
         if _finished(runs.get(e["run"])):
             probes = read_record(located(exp_dir, e["run"]) / PROBES, HINT)   # {} when absent
-            probes = probes if isinstance(probes, dict) else {}
-            students[e["student"], float(e["fraction"])][e["seed"]] = {**runs[e["run"]], "_entry": e, "_probes": probes}
-    return Profile(name, rec, runs, dict(teachers), dict(students), plan_teacher)
+            key = (e["student"], float(e["fraction"]))
+            students[key][e["seed"]], entries[key][e["seed"]] = runs[e["run"]], e
+            probed[key][e["seed"]] = probes if isinstance(probes, dict) else {}
+    return Profile(name, rec, runs, dict(teachers), dict(students), plan_teacher, dict(entries), dict(probed))
 
 
 def left_out(record: dict, runs: dict) -> list[str]:
@@ -172,14 +176,14 @@ def left_out(record: dict, runs: dict) -> list[str]:
     named = {e.get("run") for rec in (record.get("profiles") or {}).values()
              for part in (rec.get("teachers"), rec.get("students"), (rec.get("tuning") or {}).get("trials"))
              for e in part or [] if isinstance(e, dict)}
-    return sorted(n for n, s in runs.items() if s.get("status") == "done" and n not in named)
+    return sorted(n for n, s in runs.items() if s.status == "done" and n not in named)
 def student_accs(p: Profile, student: str, fraction: float, head: str) -> dict:
     """seed -> test accuracy of one head (None heads, e.g. none's dist, are absent)."""
     if head not in heads_of(student):
         return {}
     out = {}
     for seed, s in p.students.get((student, fraction), {}).items():
-        test = s.get("test") or {}
+        test = s.test or {}
         # none reports cls as its acc; an older record may lack acc_cls
         v = test.get(TEST_KEY[head], test.get("acc") if variant_of(student) == NO_TEACHER else None)
         if v is not None:
@@ -188,7 +192,7 @@ def student_accs(p: Profile, student: str, fraction: float, head: str) -> dict:
 
 
 
-def teacher_accs_runs(p: Profile, teacher: str, fraction: float) -> list[dict]:
+def teacher_accs_runs(p: Profile, teacher: str, fraction: float) -> list[Summary]:
     return [p.teachers[teacher, fraction][seed] for seed in sorted(p.teachers.get((teacher, fraction)) or {})]
 
 
@@ -199,8 +203,8 @@ def teacher_accs(p: Profile, family: str, fraction: float) -> dict:
 def own_teacher_accs(p: Profile, student: str, fraction: float) -> dict:
     """seed -> test accuracy of the teacher run each student run distilled from."""
     out = {}
-    for seed, s in p.students.get((student, fraction), {}).items():
-        t = p.runs.get((s["_entry"].get("teacher_run") or ""))
+    for seed, e in p.entries.get((student, fraction), {}).items():
+        t = p.runs.get((e.get("teacher_run") or ""))
         if _finished(t):
             out[seed] = _test_acc(t)
     return out
@@ -210,8 +214,7 @@ def agreement(p: Profile, student: str, fraction: float, family: str, head: str)
     """seed -> share of probe images where the student's head and that teacher (the record's run of
     the same fraction and seed) predict the same class; probes of another teacher run are stale."""
     out = {}
-    for seed, s in p.students.get((student, fraction), {}).items():
-        probes = s["_probes"]
+    for seed, probes in p.probes.get((student, fraction), {}).items():
         value = ((probes.get("agreement") or {}).get(family) or {}).get(head)
         planned = p.plan_teacher.get((family, fraction, seed)) or ""  # a shared teacher: <experiment>/<folder>
         if value is not None and (probes.get("teacher_runs") or {}).get(family) == planned.rsplit("/", 1)[-1]:
@@ -221,9 +224,9 @@ def agreement(p: Profile, student: str, fraction: float, family: str, head: str)
 
 def token_cosine(p: Profile, student: str, fraction: float) -> list[float]:
     """Mean over seeds of cos(cls token, dist token) after each block ([] without probes)."""
-    curves = [s["_probes"]["token_cosine"] for _, s in sorted(p.students.get((student, fraction), {}).items(),
-                                                               key=lambda kv: str(kv[0]))
-              if s["_probes"].get("token_cosine")]
+    curves = [probes["token_cosine"] for _, probes in sorted(p.probes.get((student, fraction), {}).items(),
+                                                              key=lambda kv: str(kv[0]))
+              if probes.get("token_cosine")]
     return [statistics.fmean(block) for block in zip(*curves)] if curves else []
 
 
@@ -232,7 +235,7 @@ def estimate_of(values: dict) -> Estimate | None:
 
 
 def improving_runs(cell: dict) -> list[str]:
-    return sorted(s.get("run", "") for s in cell.values() if still_improving(s))
+    return sorted(s.run or "" for s in cell.values() if still_improving(s))
 
 
 def lr_of(p: Profile, family: str, fraction: float):
@@ -252,11 +255,11 @@ def _row(p: Profile, role: str, name: str, fraction: float, head: str, cell: dic
     acc = estimate_of(accs)
     runs = list(cell.values())
     return {"profile": p.name, "role": role, "student": name, "variant": "", "teacher": "", "fraction": fraction,
-            "train_size": shared_value(s.get("train_size") for s in runs), "val_size": shared_value(s.get("val_size") for s in runs),
+            "train_size": shared_value(s.train_size for s in runs), "val_size": shared_value(s.val_size for s in runs),
             "head": head, "test_acc_mean": acc and acc.value, "test_acc_ci95": acc and acc.ci95,
             "seeds": len(accs), "still_improving": len(improving_runs(cell)),
-            "steps": shared_value(s.get("steps") for s in runs),
-            "wall_time_s_mean": statistics.fmean(s.get("wall_time_s") or 0 for s in runs) if runs else None}
+            "steps": shared_value(s.steps for s in runs),
+            "wall_time_s_mean": statistics.fmean(s.wall_time_s or 0 for s in runs) if runs else None}
 
 
 def csv_rows(p: Profile) -> list[dict]:
@@ -290,7 +293,7 @@ def csv_rows(p: Profile) -> list[dict]:
 def _steps_apart(student: dict | None, baseline: dict | None, name: str) -> str:
     """Where the students and the baseline they are compared with trained different numbers of steps
     (each to its own plateau: a claim is read only when both plateaued), the words that say so."""
-    steps = [{r.get("steps") for r in (cell or {}).values()} for cell in (student, baseline)]
+    steps = [{r.steps for r in (cell or {}).values()} for cell in (student, baseline)]
     if any(len(st) != 1 or None in st for st in steps) or steps[0] == steps[1]:
         return ""
     return f" ({next(iter(steps[1])):,} steps, the students {next(iter(steps[0])):,}, each to its plateau)"

@@ -168,8 +168,8 @@ def teacher_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dic
 
 def target_acc(run: Run) -> float | None:
     """The best validation accuracy of a finished teacher run (what its matched teacher stops at)."""
-    s = RunFolder(run.run_dir).summary() or {}
-    return s.get("val_acc_best") if s.get("status") in ("fitted", "done") else None
+    s = RunFolder(run.run_dir).summary()
+    return s.val_acc_best if s is not None and s.status in ("fitted", "done") else None
 
 
 def matched_runs(spec: dict, axes: dict, runs_dir: Path, pool: int, choices: dict, teachers: list[Run]) -> list[Run]:

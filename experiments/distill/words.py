@@ -38,7 +38,7 @@ def teacher_labels(p: Profile) -> list[str]:
             runs = list(p.students.get((s, f), {}).values())
             if not runs:
                 continue
-            rates = [r["teacher_labels"]["rate"] for r in runs if isinstance(r.get("teacher_labels"), dict)]
+            rates = [r.teacher_labels["rate"] for r in runs if isinstance(r.teacher_labels, dict)]
             said = (f"the teacher's hard label differs from the true label on {statistics.fmean(rates):.1%} of the "
                     f"augmented training images (mean over {plural(len(rates), 'seed')})" if rates else "not recorded")
             out.append(f"- {s} at {p.size_label(f)}: {said}"
@@ -72,25 +72,25 @@ def _cell(cell: dict, accs: dict) -> str:
 
 def provenance(p: Profile) -> list[str]:
     ax, runs = p.axes, p.finished_runs()
-    steps = "; ".join(f"{fmt(shared_value(s.get('max_steps') or s.get('steps') for s in p.runs_at(f)))} at "
+    steps = "; ".join(f"{fmt(shared_value(s.max_steps or s.steps for s in p.runs_at(f)))} at "
                       f"fraction {f:g} ({p.size_label(f)})" for f in p.fractions)
     variants = "; ".join(f"{v} (" + ", ".join(f"{k.split('.', 1)[-1]} {fmt(x)}" for k, x in args.items()) + ")"
                          for v, args in (ax.get("variants") or {}).items())
     out = [f"- data: {ax.get('dataset')}, budget {ax.get('budget')}, batch {ax.get('batch_size')}, "
-           f"{count(shared_value(s.get('val_size') for s in runs))} validation images; seeds {ax.get('seeds')}",
+           f"{count(shared_value(s.val_size for s in runs))} validation images; seeds {ax.get('seeds')}",
            f"- steps per run: {steps}", f"- variants: {variants}", *_lr_lines(p)]
-    hardware = sorted({s.get("hardware") for s in runs if s.get("hardware")})
-    versions = sorted({", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items() if k in VERSIONS)
+    hardware = sorted({s.hardware for s in runs if s.hardware})
+    versions = sorted({", ".join(f"{k} {v}" for k, v in (s.versions or {}).items() if k in VERSIONS)
                        for s in runs} - {""})
-    commits = sorted({s.get("commit") for s in runs if s.get("commit")})
+    commits = sorted({s.commit for s in runs if s.commit})
     for t in (t for t in p.teacher_families if MATCHED in t):
-        stops = [(s.get("stopped") or {}, s) for f in p.fractions for s in teacher_accs_runs(p, t, f)]
+        stops = [(s.stopped or {}, s) for f in p.fractions for s in teacher_accs_runs(p, t, f)]
         out.append(f"- {t}: the {family_of(t)} teacher run again and stopped at the first validation reaching the "
                    f"{t.split(MATCHED)[1]} teacher's best validation accuracy of its subset and seed, its checkpoint "
                    "the validation closest to that target (chosen on validation only): " + "; ".join(
-                       f"seed {s.get('seed')} at step {st.get('checkpoint_step', st.get('step'))}"
+                       f"seed {s.seed} at step {st.get('checkpoint_step', st.get('step'))}"
                        + (f" of {st.get('step')}" if st.get("checkpoint_step", st.get("step")) != st.get("step") else "")
-                       + f", validation {fmt(s.get('val_acc_best'))} against {fmt(st.get('at_val_acc'))}"
+                       + f", validation {fmt(s.val_acc_best)} against {fmt(st.get('at_val_acc'))}"
                        + ("" if st.get("reached", True) else " (never reached)")
                        for st, s in stops))
     out += [f"- hardware: {'; '.join(hardware) or 'not recorded'}",
@@ -98,7 +98,7 @@ def provenance(p: Profile) -> list[str]:
             f"- commit{'s' if len(commits) > 1 else ''}: {', '.join(commits) or 'not recorded'}"]
     trials = [t.get("run") for t in (p.rec.get("tuning") or {}).get("trials") or []]
     timed = [p.runs[n] for n in dict.fromkeys([*p.planned_runs(), *trials]) if n in p.runs]
-    fit = sum(s.get("wall_time_s") or 0 for s in timed) / 60
+    fit = sum(s.wall_time_s or 0 for s in timed) / 60
     last = p.rec.get("last_invocation")
     out.append((f"- the last `make exp-{NAME}` of this profile: {last.get('runs')} runs and probes in "
                 f"{(last.get('wall_time_s') or 0) / 60:.1f} min, {last.get('jobs')} at a time ("
@@ -107,11 +107,11 @@ def provenance(p: Profile) -> list[str]:
                + f"fit time summed over its {len(timed)} runs (tuning trials included): {fit:.1f} min")
     statuses = defaultdict(list)
     for n in p.planned_runs():
-        statuses[(p.runs.get(n) or {}).get("status") or "not run"].append(n)
+        statuses[(p.runs[n].status if n in p.runs else None) or "not run"].append(n)
     out.append(f"- runs in the plan: {len(p.planned_runs())} ("
                + ", ".join(f"{len(v)} {k}" for k, v in sorted(statuses.items())) + ")")
     for k in ("failed", "diverged"):
-        out += [f"- {n}: {k} ({(p.runs[n].get('error') or '')[:200]})" for n in statuses.get(k, [])]
+        out += [f"- {n}: {k} ({(p.runs[n].error or '')[:200]})" for n in statuses.get(k, [])]
     return out
 
 
@@ -186,8 +186,8 @@ def agreement_section(p: Profile) -> list[str]:
     head = ["student", *(f"{t}, {f:g}" for f in p.fractions for t in p.teacher_families)]
     rows = [[s, *(_est_text(estimate_of(agreement(p, s, f, t, reported(s))), False)
                   for f in p.fractions for t in p.teacher_families)] for s in p.student_names]
-    images = sorted({s["_probes"].get("images") for cell in p.students.values() for s in cell.values()
-                     if s["_probes"].get("images")})
+    images = sorted({probes.get("images") for cell in p.probes.values() for probes in cell.values()
+                     if probes.get("images")})
     out = [f"Share of {'/'.join(f'{n:,}' for n in images) or 'the'} test images on which the student's reported head "
            f"(cls+dist{'; cls for none' if p.trains_alone else ''}) predicts the same class as the teacher run of its "
            "fraction and seed; mean over seeds ± 95% CI.", "", *markdown_table(head, rows), ""]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from modules.budgets import kind_of, reading_order
@@ -15,6 +15,7 @@ from experiments.report.claim import Claim, load_claims, load_published
 from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.run.convergence import still_improving
+from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.reference import NothingFinished
 from experiments.runs.sweep.shared import located
 
@@ -49,8 +50,8 @@ COLUMNS = ("profile", "budget", "table", "name", "fraction", "train_size", "val_
            "attention_distance_first_mean", "attention_distance_last_mean", "attention_distance_growth_mean",
            "attention_distance_growth_ci95", "cka_last_vs_resnet_last")
 
-def _test_acc(s: dict | None):
-    return (s or {}).get("test_acc") if (s or {}).get("status") == "done" else None
+def _test_acc(s: Summary | None):
+    return s.test_acc if s is not None and s.status == "done" else None
 
 
 
@@ -67,7 +68,7 @@ class Profile:
     exp_dir: Path
     budget: str | None = None
     several: bool = False                         # whether the profile has other budgets too
-    runs: dict = field(default_factory=dict)      # folder -> summary.json
+    runs: dict = field(default_factory=dict)      # folder -> its Summary, its identity that of identity.json
     probes: dict = field(default_factory=dict)    # folder -> probes.json
     cka: list = field(default_factory=list)
 
@@ -87,12 +88,12 @@ class Profile:
         return self.rec.get(table) or []
 
     def size(self, fraction: float, key: str = "train_size"):
-        vals = {self.runs[e["run"]].get(key) for t in ("families", "ablations") for e in self.entries(t)
+        vals = {getattr(self.runs[e["run"]], key) for t in ("families", "ablations") for e in self.entries(t)
                 if e["fraction"] == fraction and e["run"] in self.runs}
         vals.discard(None)
         return vals.pop() if len(vals) == 1 else None
 
-    def cell(self, table: str, key: str, name: str, fraction: float) -> dict[int, dict]:
+    def cell(self, table: str, key: str, name: str, fraction: float) -> dict[int, Summary]:
         """seed -> summary of the finished runs of one row (a variant or a family) at a fraction."""
         return {e["seed"]: self.runs[e["run"]] for e in self.entries(table)
                 if e[key] == name and e["fraction"] == fraction and _test_acc(self.runs.get(e["run"])) is not None}
@@ -139,7 +140,8 @@ def load_profiles(name: str, rec: dict, exp_dir: Path) -> list[Profile]:
             run_dir = located(exp_dir, e["run"])  # its own, or a shared run of another experiment
             run = runs.get(e["run"])
             if run is not None:
-                p.runs[e["run"]] = {**run.summary, "identity": run.identity or run.summary.get("identity") or {}}
+                # a record from before identity.json held its settings itself
+                p.runs[e["run"]] = replace(run.summary, identity=run.identity or run.summary.identity or {})
             probes = read_record(run_dir / PROBES, HINT)
             if probes:
                 p.probes[e["run"]] = probes
@@ -165,8 +167,8 @@ def ablation_rows(p: Profile) -> list[dict]:
             grid = _est(t.get("grid_correlation") for t in tables)
             rows.append({"profile": p.name, "table": "ablation", "name": v, "fraction": f,
                          "train_size": p.size(f), "val_size": p.size(f, "val_size"), "seeds": len(cell),
-                         "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
-                         "steps": _one(s.get("steps") for s in cell.values()),
+                         "lr": _one(s.identity.get("model.lr") for s in cell.values()),
+                         "steps": _one(s.steps for s in cell.values()),
                          "acc": _est(mine.values()), "delta": None if v == BASELINE else paired_difference(mine, base),
                          "still_improving": sum(still_improving(s) for s in cell.values()), "grid": grid,
                          **{k: _est(t.get(k) for t in tables) for k in STRUCTURE},
@@ -259,8 +261,8 @@ def family_rows(p: Profile) -> list[dict]:
                 return _est(x.get(key) for x in metrics)
             rows.append({"profile": p.name, "table": "family", "name": fam, "fraction": f, "train_size": p.size(f),
                          "val_size": p.size(f, "val_size"), "seeds": len(cell),
-                         "lr": _one(s["identity"].get("model.lr") for s in cell.values()),
-                         "steps": _one(s.get("steps") for s in cell.values()), "acc": _est(accs(cell).values()),
+                         "lr": _one(s.identity.get("model.lr") for s in cell.values()),
+                         "steps": _one(s.steps for s in cell.values()), "acc": _est(accs(cell).values()),
                          "still_improving": sum(still_improving(s) for s in cell.values()),
                          "clean": m("clean"), "majority": m("majority"), "top_share": m("top_share"),
                          "patchdrop": m("patchdrop"), "shuffle4": m("shuffle4"),
@@ -452,7 +454,7 @@ def load(exp_dir: Path) -> list[Profile]:
     if not isinstance(record.get("profiles"), dict):
         raise ValueError(f"{exp_dir / RECORD} has no profiles{HINT}")
     profiles = [p for n, rec in record["profiles"].items() for p in load_profiles(n, rec, exp_dir)]
-    profiles = [p for p in profiles if any(s.get("status") == "done" for s in p.runs.values())]
+    profiles = [p for p in profiles if any(s.status == "done" for s in p.runs.values())]
     if not profiles:
         raise NothingFinished(f"no finished inductive-bias runs in {exp_dir}: run make exp-inductive-bias first")
     return profiles

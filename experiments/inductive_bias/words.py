@@ -45,21 +45,21 @@ def _size_label(p: Profile, f: float) -> str:
 
 
 def provenance(p: Profile) -> list[str]:
-    ax, runs = p.axes, [s for s in p.runs.values() if s.get("status") == "done"]
+    ax, runs = p.axes, [s for s in p.runs.values() if s.status == "done"]
     grid = sorted(ax.get("lrs") or [])
     edge = {grid[0]: " (lowest of the grid)", grid[-1]: " (highest of the grid)"} if len(grid) > 1 else {}
     lrs = ", ".join(f"{c['family']} {c['lr']:g}{edge.get(c['lr'], '')} at {c['fraction']:g}"
                     for c in (p.rec.get("tuning") or {}).get("choices") or []
                     if c.get("tuned_at", c["fraction"]) == c["fraction"])
-    steps = "; ".join(f"{fmt(_one(s.get('steps') for s in runs if s.get('fraction') == f))} at {_size_label(p, f)}"
-                      for f in sorted({s.get("fraction") for s in runs if s.get("fraction") is not None}))
-    hardware = sorted({s.get("hardware") for s in runs if s.get("hardware")})
-    versions = sorted({", ".join(f"{k} {v}" for k, v in (s.get("versions") or {}).items() if k in VERSIONS)
+    steps = "; ".join(f"{fmt(_one(s.steps for s in runs if s.fraction == f))} at {_size_label(p, f)}"
+                      for f in sorted({s.fraction for s in runs if s.fraction is not None}))
+    hardware = sorted({s.hardware for s in runs if s.hardware})
+    versions = sorted({", ".join(f"{k} {v}" for k, v in (s.versions or {}).items() if k in VERSIONS)
                        for s in runs} - {""})
-    commits = sorted({s.get("commit") for s in runs if s.get("commit")}
+    commits = sorted({s.commit for s in runs if s.commit}
                      | {x.get("commit") for x in p.probes.values() if x.get("commit")})
     out = [f"- data: {ax.get('dataset')}, budget {p.budget}, batch {ax.get('batch_size')}, "
-           f"{_one(s.get('val_size') for s in runs) or '?'} validation images; seeds {ax.get('seeds')}",
+           f"{_one(s.val_size for s in runs) or '?'} validation images; seeds {ax.get('seeds')}",
            f"- steps per run: {steps or 'none finished'}",
            f"- learning rates chosen on validation (grid {ax.get('lrs')}, seed {(ax.get('seeds') or ['?'])[0]}): "
            f"{lrs or 'none yet'}; every ViT ablation uses ViT's lr of the nearest tuned fraction"
@@ -73,7 +73,7 @@ def provenance(p: Profile) -> list[str]:
     planned = len({e["run"] for t in ("families", "ablations") for e in p.entries(t)})
     statuses = defaultdict(int)
     for run in {e["run"] for t in ("families", "ablations") for e in p.entries(t)}:
-        statuses[(p.runs.get(run) or {}).get("status") or "not run"] += 1
+        statuses[(p.runs[run].status if run in p.runs else None) or "not run"] += 1
     out.append(f"- runs in the tables: {planned} (" + ", ".join(f"{n} {k}" for k, n in sorted(statuses.items()) if n)
                + ")" + (f"; the last `make exp-inductive-bias` of this profile that trained: {last.get('runs')} runs "
                         "launched, "

@@ -14,6 +14,7 @@ from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import markdown_table, plus_minus, plural
 from experiments.report.verdicts import legend
+from experiments.runs.run.summary import Summary
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,10 @@ def estimate_text(est: Estimate | None) -> str:
     return f"{plus_minus(est.value, est.ci95, signed=True, no_interval='')} ({plural(est.n, 'pair')})"
 
 
-def source(experiment: str, profile: str, summaries: list[dict], whose: str) -> str:
+def source(experiment: str, profile: str, summaries: list[Summary], whose: str) -> str:
     """`datascale` cpu, 2 CPU cores (...), commit abc: where a row's numbers were made."""
-    hardware = sorted({s.get("hardware") for s in summaries if s.get("hardware")})
-    commits = sorted({s.get("commit") for s in summaries if s.get("commit")})
+    hardware = sorted({s.hardware for s in summaries if s.hardware})
+    commits = sorted({s.commit for s in summaries if s.commit})
     return (f"[{experiment}](results/{experiment}.md) {profile}; {'; '.join(hardware) or 'hardware not recorded'}; "
             f"commit {', '.join(commits) or '?'}; {whose}")
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from experiments.report.table_format import one_line, plain
 from experiments.runs.run.record import read_json
-from experiments.runs.run.run_folder import IDENTITY_FILE, TEACHER_KEYS, RunFolder, migrate_summary
+from experiments.runs.run.run_folder import IDENTITY_FILE, RunFolder
+from experiments.runs.run.summary import TEACHER_KEYS, Summary, migrate
 from experiments.runs.sweep.shared import located, shared_entries
 
 
@@ -32,7 +33,7 @@ class BadRecord(ValueError):
 @dataclass(frozen=True)
 class Run:
     name: str                # as the experiment's records name it: <folder>, or <experiment>/<folder> when shared
-    summary: dict
+    summary: Summary         # at SUMMARY_SCHEMA (an older record migrated)
     identity: dict | None    # identity.json's settings; None for a run without one (a record from before it)
 
 
@@ -220,7 +221,8 @@ def read_run(run_dir: Path, name: str | None = None) -> Run | LeftOut | None:
         identity = _identity(folder)
     except BadRecord as e:
         return LeftOut(name, folder.identity_file, f"{IDENTITY_FILE}: {e}")
-    return Run(name, markdown_safe(migrate_summary(summary, identity)), markdown_safe(identity))
+    summary = migrate(Summary.from_record(summary), identity, folder.name)
+    return Run(name, Summary.from_record(markdown_safe(summary.to_record())), markdown_safe(identity))
 
 
 def read_runs(exp_dir: Path) -> tuple[dict[str, Run], list[LeftOut]]:

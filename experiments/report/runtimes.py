@@ -32,8 +32,8 @@ def runtime_rows(exp_dir: Path) -> list[dict]:
     """One row per profile whose command's time the experiment's records hold."""
     exp_dir = Path(exp_dir)
     runs = [r.summary for r in read_runs(exp_dir)[0].values()]
-    hardware = ", ".join(sorted({s["hardware"] for s in runs if s.get("hardware")})) or "not recorded"
-    commits = ", ".join(sorted({s["commit"] for s in runs if s.get("commit")})) or "not recorded"
+    hardware = ", ".join(sorted({s.hardware for s in runs if s.hardware})) or "not recorded"
+    commits = ", ".join(sorted({s.commit for s in runs if s.commit})) or "not recorded"
     rows = []
     for record in (read_record(exp_dir / name) for name in RECORDS if (exp_dir / name).is_file()):
         for profile, rec in sorted((record.get("profiles") or {}).items()):

@@ -321,15 +321,15 @@ class SuiteCLI(LightningCLI):
     def _fit_unless_finished(self, run_dir: Path) -> None:
         check_folder_identity(run_dir, self.identity(), write=False)
         folder = RunFolder(run_dir)
-        summary = folder.summary() or {}
-        status = summary.get("status")
+        summary = folder.summary()
+        status = summary.status if summary is not None else None
         if status == "done":
-            acc = summary.get("test_acc")
+            acc = summary.test_acc
             print(f"{run_dir} is done" + (f" (test acc {acc:.4f})" if acc is not None else "")
                   + ": nothing to run; delete the folder to run it again", file=sys.stderr)
             return
         if status == "diverged":
-            raise FloatingPointError(f"{run_dir} diverged before ({summary.get('error', '')}): nothing to run")
+            raise FloatingPointError(f"{run_dir} diverged before ({summary.error or ''}): nothing to run")
         if status == "fitted":  # trained, test not yet recorded: only the test is left
             best = folder.best_checkpoint
             read_checkpoint(best)  # a refused file is the only line printed

@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 
 from experiments.report.statistics import ols_slope
+from experiments.runs.run.summary import Summary
 
 TOLERANCE = 0.01   # mean accuracy gained by the last quarter over the one before that still counts as a plateau
 CLIMB = 0.005      # accuracy per quarter of the run: a last-half slope surely (95%) above this is a climb
@@ -51,26 +52,26 @@ def plateau(history: list[tuple[int, float]], steps: int) -> dict | None:
             "tolerance": TOLERANCE, "climb_floor": CLIMB}
 
 
-def judged(summary: dict) -> dict | None:
+def judged(summary: Summary) -> dict | None:
     """The plateau of a finished run by today's rule, from its recorded validations (a record keeps
     its curve, so a record made under an older rule is judged by this one)."""
-    history, steps = summary.get("val_history"), summary.get("steps")
+    history, steps = summary.val_history, summary.steps
     if not history or not steps:
         return None
     return plateau([tuple(v) for v in history], int(steps))
 
 
-def still_improving(summary: dict) -> bool:
+def still_improving(summary: Summary) -> bool:
     """A finished run whose numbers are shown with a dagger and not read: still improving by
     `plateau`, or with too few validations for the rule to tell: a number is read only from a run
     known to have plateaued. A run stopped on purpose at a target accuracy (fit --stop_at_val_acc;
     its summary says 'stopped') is judged by that target instead."""
-    if summary.get("stopped"):
+    if summary.stopped:
         return False
     p = judged(summary)
     return p is None or not p["plateaued"]
 
 
-def plateau_unknown(summary: dict) -> bool:
+def plateau_unknown(summary: Summary) -> bool:
     """Too few validations for the plateau rule, and not stopped at a target."""
-    return not summary.get("stopped") and judged(summary) is None
+    return not summary.stopped and judged(summary) is None

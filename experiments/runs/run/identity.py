@@ -89,6 +89,22 @@ def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int,
     return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if variant == "default" else f"_{variant}")
 
 
+def run_variant(folder: str, ident: Mapping) -> str | None:
+    """The variant `run_name` put in a run folder's name, read against the run's own family, budget,
+    data and lr: 'default' for a name without one, None for a name run_name did not make. A run
+    reads it once, when it records itself (record.record_summary; the spec's variant reaches a fit
+    only in its --run_name): its summary carries it, and every other reader takes it from there."""
+    readable = folder[:-(HASH_CHARS + 1)] if RUN_FOLDER.fullmatch(folder) else folder
+    try:
+        default = run_name(ident["model.family"], ident["model.budget"], ident["data.dataset"], ident["data.fraction"],
+                           ident["data.seed"], "default", ident["model.lr"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if readable == default:
+        return "default"
+    return readable[len(default) + 1:] if readable.startswith(default + "_") else None
+
+
 def evaluation_identity(cfg: Mapping, *, precision: str, checkpoint: str) -> dict:
     """What a test result depends on beyond the weights: the data, the test batches, the precision
     and which checkpoint of the run was evaluated."""

@@ -176,7 +176,8 @@ def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tupl
     classifier = load_classifier(run_dir)
     needs_images = any(p != "pos_embed" for p in parts)  # the position table is read from the weights alone
     x, y = test_images(load_config(run_dir)["data"], images if needs_images else 1)
-    precision = (RunFolder(run_dir).summary() or {}).get("precision")
+    summary = RunFolder(run_dir).summary()
+    precision = summary.precision if summary is not None else None
     result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed, parts, precision)
     out = Path(run_dir) / FIGURES
     out.mkdir(exist_ok=True)

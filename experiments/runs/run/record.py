@@ -12,8 +12,9 @@ from modules.files import write_atomic, write_json
 
 from experiments.runs.run.convergence import plateau
 from experiments.runs.run.provenance import hardware, versions
-from experiments.runs.run.identity import config_hash
+from experiments.runs.run.identity import config_hash, run_variant
 from experiments.runs.run.run_folder import RunFolder, teacher_of
+from experiments.runs.run.summary import Summary
 
 PROGRESS_EVERY_S = 2.0  # how often a training run renews progress.json between validations
 
@@ -83,42 +84,40 @@ def record_summary(run_dir: Path, status: str, *, experiment: str, identity: dic
                    extra: dict | None = None) -> None:
     """summary.json of a run (RunRecord, and each member of a packed fit): what ran, on what, with
     which code, and its `fit` (steps, wall_time_s; when fitted also epochs, images_per_sec,
-    val_acc_best, max_steps, val_history: the plateau is derived here) and `test` results."""
+    val_acc_best, max_steps, val_history: the plateau is derived here) and `test` results; a fit's
+    own variant (identity.run_variant) and its DeiT teacher (run_folder.teacher_of, which takes the
+    teacher's variant from the teacher's record)."""
     folder = RunFolder(run_dir)
-    previous = folder.summary() or {}
+    previous = folder.summary() or Summary()
     dm, h = datamodule, hparams
     dh = dict(dm.hparams) if dm is not None else {}
-    summary = {
-        **previous,
-        "experiment": experiment, "run": folder.name,
-        "config_hash": config_hash(identity) if identity is not None else previous.get("config_hash"),
-        "test_settings": previous.get("test_settings") or config_hash(evaluation),
-        "family": h["family"], "budget": h["budget"],
-        "dataset": dh.get("dataset"), "fraction": dh.get("fraction"),
-        "train_size": dm.train_size if dm is not None else None, "seed": dh.get("seed"),
-        "val_size": len(dm.val_indices) if dm is not None else None,
-        "status": status,
-        "params": complexity["params"], "flops_per_image": complexity["flops"],
-        "precision": precision, "devices": devices,
-        "commit": commit, "versions": versions(), "hardware": hardware(),
+    summary = previous.updated(
+        experiment=experiment, run=folder.name,
+        config_hash=config_hash(identity) if identity is not None else previous.config_hash,
+        test_settings=previous.test_settings or config_hash(evaluation),
+        family=h["family"], budget=h["budget"],
+        dataset=dh.get("dataset"), fraction=dh.get("fraction"),
+        train_size=dm.train_size if dm is not None else None, seed=dh.get("seed"),
+        val_size=len(dm.val_indices) if dm is not None else None,
+        status=status,
+        params=complexity["params"], flops_per_image=complexity["flops"],
+        precision=precision, devices=devices,
+        commit=commit, versions=versions(), hardware=hardware(),
         **(extra or {}),
-    }
-    summary.pop("error", None)
+    ).without("error")
     if fit is not None:
-        summary.update(fit, wall_time_s=round(fit["wall_time_s"], 1))
+        summary = summary.updated(**{**fit, "wall_time_s": round(fit["wall_time_s"], 1)})
     if error is not None:
-        summary["error"] = error[:500]
+        summary = summary.updated(error=error[:500])
     if status == "fitted":
         # a run stopped at a target accuracy (fit --stop_at_val_acc) is judged by that target, not by a plateau
-        summary["plateau"] = None if fit.get("stopped") else plateau(fit["val_history"], fit["steps"])
-        summary.pop("test", None)  # a new fit makes any older test result stale
+        summary = summary.updated(plateau=None if fit.get("stopped") else plateau(fit["val_history"], fit["steps"]))
+        summary = summary.without("test")  # a new fit makes any older test result stale
     if test is not None:
-        summary["test"] = test
-        summary["test_acc"] = test.get("acc")
-    if identity is not None:  # a fit's: its teacher as a structure (an evaluation keeps the recorded one)
+        summary = summary.updated(test=test, test_acc=test.get("acc"))
+    if identity is not None:  # a fit's: its variant, and its teacher as a structure (an evaluation keeps the recorded ones)
+        summary = summary.updated(variant=run_variant(folder.name, identity))
         teacher = teacher_of(identity, folder.path.parent.parent)
-        summary.pop("teacher", None)
-        if teacher is not None:
-            summary["teacher"] = teacher.record()
+        summary = summary.without("teacher") if teacher is None else summary.updated(teacher=teacher)
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.write_summary(summary)

@@ -109,8 +109,9 @@ class RunRecord(Callback):
     def on_test_end(self, trainer, pl_module) -> None:
         test = {k.removeprefix("test/"): float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
         settings = config_hash(self.evaluation)
-        own = self.folder.summary() or {}
-        if self.identity is not None or (own.get("test_settings") == settings and own.get("status") in ("fitted", "done")):
+        own = self.folder.summary()
+        if self.identity is not None or (own is not None and own.test_settings == settings
+                                         and own.status in ("fitted", "done")):
             self._write(trainer, pl_module, status="done", test=test)
         elif trainer.is_global_zero:
             path = self.folder.evaluations / f"{Path(self.evaluation['checkpoint']).stem}_{settings}.json"

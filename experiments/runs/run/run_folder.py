@@ -3,8 +3,8 @@ the suite keeps in it. Every reader and writer of a run (the CLI, the sweep, the
 pool of shared runs, the tables) names them through here:
 
 - identity.json: the settings the folder's hash covers, written before training;
-- summary.json: what ran and how it ended (its `status`), a record of schema SUMMARY_SCHEMA;
-  summaries written before the schema had a number are brought up to it by `migrate_summary`;
+- summary.json: what ran and how it ended (its `status`), a record of schema SUMMARY_SCHEMA
+  (runs/run/summary.py: the typed Summary; older records are brought up to it by `summary.migrate`);
 - config.yaml (Lightning's resolved config), train_indices.json, progress.json, evaluations/;
 - checkpoints/last.ckpt (where a fit resumes) and checkpoints/best.ckpt (what is tested and taught);
 - .lock, held by the one process that trains in the folder (runs/lock.py).
@@ -15,13 +15,14 @@ needs no torch or Lightning: a scheduler's task process reads these records.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path, PurePath
 
-from modules.files import write_json
+from modules.files import write_atomic, write_json
 
-from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, run_name
+from experiments.runs.run.identity import RUN_FOLDER
 from experiments.runs.run.lock import held, lock_run_folder
+from experiments.runs.run.summary import SUMMARY_SCHEMA, Summary, Teacher, migrate
 
 SUMMARY_FILE = "summary.json"
 IDENTITY_FILE = "identity.json"
@@ -36,45 +37,12 @@ LOCK_FILE = ".lock"
 RUN_FILES = (SUMMARY_FILE, IDENTITY_FILE, TRAIN_INDICES_FILE, CONFIG_FILE, f"{CHECKPOINTS}/{LAST}",
              f"{CHECKPOINTS}/{BEST}")
 
-# 2: a DeiT student's teacher is recorded as a structure ("teacher": Teacher.record()), and the
-# summary says its schema. 1 (no "schema" key): the teacher only as the checkpoint path in identity.json.
-SUMMARY_SCHEMA = 2
-TEACHER_KEYS = ("run", "family", "budget", "variant", "checkpoint")
-
 
 def _read_json(path: Path):
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-
-
-@dataclass(frozen=True)
-class Teacher:
-    """The run a DeiT student distils from, as the student's summary records it: the teacher's
-    folder name, family, budget and variant (its spec's variant, such as a matched teacher's
-    'resnet-at-vit'; None for the default one), so that no reader parses them out of a path."""
-    run: str | None         # the teacher's folder name; None for a checkpoint outside the suite's run folders
-    family: str | None
-    budget: str | None
-    variant: str | None
-    checkpoint: str         # as the student's identity names it (identity.teacher_identity)
-
-    def label(self) -> str:
-        """How the tables name the teacher of a group of students: family-budget, then its variant
-        (the checkpoint's path for a teacher outside the suite's run folders)."""
-        if self.family is None:
-            return self.checkpoint
-        return "-".join(filter(None, (self.family, self.budget))) + (f"_{self.variant}" if self.variant else "")
-
-    def record(self) -> dict:
-        return {k: getattr(self, k) for k in TEACHER_KEYS}
-
-    @classmethod
-    def from_record(cls, record) -> Teacher | None:
-        if not isinstance(record, dict):
-            return None
-        return cls(**{k: record.get(k) for k in TEACHER_KEYS})
 
 
 def teacher_of(identity: dict | None, runs_dir: Path) -> Teacher | None:
@@ -85,40 +53,13 @@ def teacher_of(identity: dict | None, runs_dir: Path) -> Teacher | None:
         return None
     folder = PurePath(checkpoint).parent.parent.name
     found = sorted(Path(runs_dir).glob(f"*/{folder}")) if RUN_FOLDER.fullmatch(folder) else []
-    ident = RunFolder(found[0]).identity() if found else None
+    teacher = RunFolder(found[0]) if found else None
+    ident = teacher.identity() if teacher is not None else None
     if ident is None:
         return Teacher(None, None, None, None, checkpoint)
-    family, budget = ident.get("model.family"), ident.get("model.budget")
-    # a spec names a run run_name(...) + "_<variant>" (identity.run_name): what is left of the
-    # folder's readable name past the name of the default variant is the teacher's variant
-    readable = folder[:-(HASH_CHARS + 1)]
-    try:
-        default = run_name(family, budget, ident["data.dataset"], ident["data.fraction"], ident["data.seed"],
-                           "default", ident["model.lr"])
-    except (KeyError, TypeError, ValueError):
-        default = None
-    variant = readable[len(default) + 1:] if default and readable.startswith(default + "_") else None
-    return Teacher(folder, family, budget, variant, checkpoint)
-
-
-def migrate_summary(summary: dict, identity: dict | None) -> dict:
-    """A summary of an older schema as SUMMARY_SCHEMA reads it. Schema 1 named a DeiT teacher only
-    by its checkpoint path in the identity (<teacher folder>/checkpoints/best.ckpt): the structure
-    is taken from that folder's name, which a spec wrote as <family>-<budget>_..._lr<lr>[_<variant>]_<hash>."""
-    if not isinstance(summary, dict) or summary.get("schema") == SUMMARY_SCHEMA:
-        return summary
-    out = {**summary, "schema": SUMMARY_SCHEMA}
-    checkpoint = (identity or {}).get("model.teacher_checkpoint")
-    if checkpoint and "teacher" not in out:
-        name = PurePath(checkpoint).parent.parent.name
-        readable = name[:-(HASH_CHARS + 1)] if RUN_FOLDER.fullmatch(name) else name
-        family_budget, _, rest = readable.partition("_")
-        family, _, budget = family_budget.partition("-")
-        lr_at = rest.find("_lr")
-        variant = rest[lr_at + 3:].partition("_")[2] if lr_at >= 0 else ""
-        out["teacher"] = Teacher(name if RUN_FOLDER.fullmatch(name) else None, family, budget or None,
-                                 variant or None, checkpoint).record()
-    return out
+    own = teacher.summary()  # the teacher's own record says its variant (None without one: it recorded nothing)
+    variant = own.variant if own is not None and own.variant != "default" else None
+    return Teacher(folder, ident.get("model.family"), ident.get("model.budget"), variant, checkpoint)
 
 
 class RunFolder:
@@ -142,19 +83,20 @@ class RunFolder:
         return f"RunFolder({str(self.path)!r})"
 
     # ---------------- records ----------------
-    def summary(self) -> dict | None:
+    def summary(self) -> Summary | None:
         """summary.json at SUMMARY_SCHEMA (an older one migrated), or None when absent or unreadable."""
         s = _read_json(self.summary_file)
-        return migrate_summary(s, self.identity()) if isinstance(s, dict) else None
+        return migrate(Summary.from_record(s), self.identity(), self.name) if isinstance(s, dict) else None
 
     def status(self) -> str | None:
         """The summary's status (fitted, done, failed, diverged, interrupted), None for no record."""
-        return (self.summary() or {}).get("status")
+        summary = self.summary()
+        return summary.status if summary is not None else None
 
-    def write_summary(self, summary: dict) -> None:
-        """summary.json; and the run's hparams session follows it (its status a column of HPARAMS)."""
-        summary = {**summary, "schema": SUMMARY_SCHEMA}
-        write_json(self.summary_file, summary)
+    def write_summary(self, summary: Summary) -> None:
+        """summary.json at SUMMARY_SCHEMA; and the run's hparams session follows it (its status a column of HPARAMS)."""
+        summary = replace(summary, schema=SUMMARY_SCHEMA)
+        write_atomic(self.summary_file, summary.to_json())
         identity = self.identity()
         if identity is not None:
             from experiments.runs.run.tensorboard import recorded_hparams, write_session  # TensorBoard: imported when used

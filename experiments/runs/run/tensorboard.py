@@ -26,6 +26,8 @@ from pathlib import Path
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from experiments.runs.run.summary import Summary
+
 SIZE_TAG = "by_train_size/val_acc_n{}"  # val/acc again, under the run's training-set size; sorts first
 SESSION_FILE = "events.out.tfevents.0.session"  # a run's hparams session; sorts before its curves' files
 
@@ -52,12 +54,13 @@ def session_hparams(identity: dict, status: str, complexity: dict | None = None)
     return {**readable_hparams(identity, complexity), STATUS: status}
 
 
-def recorded_hparams(identity: dict, summary: dict | None) -> dict:
+def recorded_hparams(identity: dict, summary: Summary | None) -> dict:
     """session_hparams from what a run recorded: its summary's status, params and FLOPs ("running"
     while it has no summary: a run writes its summary when it ends)."""
-    s = summary or {}
-    complexity = {"params": s["params"], "flops": s.get("flops_per_image")} if "params" in s else None
-    return session_hparams(identity, s.get("status") or "running", complexity)
+    if summary is None:
+        return session_hparams(identity, "running")
+    complexity = {"params": summary.params, "flops": summary.flops_per_image} if summary.params is not None else None
+    return session_hparams(identity, summary.status or "running", complexity)
 
 
 def write_session(run_dir: Path, hparams: dict) -> None:

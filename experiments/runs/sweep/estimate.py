@@ -31,6 +31,7 @@ from typing import Callable
 from experiments.report.records import BadRecord, checked_summary
 from experiments.runs.sweep.execute import flops_per_image, gpu_sharing, run_hardware, run_status, units_of
 from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.summary import Summary
 
 STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
@@ -46,17 +47,17 @@ def measured(exp_dirs: list[Path]) -> list[dict]:
     for exp_dir in exp_dirs:
         for run_dir in sorted(p for p in exp_dir.iterdir() if p.is_dir()):
             s, ident = RunFolder(run_dir).summary(), RunFolder(run_dir).identity()
-            if not s or not ident or s.get("status") not in DONE or not _typed(s):
+            if s is None or not ident or s.status not in DONE or not _typed(s):
                 continue
-            engine = s.get("engine") or {}
+            engine = s.engine or {}
             if engine and ("loop" not in engine or engine.get("group") in groups):
                 continue  # a group's other members; or a group trained before its own loop (another engine)
-            if not s.get("steps") or not s.get("wall_time_s") or not s.get("hardware") or not s.get("flops_per_image"):
+            if not s.steps or not s.wall_time_s or not s.hardware or not s.flops_per_image:
                 continue
             groups.add(engine.get("group"))
-            key = (s["hardware"], s.get("family"), s.get("budget"), s["flops_per_image"], ident.get("data.batch_size"),
+            key = (s.hardware, s.family, s.budget, s.flops_per_image, ident.get("data.batch_size"),
                    int(engine.get("packed", 1)))
-            times[key].append(1000.0 * s["wall_time_s"] / s["steps"])
+            times[key].append(1000.0 * s.wall_time_s / s.steps)
             where[key].add(exp_dir.name)
     return [{"device": d, "family": f, "budget": b, "flops_per_image": flops, "batch_size": n, "members": k,
              "ms_per_step": round(statistics.median(v), 1), "runs": len(v),
@@ -64,11 +65,11 @@ def measured(exp_dirs: list[Path]) -> list[dict]:
             for (d, f, b, flops, n, k), v in sorted(times.items(), key=lambda kv: tuple(map(str, kv[0])))]
 
 
-def _typed(summary: dict) -> bool:
+def _typed(summary: Summary) -> bool:
     """Whether the summary holds what the suite writes (a wrongly typed one is left out, and `tables`
     names it: report/records.py)."""
     try:
-        checked_summary(summary, finished=())  # a step time needs no fraction or training-set size
+        checked_summary(summary.to_record(), finished=())  # a step time needs no fraction or training-set size
     except BadRecord:
         return False
     return True

@@ -27,6 +27,7 @@ from modules.files import open_in_place, write_json
 
 from experiments.runs.run.interruption import SIGNALS, Interrupted, deferred
 from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.spec import Run
 from experiments.runs.sweep.shared import located
 
@@ -330,16 +331,15 @@ def replace_dir(run: Run, name: str) -> Run:
 
 def record_failure(run: Run, reason: str) -> None:
     """The run's summary says failed, with the error its own fit recorded or else `reason`."""
-    s = RunFolder(run.run_dir).summary() or {}
-    _record(run, "failed", error=s.get("error") if s.get("status") == "failed" and s.get("error") else reason)
+    s = RunFolder(run.run_dir).summary()
+    _record(run, "failed", error=s.error if s is not None and s.status == "failed" and s.error else reason)
 
 
 def _record(run: Run, status: str, error: str | None = None) -> None:
     """summary.json says `status` (and `error`), the rest of what the run recorded kept."""
-    s = RunFolder(run.run_dir).summary() or {"experiment": run.run_dir.parent.name, "run": run.name, "family": run.family,
-                                       "fraction": run.fraction, "seed": run.seed, "variant": run.variant}
-    s.pop("error", None)
-    s.update(status=status, **({"error": error} if error else {}))
+    s = RunFolder(run.run_dir).summary() or Summary(experiment=run.run_dir.parent.name, run=run.name, family=run.family,
+                                                    fraction=run.fraction, seed=run.seed, variant=run.variant)
+    s = s.without("error").updated(status=status, **({"error": error} if error else {}))
     run.run_dir.mkdir(parents=True, exist_ok=True)
     RunFolder(run.run_dir).write_summary(s)
 

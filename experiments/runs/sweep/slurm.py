@@ -312,17 +312,17 @@ def report_failed(runs: list, console=None, n: int = 5) -> None:
 def run_state(run) -> tuple[str, str]:
     """(done | running | failed | diverged | interrupted | pending, a detail) from the run's folder alone."""
     folder = RunFolder(run.run_dir)
-    s = folder.summary() or {}
-    status = s.get("status")
+    s = folder.summary()
+    status = s.status if s is not None else None
     if finished(run, status) and status != "diverged":
-        acc = s.get("test_acc") if run.stage != "tune" else s.get("val_acc_best")
+        acc = s.test_acc if run.stage != "tune" else s.val_acc_best
         return "done", (f"{'test' if run.stage != 'tune' else 'val'} acc {acc:.4f}" if acc is not None else "")
     if status == "diverged":
-        return "diverged", s.get("error", "")
+        return "diverged", s.error or ""
     if folder.held():
         return "running", "trained, testing" if status == "fitted" else ""
     if status == "failed":
-        return "failed", s.get("error", "")
+        return "failed", s.error or ""
     if run.run_dir.exists():
         resumes = "resumes from last.ckpt" if folder.last_checkpoint.exists() else ""
         if status == "interrupted":  # by Ctrl-C or SIGTERM (runs.run.interruption)

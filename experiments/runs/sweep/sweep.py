@@ -42,6 +42,7 @@ from experiments.runs.run.lock import hold_experiment
 from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
 from experiments.runs.run.run_folder import RunFolder
+from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
                    tuning_runs)
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
@@ -95,9 +96,9 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             if status is None or status == "interrupted" and stopping():
                 return  # not started, or stopped with the sweep: its line names them, the display counts them not done
             results[run.name] = status
-            s = RunFolder(run.run_dir).summary() or {}
-            acc = f", test acc {s['test_acc']:.4f}" if s.get("test_acc") is not None else ""
-            val = f", val acc {s['val_acc_best']:.4f}" if run.stage == "tune" and s.get("val_acc_best") else ""
+            s = RunFolder(run.run_dir).summary() or Summary()
+            acc = f", test acc {s.test_acc:.4f}" if s.test_acc is not None else ""
+            val = f", val acc {s.val_acc_best:.4f}" if run.stage == "tune" and s.val_acc_best else ""
             console.print(escape(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
                                  f"{seconds:.0f} s{val}{acc}"))
 
@@ -175,10 +176,10 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
     (the smaller lr on a tie), and a record of every trial. Only validation is read."""
     best, records = {}, []
     for r in trials:
-        s = RunFolder(r.run_dir).summary() or {}
-        acc = s.get("val_acc_best") if s.get("status") in TUNED else None
+        s = RunFolder(r.run_dir).summary() or Summary()
+        acc = s.val_acc_best if s.status in TUNED else None
         records.append({"family": r.family, "variant": r.variant, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
-                        "train_size": s.get("train_size"), "val_size": s.get("val_size"), "status": s.get("status"),
+                        "train_size": s.train_size, "val_size": s.val_size, "status": s.status,
                         "val_acc_best": acc, "plateaued": (judged(s) or {}).get("plateaued"),
                         "run": r.entry})
         key = (r.family, r.variant, r.fraction)
