@@ -182,6 +182,32 @@ def test_choice_reads_validation_only(tmp_path):
     assert all("test_acc" not in r for r in records)
 
 
+def test_choice_within_a_point_prefers_the_plateaued_trial(tmp_path):
+    """ViT at 118 images, 8,000 steps (docs/history.md): lr 3e-3 is 0.2 points ahead on validation
+    but still climbing, lr 1e-3 has plateaued; inside one point the plateaued trial is chosen, while
+    a lead beyond the tie, climbing or not, still wins."""
+    from experiments.runs.sweep.spec import Run
+
+    def curve(end_gain):  # 20 validations of an 8,000-step run; the last quarter gains end_gain
+        return [[400 * (i + 1), 0.66 + (end_gain if i >= 15 else 0.0)] for i in range(20)]
+
+    def choice(trials):
+        runs = []
+        for lr, best, gain in trials:
+            d = tmp_path / f"vit_lr{lr}_{best}_{gain}"
+            d.mkdir(exist_ok=True)
+            (d / "summary.json").write_text(json.dumps({"status": "fitted", "val_acc_best": best, "steps": 8000,
+                                                        "val_history": curve(gain)}))
+            runs.append(Run(0, d.name, "vit", 0.002, 0, "default", (), run_dir=d, stage="tune", lr=lr))
+        choices, records = choose_lrs(runs)
+        return choices[("vit", "default", 0.002)], [r["plateaued"] for r in records]
+
+    assert choice([(0.001, 0.689, 0.0), (0.003, 0.691, 0.03)]) == (0.001, [True, False])
+    assert choice([(0.001, 0.689, 0.0), (0.003, 0.701, 0.03)]) == (0.003, [True, False])
+    assert choice([(0.001, 0.689, 0.0), (0.003, 0.691, 0.0)]) == (0.003, [True, True])
+    assert choice([(0.001, 0.691, 0.0), (0.003, 0.691, 0.0)]) == (0.001, [True, True])
+
+
 def test_tuning_stage_never_loads_the_test_split(fmnist_dir, tmp_path, monkeypatch):
     """Tuning trials run in this process with a DataModule whose test split raises: they finish,
     and the lr is chosen; the main stage, which tests, does hit the trap."""
