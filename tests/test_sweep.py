@@ -361,6 +361,14 @@ def test_table_generator_on_hand_written_runs(tmp_path):
     assert grows.ours == "change of ViT − ResNet from 100 to 1,000 images: +0.1500 ± 0.0657 (3 pairs)"
     assert grows.verdict == ("ViT catches up, as published: the 95% interval [+0.0843, +0.2157] excludes 0 and "
                              "reaches beyond ±0.0100") and "test machine; commit abc; your runs" in grows.source
+    # ViT trained longer than the ResNet at the largest size: the change says both families' steps
+    for seed in range(3):
+        f = exp / f"vit_f1.0_s{seed}" / "summary.json"
+        f.write_text(json.dumps({**json.loads(f.read_text()), "steps": 800, "val_history": val_curve(800)}))
+    scarce, grows = findings(exp)
+    assert scarce.ours == "ViT − ResNet at 100 images: -0.1700 ± 0.0745 (3 pairs)"   # the same steps: nothing said
+    assert grows.ours == ("change of ViT − ResNet from 100 to 1,000 images (steps: ViT 200 / 800, ResNet 200 / 200): "
+                          "+0.1500 ± 0.0657 (3 pairs)")
     # converged or silent, per reading: a run still improving at the largest size silences the trend only
     s = json.loads((exp / "vit_f1.0_s2" / "summary.json").read_text())
     (exp / "vit_f1.0_s2" / "summary.json").write_text(json.dumps({**s, "val_history": val_curve(200, False)}))

@@ -188,6 +188,10 @@ def test_reading_chooses_the_best_of_a_kind_on_validation_and_waits_for_all_of_t
                                                                               ("swin", pytest.approx(0.0))]
     (text,) = scaling_reading(rows)
     assert "(hybrid 0.7000 vs resnet 0.8000)" in text and "swin -0.2000 to -0.2000" in text
+    for r in rows:  # each family trained to its own plateau: a gap between different steps says both
+        r["max_steps"] = 4000 if r["family"] == "hybrid" else 1000
+    (text,) = scaling_reading(rows)
+    assert "-0.1000 at 100 images (hybrid 0.7000 at 4,000 steps vs resnet 0.8000 at 1,000 steps)" in text
     next(r for r in rows if r["family"] == "swin" and r["train_size"] == 1000)["still_improving"] = 1
     (text,) = scaling_reading(rows)
     assert winner_claim(rows, [1000]).not_read_at("1,000 images") in text

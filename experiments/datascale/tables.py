@@ -92,9 +92,20 @@ def findings(exp_dir: Path) -> list[Finding]:
     used = [by[f, n] for f in ("vit", REFERENCE) for n in {small, large}]
     where = source("datascale", profiles, [x.summary for r in used for x in r["_runs"]], whose(exp_dir))
     gap = paired_difference(by_seed(by["vit", small]), by_seed(by[REFERENCE, small]))
-    out = [Claim(CLAIMS["scarce_data"], gap, **behind(small)).row(f"ViT − ResNet at {small:,} images", where)]
+    out = [Claim(CLAIMS["scarce_data"], gap, **behind(small)).row(
+        f"ViT − ResNet at {small:,} images{steps_apart(by, [small])}", where)]
     if large > small:
         change = gap_change(by["vit", small], by[REFERENCE, small], by["vit", large], by[REFERENCE, large])
         out.append(Claim(CLAIMS["catch_up"], change, **behind(small, large)).row(
-            f"change of ViT − ResNet from {small:,} to {large:,} images", where))
+            f"change of ViT − ResNet from {small:,} to {large:,} images{steps_apart(by, [small, large])}", where))
     return out
+
+
+def steps_apart(by: dict, sizes: list[int]) -> str:
+    """Where ViT and the ResNet trained different numbers of steps at `sizes`, the words that say so
+    (each family to its own plateau: the claim is read only when every run behind it plateaued)."""
+    steps = {f: [by[f, n]["max_steps"] for n in sizes] for f in ("vit", REFERENCE)}
+    if any(not isinstance(x, int) for v in steps.values() for x in v) or steps["vit"] == steps[REFERENCE]:
+        return ""
+    return (" (steps: " + ", ".join(f"{'ViT' if f == 'vit' else 'ResNet'} " + " / ".join(f"{x:,}" for x in v)
+                                    for f, v in steps.items()) + ")")

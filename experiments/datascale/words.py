@@ -130,10 +130,12 @@ def _gap_text(trend: GapTrend, silent: list[int], name) -> str:
     if not claim.converged:
         return "" if set(trend.sizes) <= set(silent) else " " + claim.not_read()
 
-    def said(t, c):
-        n = t["train_size"]
-        return (f"{t['test_acc_mean'] - c['test_acc_mean']:+.4f} at {n:,} images ({name(t)} {t['test_acc_mean']:.4f} "
-                f"vs {name(c)} {c['test_acc_mean']:.4f})")
+    def said(t, c):  # with each one's steps where they differ (each trained to its own plateau)
+        n, steps = t["train_size"], (t.get("max_steps"), c.get("max_steps"))
+        at = (lambda r: f" at {r['max_steps']:,} steps") if steps[0] != steps[1] and all(
+            isinstance(x, int) for x in steps) else (lambda r: "")
+        return (f"{t['test_acc_mean'] - c['test_acc_mean']:+.4f} at {n:,} images ({name(t)} {t['test_acc_mean']:.4f}"
+                f"{at(t)} vs {name(c)} {c['test_acc_mean']:.4f}{at(c)})")
     best = "Best transformer minus best CNN (each chosen by mean validation accuracy)"
     if small == large:
         return (f" {best}: {said(*trend.small)}; both kinds ran at this one training-set "
