@@ -42,3 +42,18 @@ def test_the_default_profile_sentence_names_the_spec_s_families_and_what_was_mea
     text = default_profile(runtime_rows(exp), json.loads((exp / "sweep.json").read_text()))
     assert f"Its last measured run (with {FAMILIES[families[0]].title}) took" in text
     assert default_profile([], {}).endswith("Its time has not been measured yet.")
+
+
+def test_an_invocation_that_found_runs_finished_says_how_many_it_trained(tmp_path):
+    """exp-datascale's ViT retrained while its ResNet runs had finished before: the minutes are the
+    ViT runs' only, and the row and the README's sentence say so."""
+    exp = tmp_path / "datascale"
+    _run(exp, "vit", 0.01, 0, 0.6)
+    (exp / "sweep.json").write_text(json.dumps({"spec": "datascale", "profiles": {"cpu": {
+        "families": ["resnet", "vit"], "pool_size": 59000, "last_invocation": {
+            "wall_time_s": 3824, "runs": 20, "trained": 11, "statuses": {"done": 18, "fitted": 2}, "jobs": 2}}}}))
+    (row,) = runtime_rows(exp)
+    assert row["ran"] == "11 of its 20 runs (18 done, 2 fitted); 2 at a time"
+    text = default_profile([row], json.loads((exp / "sweep.json").read_text()))
+    assert ("Its last measured invocation trained or tested 11 of its 20 runs (the others had finished before) in "
+            "**64 minutes**; its runs were trained on test machine, at commit abc (your runs; ") in text

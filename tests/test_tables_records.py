@@ -16,7 +16,7 @@ from experiments.report.table_format import plain
 from experiments.runs.sweep.reference import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = "vit-tiny_fashion_mnist_f0.002_s0_lr0.003_1ce114f1"   # a finished reference run that distill and inductive_bias share
+RUN = "resnet-tiny_fashion_mnist_f0.002_s0_lr0.003_8b8eda8f"   # a finished reference run in exp-datascale's plan that distill and inductive_bias share
 INJECTED = "evil\n\n## INJECTED\n<script>alert(1)</script> | <img src=x onerror=alert(1)> [x](http://evil) `"
 
 

@@ -399,14 +399,18 @@ def rejudged(tuning: dict, runs: dict[str, Run]) -> dict:
                                    for p, rec in (tuning.get("profiles") or {}).items()}} if tuning else tuning
 
 
-def planned(runs: list[Result], sweep: dict) -> tuple[list[Result], list[Result]]:
+def planned(runs: list[Result], sweep: dict, tuning: dict | None = None) -> tuple[list[Result], list[Result]]:
     """(runs the table covers, finished runs it leaves out). When the sweep recorded its main
-    stage's runs (sweep.json, per profile), a finished run outside that plan, e.g. one trained at a
-    learning rate an earlier tuning chose, is left out of the rows: one row per current choice."""
+    stage's runs (sweep.json, per profile), a finished run outside that plan and outside its tuning
+    trials (tuning.json), e.g. one trained at a learning rate or for steps an earlier plan chose, is
+    left out of the rows and the counts: one row per current choice. (Other experiments may read
+    such a run: exp-distill's teachers, exp-inductive-bias's family runs.)"""
     plan = {name for rec in (sweep.get("profiles") or {}).values() for name in (rec.get("main_runs") or {}).values()}
     if not plan:
         return runs, []
-    out = [r for r in runs if r.summary.status == "done" and r.run not in plan]
+    trials = {t.get("run") for rec in ((tuning or {}).get("profiles") or {}).values() for t in rec.get("trials") or []
+              if isinstance(t, dict)}
+    out = [r for r in runs if r.summary.status in ("done", "fitted") and r.run not in plan | trials]
     return [r for r in runs if r not in out], out
 
 

@@ -40,7 +40,7 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
     name = exp_dir.name
     runs, unreadable = read_runs(exp_dir)
     sweep, tuning = read_record(exp_dir / "sweep.json"), read_record(exp_dir / "tuning.json")
-    planned_runs, left_out = planned(results(runs), sweep)
+    planned_runs, left_out = planned(results(runs), sweep, tuning)
     tuning = rejudged(tuning, runs)
     rows = aggregate(planned_runs)
     if not rows:
@@ -76,8 +76,8 @@ def findings(exp_dir: Path) -> list[Finding]:
     the smallest training set both ran (Fig. 4: "ResNets perform better with smaller pre-training
     datasets"), and the gap's change from the smallest to the largest (they "plateau sooner than
     ViT"): a trend only from the paired interval of the change."""
-    sweep = read_record(exp_dir / "sweep.json")
-    rows = [r for r in aggregate(planned(collect(exp_dir), sweep)[0]) if r["family"] in ("vit", REFERENCE)]
+    sweep, tuning = read_record(exp_dir / "sweep.json"), read_record(exp_dir / "tuning.json")
+    rows = [r for r in aggregate(planned(collect(exp_dir), sweep, tuning)[0]) if r["family"] in ("vit", REFERENCE)]
     scope = min((r["_scope"] for r in rows), default=None)  # the first variant where several ran
     by = {(r["family"], r["train_size"]): r for r in rows if r["_scope"] == scope and not r["settings"]}
     sizes = sorted(n for f, n in by if f == "vit" and (REFERENCE, n) in by)

@@ -19,7 +19,7 @@ from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
 from experiments.report.verdicts import STILL_IMPROVING, cannot_tell
-from experiments.runs.run.convergence import plateau_unknown, still_improving
+from experiments.runs.run.convergence import TIE, plateau_unknown, still_improving
 from experiments.runs.sweep.reference import whose_runs
 
 WINNER = CLAIMS["winner"].said  # the words before each size's winner
@@ -223,7 +223,8 @@ def render_tuning(tuning: dict) -> list[str]:
                 f"{' x '.join(short)} of the grid at the tuned fractions"
                 + (f" (seed {', '.join(fmt(s) for s in seeds)})" if seeds else "") + "; "
                 f"the cells are {metric} on the validation images, the test set is never read; **bold**: the "
-                f"one chosen; {STILL_IMPROVING}: still improving at its last validation.", ""]
+                f"one chosen (the best; within {TIE * 100:g} point of it, a tie, a trial that plateaued is "
+                f"preferred); {STILL_IMPROVING}: still improving at its last validation.", ""]
         head = ["family", *(["variant"] if len(variants) > 1 else []), "tuned fraction", "train images", "val images",
                 *(", ".join(f"{k} {fmt(v)}" for k, v in zip(short, c)) for c in combos)]
         out += ["| " + " | ".join(head) + " |", "|---|" + ("---|" if len(variants) > 1 else "")
@@ -320,7 +321,8 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
                    "each member's record is the one its own fit would write)")
     if left_out:
         out.append(f"- not in the table: {len(left_out)} finished runs outside the sweep's current plan (trained at a "
-                   f"learning rate an earlier tuning chose): {', '.join(sorted(r.run for r in left_out))}")
+                   f"learning rate or for steps an earlier plan chose; other experiments may read them): "
+                   f"{', '.join(sorted(r.run for r in left_out))}")
     for profile, rec in sorted((sweep.get("profiles") or {}).items()):
         last = rec.get("last_invocation")
         if last:

@@ -32,7 +32,7 @@ def runtime_rows(exp_dir: Path) -> list[dict]:
     """One row per profile whose command's time the experiment's records hold."""
     exp_dir = Path(exp_dir)
     runs = [r.summary for r in read_runs(exp_dir)[0].values()]
-    hardware = ", ".join(sorted({s.hardware for s in runs if s.hardware})) or "not recorded"
+    hardware = "; ".join(sorted({s.hardware for s in runs if s.hardware})) or "not recorded"  # '; ': a hardware string has commas of its own
     commits = ", ".join(sorted({s.commit for s in runs if s.commit})) or "not recorded"
     rows = []
     for record in (read_record(exp_dir / name) for name in RECORDS if (exp_dir / name).is_file()):
@@ -40,9 +40,11 @@ def runtime_rows(exp_dir: Path) -> list[dict]:
             last = rec.get("last_invocation")
             if last:
                 what = ", ".join(f"{n} {s}" for s, n in sorted((last.get("statuses") or {}).items()))
+                part = _part(last)
                 rows.append({"experiment": exp_dir.name, "profile": profile, "hardware": hardware,
                              "minutes": last["wall_time_s"] / 60, "commit": commits, "whose": whose(exp_dir),
-                             "ran": f"{what}; {last.get('jobs', 1)} at a time"})
+                             "part": part, "ran": (f"{part[0]} of its {part[1]} runs ({what})" if part else what)
+                             + f"; {last.get('jobs', 1)} at a time"})
     for path in sorted(exp_dir.glob(MEASUREMENTS)):
         rec = read_record(path)
         parts = rec.get("parts") or {}
@@ -93,8 +95,22 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu") -> str
         return text + " Its time has not been measured yet."
     ran = measured.get("families") or families
     which = "" if list(ran) == list(families) else f" (with {_names(ran)})"
+    if row.get("part"):  # the others had finished before it: its time is theirs only
+        trained, runs = row["part"]
+        return (text + f" Its last measured invocation{which} trained or tested {trained} of its {runs} runs (the "
+                f"others had finished before) in **{row['minutes']:.0f} minutes**; its runs were trained on "
+                f"{row['hardware']}, at commit {row['commit']} ({row['whose']}; "
+                "[every measured runtime](results/runtimes.md)).")
     return (text + f" Its last measured run{which} took **{row['minutes']:.0f} minutes** on {row['hardware']}, "
             f"at commit {row['commit']} ({row['whose']}; [every measured runtime](results/runtimes.md)).")
+
+
+def _part(last: dict) -> tuple[int, int] | None:
+    """(runs it trained or tested, runs of its plan) where an invocation found some of its plan
+    finished before it started (another experiment's or an earlier invocation's): its minutes are
+    those runs' only. None where it ran its whole plan, or a record from before the count."""
+    trained, runs = last.get("trained"), last.get("runs")
+    return (trained, runs) if isinstance(trained, int) and isinstance(runs, int) and trained < runs else None
 
 
 def _names(families: list[str]) -> str:

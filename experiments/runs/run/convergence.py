@@ -28,6 +28,7 @@ from experiments.runs.run.summary import Summary
 
 TOLERANCE = 0.01   # mean accuracy gained by the last quarter over the one before that still counts as a plateau
 CLIMB = 0.005      # accuracy per quarter of the run: a last-half slope surely (95%) above this is a climb
+TIE = TOLERANCE    # validation accuracies closer than this to the best are a tie (sweep.choose_lrs)
 MIN_HALF = 4       # validations in the last half (and one in each of its quarters) for the rule to tell
 
 

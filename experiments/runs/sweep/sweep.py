@@ -37,7 +37,7 @@ from datamodules.splits import resolve_train_size
 from modules.budgets import TEACHER, distils
 from modules.files import write_json
 
-from experiments.runs.run.convergence import TOLERANCE, judged
+from experiments.runs.run.convergence import TIE, judged
 from experiments.runs.run.lock import hold_experiment
 from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
@@ -190,9 +190,6 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
         if acc is not None:
             by_key.setdefault((r.family, r.variant, r.fraction), []).append((acc, bool(plateaued), r.lr))
     return {k: tie_broken(v) for k, v in by_key.items()}, records
-
-
-TIE = TOLERANCE  # validation accuracies closer than this to the best are a tie (choose_lrs)
 
 
 def tie_broken(trials: list[tuple[float, bool, float]]) -> float:
