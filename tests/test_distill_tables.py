@@ -559,3 +559,29 @@ def test_what_each_teacher_can_hand_on_is_shown_where_recorded():
     assert ("- hard/resnet at 590 images: the teacher's hard label differs from the true label on 15.0% of the "
             "augmented training images (mean over 2 seeds); not recorded for 1 more") in lines
     assert "- hard/vit at 590 images: not recorded" in lines and not any(ln.startswith("- none") for ln in lines)
+
+
+def test_a_claim_whose_teacher_gave_only_the_true_labels_says_so(tmp_path):
+    """A teacher trained on the students' images may give the true label on every augmented training
+    image (the cpu profile's fully trained ResNet and ViT at 118 images did: teacher_labels rate 0):
+    the Findings row of a claim resting on its student says it had nothing to hand on; a student
+    whose teacher's labels differed, or whose rate was not recorded in every seed, is not named."""
+    from experiments.distill.tables import findings
+    exp = tmp_path / "runs" / "distill"
+    write_experiment(exp, None, students_run=("hard/resnet", "hard/vit"), student_lr_of="vit")
+    record = json.loads((exp / RECORD).read_text())
+    for s in record["profiles"]["cpu"]["students"]:
+        path = exp / s["run"] / "summary.json"
+        rate = 0.0 if s["student"] == "hard/vit" else 0.12
+        path.write_text(json.dumps({**json.loads(path.read_text()),
+                                    "teacher_labels": {"differs": round(rate * 1000), "images": 1000, "rate": rate}}))
+    rows = {f.question: f for f in findings(exp)}
+    teacher = rows[CLAIMS["teacher"].question].ours
+    alone = rows[CLAIMS["distillation"].question].ours
+    assert teacher.endswith("; the teacher of hard/vit gave the true label on every augmented training image: "
+                            "nothing to hand on beyond the labels")
+    assert "gave the true label" not in alone   # hard/resnet's teacher differed on 12%
+    path = exp / next(s["run"] for s in record["profiles"]["cpu"]["students"]
+                      if s["student"] == "hard/vit" and s["fraction"] == FRACTIONS[-1]) / "summary.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "teacher_labels"}))
+    assert "gave the true label" not in {f.question: f for f in findings(exp)}[CLAIMS["teacher"].question].ours

@@ -306,6 +306,22 @@ def _behind(p: Profile, fraction: float, students: tuple = (), teachers: tuple =
     return {"improving": sum(still_improving(r) for r in runs), "runs": len(runs)}
 
 
+def label_rates(p: Profile, student: str, fraction: float) -> list[float]:
+    """How often the teacher's hard label differed from the true label on the augmented training
+    batches (summary.json's teacher_labels), one rate per seed of `student` that recorded it."""
+    runs = p.students.get((student, fraction), {}).values()
+    return [r.teacher_labels["rate"] for r in runs if isinstance(r.teacher_labels, dict)]
+
+
+def label_copies(p: Profile, students: list[str], fraction: float) -> list[str]:
+    """Of `students`, those whose teacher's hard labels were the true labels on every augmented
+    training image in every seed (each recorded it): distilling them hands on nothing beyond the
+    labels, so a claim about what a teacher hands on cannot rest on them."""
+    return [s for s in students if p.students.get((s, fraction))
+            and len(label_rates(p, s, fraction)) == len(p.students[(s, fraction)])
+            and not any(label_rates(p, s, fraction))]
+
+
 def claims(p: Profile) -> list[dict]:
     """DeiT's three claims per fraction, each a paired difference by seed (its Claim, "read"): (a)
     each distilled student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both;

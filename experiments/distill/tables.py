@@ -20,7 +20,8 @@ from pathlib import Path
 
 from experiments.distill import MATCHED
 from experiments.distill.figures import plot
-from experiments.distill.numbers import COLUMNS, NAME, claims, csv_rows, csv_value, left_out, load, variant_of
+from experiments.distill.numbers import (COLUMNS, NAME, claims, csv_rows, csv_value, label_copies, left_out, load,
+                                        variant_of)
 from experiments.distill.words import render_markdown
 from experiments.report.figures import log_figures
 from experiments.report.findings import Finding, estimate_text, source
@@ -44,8 +45,21 @@ def findings(exp_dir: Path) -> list[Finding]:
                 row = c["read"].row(f"{c['label']} at {p.size_label(f)}", where)
                 if claim == "c" and c["teachers"].estimate is not None:
                     row = replace(row, ours=f"{row.ours}; teachers differ by {estimate_text(c['teachers'].estimate)}")
+                copies = label_copies(p, _students(c), f)
+                if copies:  # what the claim's verdict cannot say: no teacher label differed from the truth
+                    row = replace(row, ours=f"{row.ours}; the teacher of {' and '.join(copies)} gave the true label on "
+                                            "every augmented training image: nothing to hand on beyond the labels")
                 out.append(row)
     return out
+
+
+def _students(c: dict) -> list[str]:
+    """The distilled students a claim of claims() compares."""
+    if c["claim"] == "b":
+        return [f"hard/{c['teacher']}", f"soft/{c['teacher']}"]
+    if c["claim"] == "c":
+        return [f"hard/{c['cnn']}", f"hard/{c['transformer']}"]
+    return [c["student"]]
 
 
 def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.distill import MATCHED, family_of
-from experiments.distill.numbers import (CLAIMS, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
+from experiments.distill.numbers import (CLAIMS, label_rates, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
                                          Profile, agreement, claims, estimate_of, heads_of,
                                          improving_runs, reported, shared_value, student_accs, teacher_accs,
                                          teacher_accs_runs, teacher_of, token_cosine, variant_of, published_effects)
@@ -38,7 +38,7 @@ def teacher_labels(p: Profile) -> list[str]:
             runs = list(p.students.get((s, f), {}).values())
             if not runs:
                 continue
-            rates = [r.teacher_labels["rate"] for r in runs if isinstance(r.teacher_labels, dict)]
+            rates = label_rates(p, s, f)
             said = (f"the teacher's hard label differs from the true label on {statistics.fmean(rates):.1%} of the "
                     f"augmented training images (mean over {plural(len(rates), 'seed')})" if rates else "not recorded")
             out.append(f"- {s} at {p.size_label(f)}: {said}"
