@@ -16,7 +16,9 @@ from experiments.runs.run.summary import SUMMARY_SCHEMA, Summary, Teacher, migra
 from experiments.runs.sweep.shared import shared_entries
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDENT = ROOT / "results/reference/distill/deit-tiny_fashion_mnist_f0.002_s0_lr0.003_hard-resnet-at-vit_7191c08a"
+# a student and its teacher as the reference held them before the summary schema had a number
+OLD_RECORDS = Path(__file__).resolve().parent / "old_schema_records" / "distill"
+STUDENT = OLD_RECORDS / "deit-tiny_fashion_mnist_f0.002_s0_lr0.003_hard-resnet-at-vit_7191c08a"
 SECRET = b"a file outside the experiment folder: not one byte of it may change\n"
 
 
@@ -31,7 +33,7 @@ def test_a_committed_summary_of_the_old_schema_reads_as_today_with_its_teacher_a
     assert summary.variant == "hard-resnet-at-vit"  # its own, from its folder's name: the old schemas had none
     record = summary.to_record()
     assert {k: v for k, v in record.items() if k not in ("schema", "teacher", "variant")} == stored  # nothing else moves
-    assert RunFolder(ROOT / "results/reference/distill" / summary.teacher.run).summary().variant == "resnet-at-vit"
+    assert RunFolder(OLD_RECORDS / summary.teacher.run).summary().variant == "resnet-at-vit"
 
 
 IDENT = {"model.family": "resnet", "model.budget": "tiny", "data.dataset": "fashion_mnist",
