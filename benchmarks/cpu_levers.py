@@ -4,10 +4,14 @@ thread each (benchmarks/process_parallelism.py: two such runs beat one run on bo
 For each family at its budget (default tiny), the training step of one run
 (benchmarks/family_throughput.single_step: forward, loss, backward, clipping, AdamW + warmup/cosine;
 synthetic 28x28x1 images already in memory, so the model is timed, not the loader), in images/s and
-MFU against this core's measured matmul peak in the same precision, under each lever:
+MFU against this core's measured matmul peak in the lever's precision. The baseline is what the cpu
+profiles train: batch 32 in the suite's precision (bf16-mixed where the hardware runs bf16 matmuls
+natively, else 32-true: experiments.runs.run.cli.default_precision). Under each lever:
   batch      32 / 64 / 128 images a step (the profile's batch by training-set size)
-  precision  32-true, and bf16-mixed where the hardware runs bf16 matmuls natively (an emulated bf16
-             is 10-100x slower and is not timed)
+  precision  the other precision: 32-true against bf16-mixed (an emulated bf16, where the hardware
+             has no native bf16 matmuls, is 10-100x slower and is not timed)
+  depthwise  for families with depthwise convolutions (ConvNeXt), those in fp32 under bf16-mixed
+             (modules.registry.Float32DepthwiseConv2d; the matmuls stay bf16)
   layout     channels_last memory format for the convolutional families (resnet, convnext, hybrid)
   compile    torch.compile(model) (inductor), timed after its compilation, which is reported apart
   validation the share of a cpu-profile run's time its validations take (val_checks x val_size
@@ -31,12 +35,13 @@ _CACHE = tempfile.TemporaryDirectory(prefix="cpu_levers-inductor-")  # a cold co
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
 import torch  # noqa: E402
 
+from experiments.runs.run.cli import default_precision  # noqa: E402
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from family_throughput import matmul_peak, mfu, single_step, training_flops  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 
 warnings.filterwarnings("ignore")
-LEVERS = ("batch", "precision", "layout", "compile", "validation")
+LEVERS = ("batch", "precision", "depthwise", "layout", "compile", "validation")
 
 
 def native_bf16() -> bool:
@@ -51,9 +56,20 @@ def convolves(family: str, budget: str) -> bool:
                for m in build_model(family, budget).modules())
 
 
-def make(family: str, budget: str, batch: int, precision: str, layout: bool = False, compiled: bool = False):
+def has_depthwise(family: str, budget: str) -> bool:
+    """Whether the family's model has depthwise convolutions (ConvNeXt's 7x7)."""
+    from modules import build_model
+    return any(isinstance(m, torch.nn.Conv2d) and 1 < m.groups == m.in_channels
+               for m in build_model(family, budget).modules())
+
+
+def make(family: str, budget: str, batch: int, precision: str, layout: bool = False, compiled: bool = False,
+         depthwise_fp32: bool = False):
     """(flops per image, the step) of one run; the compiled step's first call (its compilation) is made here."""
+    from modules.registry import depthwise_in_fp32
     clf, step = single_step(family, budget, batch, torch.device("cpu"), precision, 10_000, fused=False)
+    if depthwise_fp32:
+        depthwise_in_fp32(clf.model)
     if layout:
         clf.model.to(memory_format=torch.channels_last)
     if compiled:
@@ -120,44 +136,47 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per run (default 1: one run per core)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    base_batch = a.batch[0]
-    peak, how = matmul_peak(torch.device("cpu"), "32-true")
+    base_batch, base_precision = a.batch[0], default_precision()
+    other = "32-true" if base_precision != "32-true" else ("bf16-mixed" if native_bf16() else None)
+    peaks = {prec: matmul_peak(torch.device("cpu"), prec) for prec in (base_precision, other) if prec}
     v = versions()
     print(f"hardware: {hardware()}; torch {v['torch']}, timm {v['timm']}; {a.threads} thread(s) per run")
     print(f"{a.budget} budget, 28x28x1 synthetic images in memory; {a.steps} timed steps x {a.repeats} interleaved "
-          f"repeats; fp32 peak {peak / 1e9:.1f} GFLOP/s ({how}, {a.threads} thread(s)); training FLOPs = 3 x forward")
-    bf16 = native_bf16()
-    if "precision" in a.levers and not bf16:
+          f"repeats; training FLOPs = 3 x forward; peaks ({a.threads} thread(s)): "
+          + ", ".join(f"{prec} {peak / 1e9:.1f} GFLOP/s ({how})" for prec, (peak, how) in peaks.items()))
+    if "precision" in a.levers and other is None:
         print("precision: no native bf16 matmuls on this CPU (an emulated bf16 step is 10-100x slower): fp32 only")
-    print(f"{'family':9} {'lever':24} {'img/s':>8} {'MFU':>6} {'vs base':>8} {'first step s':>12}")
+    print(f"{'family':9} {'lever':28} {'img/s':>8} {'MFU':>6} {'vs base':>8} {'first step s':>12}")
     for family in a.family:
-        flops, base, _ = make(family, a.budget, base_batch, "32-true")
+        flops, base, _ = make(family, a.budget, base_batch, base_precision)
         levers = []
         if "batch" in a.levers:
             levers += [(f"batch {b}", dict(batch=b)) for b in a.batch[1:]]
-        if "precision" in a.levers and bf16:
-            levers.append(("bf16-mixed", dict(precision="bf16-mixed")))
+        if "precision" in a.levers and other:
+            levers.append((other, dict(precision=other)))
+        if "depthwise" in a.levers and base_precision != "32-true" and has_depthwise(family, a.budget):
+            levers.append(("depthwise conv in fp32", dict(depthwise_fp32=True)))
         if "layout" in a.levers and convolves(family, a.budget):
             levers.append(("channels_last", dict(layout=True)))
         if "compile" in a.levers:
             levers.append(("torch.compile(model)", dict(compiled=True)))
         base_s = seconds_per_step(base, a.steps)
-        print(f"{family:9} {f'fp32, batch {base_batch}':24} {base_batch / base_s:8,.0f} "
-              f"{mfu(base_batch / base_s, flops, peak)} {'1.00x':>8} {'':>12}", flush=True)
+        print(f"{family:9} {f'{base_precision}, batch {base_batch}':28} {base_batch / base_s:8,.0f} "
+              f"{mfu(base_batch / base_s, flops, peaks[base_precision][0])} {'1.00x':>8} {'':>12}", flush=True)
         train_per_s = {base_batch: base_batch / base_s}
         for label, kw in levers:
-            batch = kw.pop("batch", base_batch)
-            _, step, first = make(family, a.budget, batch, kw.pop("precision", "32-true"), **kw)
+            batch, precision = kw.pop("batch", base_batch), kw.pop("precision", base_precision)
+            _, step, first = make(family, a.budget, batch, precision, **kw)
             b_s, l_s, ratio = compare(base, step, a.steps, a.repeats)
             per_image = (b_s / base_batch) / (l_s / batch)  # images/s ratio (batches differ)
-            print(f"{family:9} {label:24} {batch / l_s:8,.0f} {mfu(batch / l_s, flops, peak)} "
+            print(f"{family:9} {label:28} {batch / l_s:8,.0f} {mfu(batch / l_s, flops, peaks[precision][0])} "
                   f"{(per_image if batch != base_batch else ratio):7.2f}x {first:12.1f}", flush=True)
             if label.startswith("batch"):
                 train_per_s[batch] = batch / l_s
             del step
         if "validation" in a.levers:
             eval_s = eval_images_per_s(family, a.budget, 256, a.steps)  # the DataModule's eval_batch_size
-            print(f"{family:9} {'validation, eval fp32':24} {eval_s:8,.0f} {'':>6} {'':>8} {'':>12}  "
+            print(f"{family:9} {'validation, eval fp32':28} {eval_s:8,.0f} {'':>6} {'':>8} {'':>12}  "
                   f"cpu profile: {validation_share(family, train_per_s, eval_s)}", flush=True)
 
 

@@ -280,6 +280,30 @@ def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
                            window_size=window, drop_path_rate=k.drop_path_rate)
 
 
+class Float32DepthwiseConv2d(nn.Conv2d):
+    """A depthwise convolution that runs in its weights' precision (fp32) under mixed precision (its
+    input cast to it, autocast off inside), while the matmuls around it stay bf16: a CPU speed lever
+    for ConvNeXt, measured by benchmarks/cpu_levers.py, not yet in its builder. On the CPU, oneDNN's
+    bf16 depthwise kernels are slow: ConvNeXt-tiny's 7x7 depthwise backward takes 53% of a bf16 step,
+    2.5x its fp32 time, and with them in fp32 ConvNeXt trains about 1.6x the images/s. Using it
+    changes what ConvNeXt's training computes under bf16 (its digest), so it lands with the
+    ConvNeXt records trained that way. Its weights are an nn.Conv2d's (the same state_dict); its
+    output is fp32, as the LayerNorm next in a ConvNeXt block wants it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.to(self.weight.dtype))
+
+
+def depthwise_in_fp32(model: nn.Module, fp32: bool = True) -> nn.Module:
+    """Every depthwise nn.Conv2d of `model` as a Float32DepthwiseConv2d (fp32=False: back to
+    nn.Conv2d). In place; returns `model`."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels:
+            m.__class__ = Float32DepthwiseConv2d if fp32 else nn.Conv2d
+    return model
+
+
 @register_family("convnext")
 def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
     """timm's ConvNeXt always builds 4 stages; a 4th would halve 7x7 to 3x3 (dropping a row and a

@@ -217,3 +217,26 @@ def test_flops_count_attention():
     import timm
     model = timm.create_model("deit_small_patch16_224", pretrained=False)
     assert abs(count_flops(model, 224, 3) / 2e9 - 4.6) < 0.05
+
+
+def test_depthwise_convolutions_in_fp32_under_bf16():
+    """The CPU speed lever for ConvNeXt's depthwise convolutions: swapped in, they compute in fp32
+    under bf16 autocast, give an nn.Conv2d's result and keep its state_dict; swapped back, bf16.
+    No family's builder uses it yet (it changes ConvNeXt's training: its records come with it)."""
+    from modules.registry import Float32DepthwiseConv2d, depthwise_in_fp32
+    torch.manual_seed(0)
+    assert not any(isinstance(m, Float32DepthwiseConv2d) for f in FAMILIES for m in build_model(f, "tiny").modules())
+    model = build_model("convnext", "tiny")
+    keys = model.state_dict().keys()
+    dw = [m for m in depthwise_in_fp32(model).modules() if isinstance(m, Float32DepthwiseConv2d)]
+    assert len(dw) == 6 and all(m.groups == m.in_channels for m in dw)   # 2 + 2 + 2 blocks, each one 7x7 depthwise
+    assert model.state_dict().keys() == keys
+    x = torch.randn(2, dw[0].in_channels, 7, 7).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = dw[0](x)
+        assert out.dtype == torch.float32 and model(torch.randn(2, 1, 28, 28)).dtype == torch.bfloat16
+    torch.testing.assert_close(out, torch.nn.functional.conv2d(x.float(), dw[0].weight, dw[0].bias, padding=3,
+                                                               groups=dw[0].groups))
+    depthwise_in_fp32(model, fp32=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert dw[0](x).dtype == torch.bfloat16
