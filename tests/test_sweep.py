@@ -9,6 +9,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -320,6 +321,29 @@ def test_parallel_sweep_trains_one_family_after_another_costliest_runs_first(swe
     # each family's 136-step runs (1.0) before its 68-step ones (0.5); within a pair the two workers race
     assert started == [("resnet", 1.0)] * 2 + [("resnet", 0.5)] * 2 + [("vit", 1.0)] * 2 + [("vit", 0.5)] * 2
 
+
+
+def test_parallel_sweep_starts_the_next_family_when_a_worker_frees(sweep_env):
+    """No worker idles at a family's end: with 3 ResNet runs on 2 workers, the first ViT run starts
+    while the last ResNet run is still training (a barrier between families would leave one worker
+    idle for a whole run), and every ResNet run starts before any ViT run."""
+    spec_path, runs = sweep_env
+    spec = load_spec(str(spec_path))
+    axes = resolve_axes(spec, "cpu", families=["vit", "resnet"], fractions=[1.0], seeds=[0, 1, 2])
+    plan = main_runs(spec, {**axes, "epochs": 8}, runs, 540, lambda *key: 0.003)
+    events, lock = [], threading.Lock()
+
+    def launcher(run):
+        with lock:
+            events.append(("start", run.family, run.seed))
+        time.sleep({("resnet", 1): 0.2, ("resnet", 2): 0.5}.get((run.family, run.seed), 0.1))  # ends apart
+        with lock:
+            events.append(("end", run.family, run.seed))
+        return 1
+    run_sweep(plan, jobs=2, launcher=launcher)
+    starts = [f for kind, f, _ in events if kind == "start"]
+    assert starts == ["resnet"] * 3 + ["vit"] * 3
+    assert events.index(("start", "vit", 0)) < events.index(("end", "resnet", 2))
 
 def _write_run(exp: Path, family, fraction, seed, acc, train_size, status="done"):
     d = exp / f"{family}_f{fraction}_s{seed}"

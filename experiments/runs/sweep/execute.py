@@ -412,16 +412,15 @@ def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
                                                    [r for r in todo if r.teacher is not None])]
 
 
-def family_phases(todo: list[Run], jobs: int) -> list[list[Run]]:
-    """The runs to do in family order: the teachers' family first, the DeiT students last (after every
-    teacher), the others in their order of appearance, so that a sweep stopped early leaves whole
-    families to read against the ResNet, not cells scattered over every family. With jobs > 1 each
-    family is a phase of its own (the workers finish one before starting the next); one run at a
-    time keeps two phases, the students' and everyone else's, so that one process can train all of
-    a phase's packed groups (launch_packed_stage)."""
+def family_phases(todo: list[Run]) -> list[list[Run]]:
+    """The runs to do in family order, in two phases: every family but the DeiT students, the
+    teachers' family first and the others in their order of appearance, then the students (after
+    every teacher). A sweep stopped early leaves whole families to read against the ResNet, not
+    cells scattered over every family; within a phase a worker that frees takes the next run in
+    that order (no worker idles at a family's end: at most jobs - 1 runs of the next family start
+    before a family is done), and one process can train all of a phase's packed groups
+    (launch_packed_stage) when one run trains at a time."""
     families = [[r for r in todo if r.family == f] for f in fit_order(list(dict.fromkeys(r.family for r in todo)))]
-    if jobs > 1:
-        return families
     return [p for p in ([r for f in families if not distils(f[0].family) for r in f],
                         [r for f in families if distils(f[0].family) for r in f]) if p]
 

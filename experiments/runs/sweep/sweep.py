@@ -115,7 +115,7 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                 report(r, statuses[r.name], time.perf_counter() - start)
 
         # family by family, students after every teacher: a stopped sweep leaves whole families
-        for phase in family_phases(todo, jobs):
+        for phase in family_phases(todo):
             units = phase_units(phase, pack)
             groups = [u for u in units if packed_process(u, pack)]
             if jobs <= 1 and len(groups) > 1 and stage_launcher is not None:
@@ -133,8 +133,10 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                 for u in units:
                     one(u)
             else:
-                # the costliest first, so that no long run starts last while the other workers idle
-                units.sort(key=lambda u: -sum(run_cost(r) for r in u if run_status(r) != "fitted"))
+                # family by family, within a family the costliest first, so that no long run starts
+                # last while the other workers idle
+                rank = {f: i for i, f in enumerate(dict.fromkeys(r.family for r in phase))}
+                units.sort(key=lambda u: (rank[u[0].family], -sum(run_cost(r) for r in u if run_status(r) != "fitted")))
                 with ThreadPoolExecutor(jobs) as pool:
                     list(pool.map(one, units))
     return results
