@@ -562,3 +562,26 @@ def test_sample_efficiency_marks_a_size_whose_runs_were_still_improving(tmp_path
     _run(exp, "swin", 1.0, 0, 0.75, plateaued=True)
     md = make_tables(exp, tmp_path / "out")[1].read_text()
     assert "| resnet | 10,000 † |" in md and "| swin | not reached † |" in md
+
+
+def test_findings_give_every_family_its_catch_up_row_against_the_resnet(tmp_path):
+    """Every family with runs at two sizes beside the ResNet's gets a Findings row on the change of
+    its paired gap, worded by its kind (a transformer catching up, a CNN gaining), in the family
+    table's order after ViT's two rows; a family at one size only gets none."""
+    from experiments.datascale.tables import findings
+    exp = tmp_path / "runs" / "datascale"
+    accs = {"resnet": ([0.70, 0.72, 0.71], [0.85, 0.86, 0.85]), "vit": ([0.60, 0.63, 0.61], [0.80, 0.82, 0.81]),
+            "swin": ([0.62, 0.64, 0.63], [0.84, 0.85, 0.86]), "convnext": ([0.72, 0.73, 0.72], [0.86, 0.87, 0.86])}
+    for family, (small, large) in accs.items():
+        for seed in range(3):
+            _run(exp, family, 0.01, seed, small[seed], plateaued=True)
+            _run(exp, family, 0.1, seed, large[seed], plateaued=True)
+    _run(exp, "hybrid", 0.01, 0, 0.7, plateaued=True)
+    rows = findings(exp)
+    assert [r.question for r in rows] == [
+        "Scarce data: is ViT below the ResNet?", "As data grows, does ViT catch up?",
+        "As data grows, does Swin catch up with the ResNet?", "As data grows, does ConvNeXt gain on the ResNet?"]
+    swin, convnext = rows[2], rows[3]
+    assert swin.ours.startswith("change of Swin − ResNet from 100 to 1,000 images: +0.0767 ± 0.0287 (3 pairs)")
+    assert "Swin catches up, as published" in swin.verdict and "ConViT" in swin.published
+    assert convnext.published == "not published: a CNN against a CNN" and "as published" not in convnext.verdict

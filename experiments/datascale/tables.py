@@ -32,6 +32,7 @@ from experiments.report.findings import Finding, source
 from experiments.report.records import read_record, read_runs
 from experiments.report.statistics import paired_difference
 from experiments.runs.sweep.reference import NothingFinished, whose
+from modules.budgets import FAMILIES, kind_of
 
 
 def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
@@ -75,37 +76,50 @@ def findings(exp_dir: Path) -> list[Finding]:
     """The ViT paper's two data-scale claims, ViT against the ResNet of the same seeds: below it at
     the smallest training set both ran (Fig. 4: "ResNets perform better with smaller pre-training
     datasets"), and the gap's change from the smallest to the largest (they "plateau sooner than
-    ViT"): a trend only from the paired interval of the change."""
+    ViT"): a trend only from the paired interval of the change. Then the same change for every
+    other family against the ResNet (transformer_catch_up, cnn_catch_up), in the family table's order."""
     sweep, tuning = read_record(exp_dir / "sweep.json"), read_record(exp_dir / "tuning.json")
-    rows = [r for r in aggregate(planned(collect(exp_dir), sweep, tuning)[0]) if r["family"] in ("vit", REFERENCE)]
-    scope = min((r["_scope"] for r in rows), default=None)  # the first variant where several ran
+    rows = aggregate(planned(collect(exp_dir), sweep, tuning)[0])
+    scope = min((r["_scope"] for r in rows if r["family"] in ("vit", REFERENCE)), default=None)  # the first variant where several ran
     by = {(r["family"], r["train_size"]): r for r in rows if r["_scope"] == scope and not r["settings"]}
-    sizes = sorted(n for f, n in by if f == "vit" and (REFERENCE, n) in by)
-    if not sizes:
-        return []
     profiles = ", ".join(sorted((sweep.get("profiles") or {}))) or "?"
-    small, large = sizes[0], sizes[-1]
-
-    def behind(*ns) -> dict:  # the runs a claim rests on, and how many of them were still improving
-        rows = [by[f, n] for f in ("vit", REFERENCE) for n in ns]
-        return {"runs": sum(r["seeds"] for r in rows), "improving": sum(r["still_improving"] for r in rows)}
-    used = [by[f, n] for f in ("vit", REFERENCE) for n in {small, large}]
-    where = source("datascale", profiles, [x.summary for r in used for x in r["_runs"]], whose(exp_dir))
-    gap = paired_difference(by_seed(by["vit", small]), by_seed(by[REFERENCE, small]))
-    out = [Claim(CLAIMS["scarce_data"], gap, **behind(small)).row(
-        f"ViT − ResNet at {small:,} images{steps_apart(by, [small])}", where)]
-    if large > small:
-        change = gap_change(by["vit", small], by[REFERENCE, small], by["vit", large], by[REFERENCE, large])
-        out.append(Claim(CLAIMS["catch_up"], change, **behind(small, large)).row(
-            f"change of ViT − ResNet from {small:,} to {large:,} images{steps_apart(by, [small, large])}", where))
+    out = []
+    for family in [f for f in FAMILIES if f != REFERENCE]:
+        sizes = sorted(n for f, n in by if f == family and (REFERENCE, n) in by)
+        if not sizes or family != "vit" and len(sizes) < 2:
+            continue
+        out += _against_resnet(family, sizes[0], sizes[-1], by, profiles, exp_dir)
     return out
 
 
-def steps_apart(by: dict, sizes: list[int]) -> str:
-    """Where ViT and the ResNet trained different numbers of steps at `sizes`, the words that say so
-    (each family to its own plateau: the claim is read only when every run behind it plateaued)."""
-    steps = {f: [by[f, n]["max_steps"] for n in sizes] for f in ("vit", REFERENCE)}
-    if any(not isinstance(x, int) for v in steps.values() for x in v) or steps["vit"] == steps[REFERENCE]:
+def _against_resnet(family: str, small: int, large: int, by: dict, profiles: str, exp_dir: Path) -> list[Finding]:
+    """ViT's two rows (below at the smallest size; the change to the largest), another family's one."""
+    def behind(*ns) -> dict:  # the runs a claim rests on, and how many of them were still improving
+        rows = [by[f, n] for f in (family, REFERENCE) for n in ns]
+        return {"runs": sum(r["seeds"] for r in rows), "improving": sum(r["still_improving"] for r in rows)}
+    used = [by[f, n] for f in (family, REFERENCE) for n in {small, large}]
+    where = source("datascale", profiles, [x.summary for r in used for x in r["_runs"]], whose(exp_dir))
+    title = FAMILIES[family].title
+    out = []
+    if family == "vit":
+        gap = paired_difference(by_seed(by[family, small]), by_seed(by[REFERENCE, small]))
+        out.append(Claim(CLAIMS["scarce_data"], gap, **behind(small)).row(
+            f"ViT − ResNet at {small:,} images{steps_apart(by, [small], family)}", where))
+    if large > small:
+        change = gap_change(by[family, small], by[REFERENCE, small], by[family, large], by[REFERENCE, large])
+        wording = CLAIMS["catch_up"] if family == "vit" else \
+            CLAIMS[f"{'transformer' if kind_of(family) == 'transformer' else 'cnn'}_catch_up"].filled(family=title)
+        out.append(Claim(wording, change, **behind(small, large)).row(
+            f"change of {title} − ResNet from {small:,} to {large:,} images{steps_apart(by, [small, large], family)}",
+            where))
+    return out
+
+
+def steps_apart(by: dict, sizes: list[int], family: str = "vit") -> str:
+    """Where `family` and the ResNet trained different numbers of steps at `sizes`, the words that say
+    so (each family to its own plateau: the claim is read only when every run behind it plateaued)."""
+    steps = {f: [by[f, n]["max_steps"] for n in sizes] for f in (family, REFERENCE)}
+    if any(not isinstance(x, int) for v in steps.values() for x in v) or steps[family] == steps[REFERENCE]:
         return ""
-    return (" (steps: " + ", ".join(f"{'ViT' if f == 'vit' else 'ResNet'} " + " / ".join(f"{x:,}" for x in v)
+    return (" (steps: " + ", ".join(f"{FAMILIES[f].title} " + " / ".join(f"{x:,}" for x in v)
                                     for f, v in steps.items()) + ")")

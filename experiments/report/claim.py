@@ -62,10 +62,10 @@ class Wording:
         return MARGINS[self.margin].value
 
     def filled(self, **names: str) -> "Wording":
-        """The wording with the {names} of its sentence (`said`) and of its directions filled: the runs
-        a reading compares."""
-        return replace(self, said=self.said.format(**names), higher=self.higher.format(**names),
-                       lower=self.lower.format(**names))
+        """The wording with the {names} of its question, its sentence (`said`) and its directions
+        filled: the runs a reading compares."""
+        return replace(self, question=self.question.format(**names), said=self.said.format(**names),
+                       higher=self.higher.format(**names), lower=self.lower.format(**names))
 
 
 @dataclass(frozen=True)
