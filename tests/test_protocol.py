@@ -11,7 +11,7 @@ import yaml
 from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
 from experiments.runs.run.convergence import plateau
-from experiments.runs.sweep.spec import batch_for, load_spec, nearest_tuned, plan_run, resolve_axes, steps_for, tuned_fractions
+from experiments.runs.sweep.spec import batch_for, check_schedule, load_spec, nearest_tuned, plan_run, resolve_axes, steps_for, tuned_fractions
 from experiments.runs.sweep.sweep import choose_lrs, run_sweep, tuning_stage
 
 SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["resnet", "vit"], "variant_args": {"default": {}},
@@ -58,6 +58,26 @@ def test_max_steps_caps_a_run():
     spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": 100}}}
     assert resolve_axes(spec, "cpu")["max_steps"] == 100
     assert resolve_axes(SPEC, "cpu")["max_steps"] is None    # optional: no cap
+
+
+def test_a_cap_may_map_training_set_sizes():
+    """A schedule value may map training-set sizes to values (an entry for 0; the largest size <= n
+    applies), per family too: exp-datascale's cpu caps double at 2,950 images, where the smaller
+    sizes' caps left runs climbing, without changing any run below it. A bad mapping is one line."""
+    axes = {"epochs": {"default": 300, "vit": 1600, "resnet": 200}, "val_checks": 20, "batch_size": 32,
+            "min_steps": {"default": 2000, "vit": 8000},
+            "max_steps": {"default": {0: 7380, 2950: 14760}, "vit": {0: 19920, 2950: 39840}}}
+    assert [steps_for(n, axes, "vit") for n in (118, 295, 590, 2950, 5900)] == [8000, 14760, 19920, 39840, 39840]
+    assert [steps_for(n, axes, "resnet") for n in (118, 295, 590, 2950)] == [2000, 2000, 3700, 14760]
+    assert steps_for(2949, axes, "resnet") == 7380                                   # below the size: the 0 entry
+    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": {0: 100, 1000: 200},
+                                         "min_steps": {"default": {0: 4}, "vit": 8}}}}
+    assert resolve_axes(spec, "cpu")["max_steps"] == {0: 100, 1000: 200}
+    check_schedule({**SPEC["profiles"]["cpu"], "max_steps": {"default": {0: 7380, 2950: 14760}, "vit": 19920}}, "here")
+    for bad in ({100: 5}, {0: 0}, {"default": {0: -1}}, {0: 5, "vit": 6}):
+        with pytest.raises(ValueError, match="max_steps.*allowed|max_steps.*'default'") as e:
+            check_schedule({**SPEC["profiles"]["cpu"], "max_steps": bad}, "profile 'cpu'")
+        assert "\n" not in str(e.value) and "profile 'cpu'" in str(e.value)
 
 
 def test_batch_size_by_training_set_size():

@@ -276,23 +276,40 @@ def check_schedule(profile: dict, where: str) -> None:
     """epochs (a number > 0), min_steps and the optional max_steps (integers >= 1), each either one
     value or a mapping from a family or variant name to its value with a `default` (a run takes its
     variant's value, else its family's, else the default: each run gets the steps its curve needs);
-    val_checks an integer >= 1."""
+    a value may itself map training-set sizes to values, with an entry for 0 (a run on n images
+    takes the entry of the largest size <= n: at_size); val_checks an integer >= 1."""
     for key, integer in (("epochs", False), ("min_steps", True), ("max_steps", True)):
         if key not in profile:
             continue
         value = profile[key]
-        for name, v in (value.items() if isinstance(value, dict) else [(None, value)]):
-            if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)) or v <= 0:
-                at = f"{key}={value!r}" if name is None else f"{key} of {name!r} = {v!r}"
-                allowed = "an integer >= 1" if integer else "a number > 0"
-                raise ValueError(f"{at} in {where}: allowed {allowed}, or a mapping of family or variant names "
-                                 f"to such values with a 'default'")
-        if isinstance(value, dict) and "default" not in value:
+        named = value if isinstance(value, dict) and not _by_size(value) else {None: value}
+        for name, v in named.items():
+            for one in (v.values() if _by_size(v) else [v]):
+                if isinstance(one, bool) or not isinstance(one, int if integer else (int, float)) or one <= 0:
+                    at = f"{key}={value!r}" if name is None else f"{key} of {name!r} = {v!r}"
+                    allowed = "an integer >= 1" if integer else "a number > 0"
+                    raise ValueError(f"{at} in {where}: allowed {allowed} or a mapping of training-set sizes "
+                                     f"to such values with an entry for 0 (e.g. {{0: 7380, 2950: 14760}}), or a "
+                                     f"mapping of family or variant names to either with a 'default'")
+        if isinstance(value, dict) and not _by_size(value) and "default" not in value:
             raise ValueError(f"{key}={value!r} in {where} has no 'default': allowed a mapping of family or "
-                             f"variant names to values, with a 'default' for every other run")
+                             f"variant names to values, with a 'default' for every other run, or a mapping of "
+                             f"training-set sizes to values with an entry for 0")
     v = profile["val_checks"]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError(f"val_checks={v!r} in {where}: allowed an integer >= 1")
+
+
+def _by_size(value) -> bool:
+    """Whether a schedule value maps training-set sizes (integers, 0 among them) to values."""
+    return isinstance(value, dict) and bool(value) and 0 in value and \
+        all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in value)
+
+
+def at_size(value, n: int):
+    """A schedule value for a run on n training images: the value, or from its mapping of sizes the
+    entry of the largest size <= n."""
+    return value[max(k for k in value if k <= n)] if _by_size(value) else value
 
 
 def batch_sizes(value, where: str) -> int | dict[int, int]:
@@ -333,7 +350,7 @@ def per_run(value, family: str, variant: str):
     """A schedule value for one run: the value itself, or from its mapping the variant's (an
     ablation, a student), else the family's, else the default. The variant `default`
     is not looked up: in a mapping that key is the fallback."""
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or _by_size(value):
         return value
     if variant != "default" and variant in value:
         return value[variant]
@@ -412,12 +429,13 @@ def steps_for(n: int, axes: dict, family: str = "", variant: str = "") -> int:
     """S(n) = max(min_steps, epochs * n / batch_for(n)), at most max_steps where the profile caps it,
     rounded up to a multiple of val_checks so the run validates exactly val_checks times, the last at
     its final step; epochs, min_steps and max_steps are those of the run's variant or family
-    where the profile maps them (per_run)."""
+    where the profile maps them (per_run), at its training-set size where they map sizes (at_size)."""
     checks = axes["val_checks"]
-    epochs, min_steps = per_run(axes["epochs"], family, variant), per_run(axes["min_steps"], family, variant)
+    epochs = at_size(per_run(axes["epochs"], family, variant), n)
+    min_steps = at_size(per_run(axes["min_steps"], family, variant), n)
     steps = max(min_steps, math.ceil(epochs * n / batch_for(n, axes)))
     if axes.get("max_steps") is not None:
-        steps = min(steps, per_run(axes["max_steps"], family, variant))
+        steps = min(steps, at_size(per_run(axes["max_steps"], family, variant), n))
     return math.ceil(steps / checks) * checks
 
 
