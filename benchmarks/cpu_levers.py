@@ -15,7 +15,8 @@ natively, else 32-true: experiments.runs.run.cli.default_precision). Under each 
   layout     channels_last memory format for the convolutional families (resnet, convnext, hybrid)
   compile    torch.compile(model) (inductor), timed after its compilation, which is reported apart
   validation the share of a cpu-profile run's time its validations take (val_checks x val_size
-             images forward, no gradient, at the eval speed measured here) at the smallest and the
+             images forward, no gradient, in the suite's precision as Lightning validates (autocast
+             under bf16-mixed), at the eval speed measured here) at the smallest and the
              largest training set of exp-datascale's cpu profile, with its steps and batch sizes
 Each lever is timed in interleaved repeats against the baseline (this machine's speed drifts), and
 the speed-up is the median ratio. Prints measured rows; asserts nothing.
@@ -37,7 +38,7 @@ import torch  # noqa: E402
 
 from experiments.runs.run.cli import default_precision  # noqa: E402
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
-from family_throughput import matmul_peak, mfu, single_step, training_flops  # noqa: E402
+from family_throughput import autocast, matmul_peak, mfu, single_step, training_flops  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -80,12 +81,12 @@ def make(family: str, budget: str, batch: int, precision: str, layout: bool = Fa
     return training_flops(clf), step, first
 
 
-def eval_images_per_s(family: str, budget: str, batch: int, steps: int) -> float:
-    """Forward passes in eval mode without gradients (a validation), images/s."""
-    clf, _ = single_step(family, budget, batch, torch.device("cpu"), "32-true", 10_000, fused=False)
+def eval_images_per_s(family: str, budget: str, batch: int, steps: int, precision: str) -> float:
+    """Forward passes in eval mode without gradients (a validation), in `precision`, images/s."""
+    clf, _ = single_step(family, budget, batch, torch.device("cpu"), precision, 10_000, fused=False)
     clf.eval()
     x = torch.randn(batch, clf.hparams.in_chans, clf.hparams.image_size, clf.hparams.image_size)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(torch.device("cpu"), precision):
         clf.model(x)
         t = time.perf_counter()
         for _ in range(steps):
@@ -175,8 +176,8 @@ def main() -> None:
                 train_per_s[batch] = batch / l_s
             del step
         if "validation" in a.levers:
-            eval_s = eval_images_per_s(family, a.budget, 256, a.steps)  # the DataModule's eval_batch_size
-            print(f"{family:9} {'validation, eval fp32':28} {eval_s:8,.0f} {'':>6} {'':>8} {'':>12}  "
+            eval_s = eval_images_per_s(family, a.budget, 256, a.steps, base_precision)  # the DataModule's eval_batch_size
+            print(f"{family:9} {'validation (eval)':28} {eval_s:8,.0f} {'':>6} {'':>8} {'':>12}  "
                   f"cpu profile: {validation_share(family, train_per_s, eval_s)}", flush=True)
 
 
