@@ -6,7 +6,7 @@ For each family at its budget (default tiny), the training step of one run
 synthetic 28x28x1 images already in memory, so the model is timed, not the loader), in images/s and
 MFU against this core's measured matmul peak in the lever's precision. The baseline is what the cpu
 profiles train: batch 32 in the suite's precision (bf16-mixed where the hardware runs bf16 matmuls
-natively, else 32-true: experiments.runs.run.cli.default_precision). Under each lever:
+natively, else 32-true: experiments.runs.run.cli.default_precision on a CPU). Under each lever:
   batch      32 / 64 / 128 images a step (the profile's batch by training-set size)
   precision  the other precision: 32-true against bf16-mixed (an emulated bf16, where the hardware
              has no native bf16 matmuls, is 10-100x slower and is not timed)
@@ -36,7 +36,6 @@ _CACHE = tempfile.TemporaryDirectory(prefix="cpu_levers-inductor-")  # a cold co
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
 import torch  # noqa: E402
 
-from experiments.runs.run.cli import default_precision  # noqa: E402
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from family_throughput import autocast, matmul_peak, mfu, single_step, training_flops  # noqa: E402
 from modules import FAMILIES  # noqa: E402
@@ -137,7 +136,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per run (default 1: one run per core)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    base_batch, base_precision = a.batch[0], default_precision()
+    base_batch, base_precision = a.batch[0], "bf16-mixed" if native_bf16() else "32-true"  # the CPU's default_precision
     other = "32-true" if base_precision != "32-true" else ("bf16-mixed" if native_bf16() else None)
     peaks = {prec: matmul_peak(torch.device("cpu"), prec) for prec in (base_precision, other) if prec}
     v = versions()

@@ -291,15 +291,18 @@ class Float32DepthwiseConv2d(nn.Conv2d):
     output is fp32, as the LayerNorm next in a ConvNeXt block wants it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.weight.dtype)
+        if not torch.amp.is_autocast_available(x.device.type):  # the meta device (FLOP counting) has none
+            return super().forward(x)
         with torch.autocast(x.device.type, enabled=False):
-            return super().forward(x.to(self.weight.dtype))
+            return super().forward(x)
 
 
 def depthwise_in_fp32(model: nn.Module, fp32: bool = True) -> nn.Module:
     """Every depthwise nn.Conv2d of `model` as a Float32DepthwiseConv2d (fp32=False: back to
     nn.Conv2d). In place; returns `model`."""
     for m in model.modules():
-        if isinstance(m, nn.Conv2d) and m.groups > 1 and m.groups == m.in_channels:
+        if type(m) in (nn.Conv2d, Float32DepthwiseConv2d) and m.groups > 1 and m.groups == m.in_channels:
             m.__class__ = Float32DepthwiseConv2d if fp32 else nn.Conv2d
     return model
 

@@ -70,12 +70,14 @@ def test_a_cap_may_map_training_set_sizes():
     assert [steps_for(n, axes, "vit") for n in (118, 295, 590, 2950, 5900)] == [8000, 14760, 19920, 39840, 39840]
     assert [steps_for(n, axes, "resnet") for n in (118, 295, 590, 2950)] == [2000, 2000, 3700, 14760]
     assert steps_for(2949, axes, "resnet") == 7380                                   # below the size: the 0 entry
-    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "max_steps": {0: 100, 1000: 200},
+    spec = {**SPEC, "profiles": {"cpu": {**SPEC["profiles"]["cpu"], "epochs": 10, "max_steps": {0: 100, 1000: 200},
                                          "min_steps": {"default": {0: 4}, "vit": 8}}}}
-    assert resolve_axes(spec, "cpu")["max_steps"] == {0: 100, 1000: 200}
+    axes = resolve_axes(spec, "cpu")
+    # 10 epochs of 32-image batches: 4 / 157 / 313 steps at 10 / 500 / 1,000 images, floored and capped
+    assert [steps_for(n, axes, "vit") for n in (10, 500, 1000)] == [8, 100, 200] and steps_for(10, axes, "resnet") == 4
     check_schedule({**SPEC["profiles"]["cpu"], "max_steps": {"default": {0: 7380, 2950: 14760}, "vit": 19920}}, "here")
-    for bad in ({100: 5}, {0: 0}, {"default": {0: -1}}, {0: 5, "vit": 6}):
-        with pytest.raises(ValueError, match="max_steps.*allowed|max_steps.*'default'") as e:
+    for bad in ({100: 5}, {0: 0}, {"default": {0: -1}}, {0: 5, "vit": 6}, {"default": 7380, 2950: 14760}):
+        with pytest.raises(ValueError, match="max_steps.*(allowed|'default'|entry for 0)") as e:
             check_schedule({**SPEC["profiles"]["cpu"], "max_steps": bad}, "profile 'cpu'")
         assert "\n" not in str(e.value) and "profile 'cpu'" in str(e.value)
 

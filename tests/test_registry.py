@@ -237,6 +237,9 @@ def test_depthwise_convolutions_in_fp32_under_bf16():
         assert out.dtype == torch.float32 and model(torch.randn(2, 1, 28, 28)).dtype == torch.bfloat16
     torch.testing.assert_close(out, torch.nn.functional.conv2d(x.float(), dw[0].weight, dw[0].bias, padding=3,
                                                                groups=dw[0].groups))
+    with torch.device("meta"):  # how the sweep and the dry run count FLOPs (no autocast there)
+        on_meta = depthwise_in_fp32(build_model("convnext", "tiny"))
+    assert count_flops(on_meta, 28, 1) == count_flops(build_model("convnext", "tiny"), 28, 1)
     depthwise_in_fp32(model, fp32=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert dw[0](x).dtype == torch.bfloat16

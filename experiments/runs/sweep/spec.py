@@ -282,6 +282,15 @@ def check_schedule(profile: dict, where: str) -> None:
         if key not in profile:
             continue
         value = profile[key]
+        if isinstance(value, dict) and not _by_size(value):
+            if all(isinstance(k, int) and not isinstance(k, bool) for k in value):
+                raise ValueError(f"{key}={value!r} in {where}: a mapping of training-set sizes needs an entry for 0 "
+                                 f"and sizes >= 0 (e.g. {{0: 7380, 2950: 14760}})")
+            odd = next((k for k in value if not isinstance(k, str)), None)
+            if odd is not None:
+                raise ValueError(f"{key}={value!r} in {where}: {odd!r} is no family or variant name; allowed a "
+                                 f"mapping of names to values (a value may map sizes: {{'default': {{0: 7380, "
+                                 f"2950: 14760}}}}), or a mapping of sizes alone")
         named = value if isinstance(value, dict) and not _by_size(value) else {None: value}
         for name, v in named.items():
             for one in (v.values() if _by_size(v) else [v]):
@@ -349,7 +358,9 @@ def batch_for(n: int, axes: dict) -> int:
 def per_run(value, family: str, variant: str):
     """A schedule value for one run: the value itself, or from its mapping the variant's (an
     ablation, a student), else the family's, else the default. The variant `default`
-    is not looked up: in a mapping that key is the fallback."""
+    is not looked up: in a mapping that key is the fallback. A mapping of training-set sizes comes
+    back as it is (at_size picks its entry). Values are a spec's as loaded: the axes sweep.json
+    records (JSON keys are strings) are for reading, not for planning."""
     if not isinstance(value, dict) or _by_size(value):
         return value
     if variant != "default" and variant in value:
