@@ -585,3 +585,32 @@ def test_findings_give_every_family_its_catch_up_row_against_the_resnet(tmp_path
     assert swin.ours.startswith("change of Swin − ResNet from 100 to 1,000 images: +0.0767 ± 0.0287 (3 pairs)")
     assert "Swin catches up, as published" in swin.verdict and "ConViT" in swin.published
     assert convnext.published == "not published: a CNN against a CNN" and "as published" not in convnext.verdict
+
+
+def test_tables_name_the_cells_the_spec_plans_that_never_ran(tmp_path):
+    """A family or size added to the spec since the last invocation (or a sweep stopped before it
+    recorded its plan) is named by family and size; a cell of the recorded plan not finished yet is
+    unfinished_line's, not repeated; with every cell finished the line is gone."""
+    exp = tmp_path / "runs" / "datascale"   # exp-datascale's spec: cpu profile resnet, vit x 4 sizes x 3 seeds
+    from experiments.runs.sweep.spec import load_spec, resolve_axes
+    ax = resolve_axes(load_spec("datascale"), "cpu")
+    plan = {f"vit-tiny_fashion_mnist_f{ax['fractions'][-1]:g}_s0": "vit_f0.05_s0_lr0.001"}   # not finished
+    for family in ax["families"]:
+        for seed in ax["seeds"]:
+            for fraction in ax["fractions"][:-1]:
+                plan[f"{family}-tiny_fashion_mnist_f{fraction:g}_s{seed}"] = _run(exp, family, fraction, seed, 0.7,
+                                                                                plateaued=True)
+    (exp / "sweep.json").write_text(json.dumps({"spec": "datascale", "profiles": {"cpu": {
+        "pool_size": 59_000, "main_runs": plan}}}))
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    (line,) = [ln for ln in md.splitlines() if ln.startswith("- not run yet")]
+    assert line == ("- not run yet in the cpu profile as its spec stands: resnet at 2,950 images (3 runs); "
+                    "vit at 2,950 images (2 runs)")
+    for family in ax["families"]:
+        for seed in ax["seeds"]:
+            plan[f"{family}-tiny_fashion_mnist_f{ax['fractions'][-1]:g}_s{seed}"] = _run(
+                exp, family, ax["fractions"][-1], seed, 0.8, lr=0.001, plateaued=True)
+    (exp / "sweep.json").write_text(json.dumps({"spec": "datascale", "profiles": {"cpu": {
+        "pool_size": 59_000, "main_runs": plan}}}))
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    assert "not run yet" not in md and "not finished yet" not in md

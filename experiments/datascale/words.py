@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -287,6 +288,41 @@ def unfinished_line(runs: list[Result], sweep: dict) -> list[str]:
             "invocation ends, so runs not started yet are not listed"] if started else []
 
 
+def not_run_line(runs: list[Result], sweep: dict, spec_name: str) -> list[str]:
+    """The cells of each recorded profile, as its spec stands now (families x fractions x seeds x
+    variants), that no finished run fills and the recorded plan does not name (unfinished_line names
+    those): a family or size added to the spec since the last invocation, or a sweep stopped before
+    it recorded its plan. Families in spec order, each with its missing sizes and run count."""
+    from experiments.runs.run.identity import run_name
+    from datamodules.splits import resolve_train_size
+    from experiments.runs.sweep.spec import load_spec, resolve_axes
+    try:
+        spec = load_spec(spec_name)
+    except (OSError, ValueError):
+        return []  # a folder no spec plans (a hand-made experiment): nothing to compare with
+    planned = {key for rec in (sweep.get("profiles") or {}).values() for key in (rec.get("main_runs") or {})}
+    out = []
+    for profile in (sweep.get("profiles") or {}):
+        if profile not in spec.get("profiles", {}):
+            continue
+        ax = resolve_axes(spec, profile)
+        done = {(r.summary.family, r.summary.fraction, str(r.summary.seed), r.summary.variant or "default")
+                for r in runs if r.summary.status == "done" and r.summary.budget in (None, ax["budget"])
+                and r.summary.dataset in (None, ax["dataset"])}  # None: a record older than those fields
+        missing = defaultdict(list)
+        for family, fraction, seed, variant in itertools.product(ax["families"], ax["fractions"], ax["seeds"],
+                                                                 ax["variants"]):
+            key = re.sub(r"_lr[^_]+", "", run_name(family, ax["budget"], ax["dataset"], fraction, seed, variant, 1.0))
+            if (family, fraction, str(seed), variant) not in done and key not in planned:
+                missing[family].append(fraction)
+        if missing:
+            pool = (sweep["profiles"][profile].get("pool_size") or 59_000)
+            parts = [f"{f} at {', '.join(f'{resolve_train_size(x, None, pool):,}' for x in dict.fromkeys(fs))} images "
+                     f"({plural(len(fs), 'run')})" for f, fs in missing.items()]
+            out.append(f"- not run yet in the {profile} profile as its spec stands: {'; '.join(parts)}")
+    return out
+
+
 def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: Path | None, tuning: dict | None = None,
                     left_out: list[Result] = (), unreadable: list[LeftOut] = ()) -> str:
     name = exp_dir.name
@@ -311,7 +347,7 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
     out.append(f"- runs: {len(runs)} ({', '.join(f'{n} {k}' for k, n in sorted(statuses.items()))}); "
                f"wall time summed over runs (fit only): {wall / 60:.1f} min"
                + ("; fitted: trained, never tested (tuning trials not chosen)" if statuses.get("fitted") else ""))
-    out += unfinished_line(runs, sweep)
+    out += unfinished_line(runs, sweep) + not_run_line(runs, sweep, name)
     if unreadable:
         out.append(f"- {left_out_line(unreadable)}")
     packed = [r.summary for r in runs if r.summary.engine]
