@@ -59,8 +59,8 @@ def convolves(family: str, budget: str) -> bool:
 def has_depthwise(family: str, budget: str) -> bool:
     """Whether the family's model has depthwise convolutions (ConvNeXt's 7x7)."""
     from modules import build_model
-    return any(isinstance(m, torch.nn.Conv2d) and 1 < m.groups == m.in_channels
-               for m in build_model(family, budget).modules())
+    from modules.registry import is_depthwise
+    return any(is_depthwise(m) for m in build_model(family, budget).modules())
 
 
 def make(family: str, budget: str, batch: int, precision: str, layout: bool = False, compiled: bool = False,

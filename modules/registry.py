@@ -298,11 +298,16 @@ class Float32DepthwiseConv2d(nn.Conv2d):
             return super().forward(x)
 
 
+def is_depthwise(m: nn.Module) -> bool:
+    """A plain depthwise convolution (one filter per input channel), as ConvNeXt's 7x7."""
+    return type(m) in (nn.Conv2d, Float32DepthwiseConv2d) and 1 < m.groups == m.in_channels
+
+
 def depthwise_in_fp32(model: nn.Module, fp32: bool = True) -> nn.Module:
     """Every depthwise nn.Conv2d of `model` as a Float32DepthwiseConv2d (fp32=False: back to
     nn.Conv2d). In place; returns `model`."""
     for m in model.modules():
-        if type(m) in (nn.Conv2d, Float32DepthwiseConv2d) and m.groups > 1 and m.groups == m.in_channels:
+        if is_depthwise(m):
             m.__class__ = Float32DepthwiseConv2d if fp32 else nn.Conv2d
     return model
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -293,7 +292,7 @@ def not_run_line(runs: list[Result], sweep: dict, spec_name: str) -> list[str]:
     variants), that no finished run fills and the recorded plan does not name (unfinished_line names
     those): a family or size added to the spec since the last invocation, or a sweep stopped before
     it recorded its plan. Families in spec order, each with its missing sizes and run count."""
-    from experiments.runs.run.identity import run_name
+    from experiments.runs.run.identity import plan_key, run_name
     from datamodules.splits import resolve_train_size
     from experiments.runs.sweep.spec import load_spec, resolve_axes
     try:
@@ -312,7 +311,7 @@ def not_run_line(runs: list[Result], sweep: dict, spec_name: str) -> list[str]:
         missing = defaultdict(list)
         for family, fraction, seed, variant in itertools.product(ax["families"], ax["fractions"], ax["seeds"],
                                                                  ax["variants"]):
-            key = re.sub(r"_lr[^_]+", "", run_name(family, ax["budget"], ax["dataset"], fraction, seed, variant, 1.0))
+            key = plan_key(run_name(family, ax["budget"], ax["dataset"], fraction, seed, variant, 1.0))
             if (family, fraction, str(seed), variant) not in done and key not in planned:
                 missing[family].append(fraction)
         if missing:

@@ -89,6 +89,12 @@ def run_name(family: str, budget: str, dataset: str, fraction: float, seed: int,
     return f"{family}-{budget}_{short_name(dataset)}_f{fraction:g}_s{seed}_lr{lr:g}" + ("" if variant == "default" else f"_{variant}")
 
 
+def plan_key(name: str) -> str:
+    """A run's name without its lr: its cell of a plan (sweep.json's main_runs key), whichever lr the
+    tuning chose for it."""
+    return re.sub(r"_lr[^_]+", "", name)
+
+
 def run_variant(folder: str, ident: Mapping) -> str | None:
     """The variant `run_name` put in a run folder's name, read against the run's own family, budget,
     data and lr: 'default' for a name without one, None for a name run_name did not make. A run

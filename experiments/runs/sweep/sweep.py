@@ -21,7 +21,6 @@ from contextlib import contextmanager, nullcontext
 import argparse
 import json
 import os
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -37,6 +36,7 @@ from datamodules.splits import resolve_train_size
 from modules.budgets import TEACHER, distils
 from modules.files import write_json
 
+from experiments.runs.run.identity import plan_key
 from experiments.runs.run.convergence import TIE, judged
 from experiments.runs.run.lock import hold_experiment
 from experiments.runs.run.names import runs_dir_option
@@ -458,7 +458,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
         runs = main_runs(spec, {**axes, "families": families}, runs_dir, pool, lr_lookup(choices, axes)) \
             if families else []
         # the tables show these runs, not those of an earlier choice: run name without its lr -> folder
-        plan = {re.sub(r"_lr[^_]+", "", r.name): r.entry for r in runs}
+        plan = {plan_key(r.name): r.entry for r in runs}
         if a.only:
             bad = [i for i in a.only if not 0 <= i < len(runs)]
             if bad:
