@@ -7,7 +7,7 @@ import json
 import yaml
 
 from modules.budgets import FAMILIES
-from experiments.report.runtimes import SPECS, default_profile, render, runtime_rows
+from experiments.report.runtimes import SPECS, default_profile, render, runtime_rows, training_hours
 
 from .test_tables import _run
 
@@ -57,3 +57,31 @@ def test_an_invocation_that_found_runs_finished_says_how_many_it_trained(tmp_pat
     text = default_profile([row], json.loads((exp / "sweep.json").read_text()))
     assert ("Its last measured invocation trained or tested 11 of its 20 runs (the others had finished before) in "
             "**64 minutes**; its runs were trained on test machine, at commit abc (your runs; ") in text
+
+
+def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_family(tmp_path):
+    """Trained in pieces, no invocation's minutes say what the whole profile took: the runs of its
+    plan (main runs and their cells' lr trials) do, each run's wall time summed over the jobs."""
+    exp = tmp_path / "datascale"
+    for family, seed in (("resnet", 0), ("resnet", 1), ("vit", 0)):
+        _run(exp, family, 0.01, seed, 0.6)                      # 60 s each
+    _run(exp, "vit", 0.01, 0, None, lr=0.01, status="fitted")   # the trial not chosen: trained, counted
+    _run(exp, "vit", 0.02, 0, 0.7)                              # outside the plan: not counted
+    families = ["resnet", "vit", "swin"]
+    (exp / "sweep.json").write_text(json.dumps({"spec": "datascale", "profiles": {"cpu": {
+        "families": families, "pool_size": 59000, "jobs": 2, "main_runs": {
+            "resnet_f0.01_s0": "resnet_f0.01_s0_lr0.003", "resnet_f0.01_s1": "resnet_f0.01_s1_lr0.003",
+            "vit_f0.01_s0": "vit_f0.01_s0_lr0.003"},
+        "last_invocation": {"wall_time_s": 120, "runs": 3, "trained": 3, "statuses": {"done": 3}, "jobs": 2}}}}))
+    record = json.loads((exp / "sweep.json").read_text())
+    hours = training_hours(exp, record)
+    assert hours == {"resnet": 120 / 3600, "vit": 120 / 3600}
+    assert training_hours(exp, {}) == {}
+    spec = yaml.safe_load((SPECS / "datascale" / "spec.yaml").read_text())
+    *trained, last = spec["profiles"]["cpu"].get("families") or spec["families"]   # the sentence names the spec's
+    text = default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained})
+    assert f" All of its runs on record, 2 at a time, trained for **{60.0 * len(trained):.1f} hours** (the runs' " \
+           "wall times summed, over 2): " in text
+    assert all(f"{FAMILIES[f].title} 60.0" in text for f in trained)
+    assert text.endswith(f" hours; {FAMILIES[last].title} not trained yet.")
+    assert "on record" not in default_profile(runtime_rows(exp), record)
