@@ -185,7 +185,7 @@ def test_a_narrow_tables_call_changes_only_its_experiment(tmp_path):
                  "--readme", str(readme)]) == 0
     after = _rows(readme)
     assert [r for r in after if "[complexity](" not in r] == [r for r in before if "[complexity](" not in r]
-    assert len(before) == 7 and len(after) == 7 and after[-1].endswith("; your runs |")  # complexity's, from runs/
+    assert len(after) == len(before) > 1 and after[-1].endswith("; your runs |")  # complexity's, from runs/
     # the rest of the README too (its default-profile sentence is datascale's)
     assert readme.read_text() == (ROOT / "README.md").read_text().replace(before[-1], after[-1])
     assert (out / "runtimes.md").read_text() == runtimes.replace(

@@ -591,7 +591,7 @@ def test_tables_name_the_cells_the_spec_plans_that_never_ran(tmp_path):
     """A family or size added to the spec since the last invocation (or a sweep stopped before it
     recorded its plan) is named by family and size; a cell of the recorded plan not finished yet is
     unfinished_line's, not repeated; with every cell finished the line is gone."""
-    exp = tmp_path / "runs" / "datascale"   # exp-datascale's spec: cpu profile resnet, vit x 4 sizes x 3 seeds
+    exp = tmp_path / "runs" / "datascale"   # exp-datascale's spec: cpu profile, its families x 4 sizes x 3 seeds
     from experiments.runs.sweep.spec import load_spec, resolve_axes
     ax = resolve_axes(load_spec("datascale"), "cpu")
     plan = {f"vit-tiny_fashion_mnist_f{ax['fractions'][-1]:g}_s0": "vit_f0.05_s0_lr0.001"}   # not finished
@@ -604,8 +604,9 @@ def test_tables_name_the_cells_the_spec_plans_that_never_ran(tmp_path):
         "pool_size": 59_000, "main_runs": plan}}}))
     md = make_tables(exp, tmp_path / "out")[1].read_text()
     (line,) = [ln for ln in md.splitlines() if ln.startswith("- not run yet")]
-    assert line == ("- not run yet in the cpu profile as its spec stands: resnet at 2,950 images (3 runs); "
-                    "vit at 2,950 images (2 runs)")
+    largest = f"{round(ax['fractions'][-1] * 59_000):,}"   # 2,950
+    assert line == "- not run yet in the cpu profile as its spec stands: " + "; ".join(
+        f"{family} at {largest} images ({2 if family == 'vit' else 3} runs)" for family in ax["families"])
     for family in ax["families"]:
         for seed in ax["seeds"]:
             plan[f"{family}-tiny_fashion_mnist_f{ax['fractions'][-1]:g}_s{seed}"] = _run(
