@@ -178,7 +178,7 @@ fit-families: install ## fit every family on full Fashion-MNIST (BUDGET=tiny EPO
 gpu-check: install ## the GPU acceptance run of the packed engine, at most 8 min by its own clock, each part under a hard limit (not yet run on a GPU; WHEELS=<folder>: installed offline): one packed group of the gpu profile trained and tested, compile and step times per family at 8/6/4 members (what the dry run reads), host syncs, one fit (-> results/gpu_check.json; its --smoke runs in make test)
 	$(PY) benchmarks/gpu_check.py
 
-bench-levers: install ## the CPU speed levers per family against what the cpu profiles train (one run per core, batch 32, bf16 where native): batch 64/128, the other precision, depthwise convs in fp32, channels_last, torch.compile, validation's share (-> results/cpu_levers.txt)
+bench-levers: install ## the CPU speed levers per family against what the cpu profiles train (one run per core, batch 32, bf16 where native): batch 64/128, the other precision, depthwise convs in bf16 (ConvNeXt keeps them in fp32), channels_last, torch.compile, validation's share (-> results/cpu_levers.txt)
 	set -o pipefail; $(PY) benchmarks/cpu_levers.py | tee results/cpu_levers.txt
 
 bench-stage: install ## the packed engine on a miniature gpu stage: compilations and time when a stage's groups share one compiled step against compiling each group again (inductor, on this machine; -> results/packed_stage.txt)

@@ -10,8 +10,9 @@ natively, else 32-true: experiments.runs.run.cli.default_precision on a CPU). Un
   batch      32 / 64 / 128 images a step (the profile's batch by training-set size)
   precision  the other precision: 32-true against bf16-mixed (an emulated bf16, where the hardware
              has no native bf16 matmuls, is 10-100x slower and is not timed)
-  depthwise  for families with depthwise convolutions (ConvNeXt), those in fp32 under bf16-mixed
-             (modules.registry.Float32DepthwiseConv2d; the matmuls stay bf16)
+  depthwise  for families with depthwise convolutions (ConvNeXt), those in bf16 under bf16-mixed,
+             as autocast would run them: the lever the builder already pulls, undone
+             (modules.registry.Float32DepthwiseConv2d keeps them in fp32; the matmuls stay bf16)
   layout     channels_last memory format for the convolutional families (resnet, convnext, hybrid)
   compile    torch.compile(model) (inductor), timed after its compilation, which is reported apart
   validation the share of a cpu-profile run's time its validations take (val_checks x val_size
@@ -64,12 +65,12 @@ def has_depthwise(family: str, budget: str) -> bool:
 
 
 def make(family: str, budget: str, batch: int, precision: str, layout: bool = False, compiled: bool = False,
-         depthwise_fp32: bool = False):
+         depthwise_bf16: bool = False):
     """(flops per image, the step) of one run; the compiled step's first call (its compilation) is made here."""
     from modules.registry import depthwise_in_fp32
     clf, step = single_step(family, budget, batch, torch.device("cpu"), precision, 10_000, fused=False)
-    if depthwise_fp32:
-        depthwise_in_fp32(clf.model)
+    if depthwise_bf16:
+        depthwise_in_fp32(clf.model, fp32=False)
     if layout:
         clf.model.to(memory_format=torch.channels_last)
     if compiled:
@@ -155,7 +156,7 @@ def main() -> None:
         if "precision" in a.levers and other:
             levers.append((other, dict(precision=other)))
         if "depthwise" in a.levers and base_precision != "32-true" and has_depthwise(family, a.budget):
-            levers.append(("depthwise conv in fp32", dict(depthwise_fp32=True)))
+            levers.append(("depthwise conv in bf16", dict(depthwise_bf16=True)))
         if "layout" in a.levers and convolves(family, a.budget):
             levers.append(("channels_last", dict(layout=True)))
         if "compile" in a.levers:

@@ -282,13 +282,12 @@ def _swin(arch, image_size, in_chans, num_classes, k: Knobs):
 
 class Float32DepthwiseConv2d(nn.Conv2d):
     """A depthwise convolution that runs in its weights' precision (fp32) under mixed precision (its
-    input cast to it, autocast off inside), while the matmuls around it stay bf16: a CPU speed lever
-    for ConvNeXt, measured by benchmarks/cpu_levers.py, not yet in its builder. On the CPU, oneDNN's
-    bf16 depthwise kernels are slow: ConvNeXt-tiny's 7x7 depthwise backward takes 53% of a bf16 step,
-    2.5x its fp32 time, and with them in fp32 ConvNeXt trains about 1.6x the images/s. Using it
-    changes what ConvNeXt's training computes under bf16 (its digest), so it lands with the
-    ConvNeXt records trained that way. Its weights are an nn.Conv2d's (the same state_dict); its
-    output is fp32, as the LayerNorm next in a ConvNeXt block wants it."""
+    input cast to it, autocast off inside), while the matmuls around it stay bf16: ConvNeXt's builder
+    uses it. On the CPU, oneDNN's bf16 depthwise kernels are slow: ConvNeXt-tiny's 7x7 depthwise
+    backward takes 53% of a bf16 step, 2.5x its fp32 time, and with them in fp32 ConvNeXt trains
+    about 1.6x the images/s (benchmarks/cpu_levers.py). In fp32 training it changes nothing. Its
+    weights are an nn.Conv2d's (the same state_dict, so a checkpoint loads either way); its output is
+    fp32, as the LayerNorm next in a ConvNeXt block wants it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.weight.dtype)
@@ -315,7 +314,8 @@ def depthwise_in_fp32(model: nn.Module, fp32: bool = True) -> nn.Module:
 @register_family("convnext")
 def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
     """timm's ConvNeXt always builds 4 stages; a 4th would halve 7x7 to 3x3 (dropping a row and a
-    column at 28x28), so rows list fewer stages and the missing ones become Identity."""
+    column at 28x28), so rows list fewer stages and the missing ones become Identity. Its depthwise
+    convolutions run in fp32 under bf16 autocast (Float32DepthwiseConv2d: a CPU speed lever)."""
     from timm.models.convnext import ConvNeXt
     patch = k.patch_size or 1  # timm's default stem (4x4/4) leaves too little to downsample
     n_stages = len(arch["depths"])
@@ -331,7 +331,7 @@ def _convnext(arch, image_size, in_chans, num_classes, k: Knobs):
         # A 1x1 stem conv + LayerNorm on one gray pixel keeps little more than its sign (LN removes
         # the scale of w * x + b): patchify 3x3 neighbourhoods at stride 1 instead.
         model.stem[0] = nn.Conv2d(in_chans, arch["dims"][0], kernel_size=3, stride=1, padding=1)
-    return model
+    return depthwise_in_fp32(model)
 
 
 @register_family("resnet")

@@ -220,13 +220,14 @@ def test_flops_count_attention():
 
 
 def test_depthwise_convolutions_in_fp32_under_bf16():
-    """The CPU speed lever for ConvNeXt's depthwise convolutions: swapped in, they compute in fp32
-    under bf16 autocast, give an nn.Conv2d's result and keep its state_dict; swapped back, bf16.
-    No family's builder uses it yet (it changes ConvNeXt's training: its records come with it)."""
-    from modules.registry import Float32DepthwiseConv2d, depthwise_in_fp32
+    """The CPU speed lever for ConvNeXt's depthwise convolutions: its builder swaps them in, and
+    they compute in fp32 under bf16 autocast, give an nn.Conv2d's result and keep its state_dict;
+    swapped back, bf16. No other family has a depthwise convolution to swap."""
+    from modules.registry import Float32DepthwiseConv2d, depthwise_in_fp32, is_depthwise
     torch.manual_seed(0)
-    assert not any(isinstance(m, Float32DepthwiseConv2d) for f in FAMILIES for m in build_model(f, "tiny").modules())
-    model = build_model("convnext", "tiny")
+    assert {f for f in FAMILIES for m in build_model(f, "tiny").modules() if is_depthwise(m)} == {"convnext"}
+    assert all(type(m) is Float32DepthwiseConv2d for m in build_model("convnext", "tiny").modules() if is_depthwise(m))
+    model = depthwise_in_fp32(build_model("convnext", "tiny"), fp32=False)
     keys = model.state_dict().keys()
     dw = [m for m in depthwise_in_fp32(model).modules() if isinstance(m, Float32DepthwiseConv2d)]
     assert len(dw) == 6 and all(m.groups == m.in_channels for m in dw)   # 2 + 2 + 2 blocks, each one 7x7 depthwise
