@@ -43,6 +43,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
 from experiments.runs.run.summary import Summary  # noqa: E402
+from experiments.runs.sweep.execute import model_flops  # noqa: E402
+from experiments.runs.sweep.spec import load_spec  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 from packed_group import group, strong_augment  # noqa: E402
@@ -85,7 +87,7 @@ def group_plan(a, work: Path) -> list:
     fraction, its seeds widened to fill a.members[0] members (both variants); in miniature with --smoke."""
     from datamodules import ImageClassificationDataModule
     from experiments.runs.sweep.execute import pack_groups
-    from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes
+    from experiments.runs.sweep.spec import main_runs, resolve_axes
     spec = load_spec("datascale")
     axes = resolve_axes(spec, "gpu", families=[a.group_family], fractions=[a.group_fraction] if a.smoke else None,
                         seeds=list(range(a.members[0])))
@@ -102,16 +104,21 @@ def part_compile(a, device, work: Path, sink) -> None:
     per step of the step as a sweep's group runs it (the strong variant's augmentation inside, drop-path
     masks, the schedule as a tensor); each row written as it is measured."""
     rows = []
+    spec = load_spec("datascale")
+    budget, dataset = spec["profiles"]["gpu"]["budget"], spec["dataset"]   # the models the gpu profile packs
     for k in a.members:
         for family in a.families:
-            captured, _ = group(family, k, a.batch, device, a.mode, a.backend, engine=True)
+            captured, _ = group(family, k, a.batch, device, a.mode, a.backend, budget=budget, engine=True)
             t = time.perf_counter()
             for _ in range(3):  # compile, capture, replay once
                 captured()
             sync(device)
             compile_s = time.perf_counter() - t
             c_s, util = timed(captured, a.steps, 0, device)
-            rows.append({"family": family, "members": k, "batch": a.batch, "backend": a.backend, "mode": a.mode,
+            # budget and FLOPs per image key the row as results/step_times.csv keys a packed group's step time
+            rows.append({"family": family, "members": k, "batch": a.batch, "budget": budget,
+                         "flops_per_image": model_flops(family, budget, dataset),
+                         "backend": a.backend, "mode": a.mode,
                          "compile_s": round(compile_s, 1), "step_ms": round(1000 * c_s / a.steps, 3),
                          "images_per_s": round(k * a.batch * a.steps / c_s), "gpu_utilisation": util})
             sink({"rows": rows})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from experiments.runs.sweep.estimate import compilations, estimate, read_compile_times
+from experiments.runs.sweep.estimate import compilations, estimate, read_compile_times, read_group_step_times
 from experiments.runs.sweep.execute import flops_per_image, units_of
 from experiments.runs.sweep.spec import Run
 
@@ -92,3 +92,43 @@ def test_the_compile_times_are_gpu_checks_rows_compiled_as_the_engine_compiles(t
     assert read_compile_times(path) == {}
     path.write_text("{not json")
     assert read_compile_times(path) == {} and read_compile_times(tmp_path / "none.json") == {}
+
+
+def _summary(path, device: str, rows: list[dict]) -> None:
+    path.write_text(json.dumps({"hardware": device, "parts": {"compile": {"status": "ok", "result": {"rows": rows}}}}))
+
+
+def test_gpu_checks_step_times_price_the_groups_no_sweep_has_measured(tmp_path):
+    """One gpu-check makes a gpu stage's estimate real: its compiled step times price the packed groups
+    that no sweep's own group has measured (a sweep's count validation too, so they come first), and
+    the estimate says which groups were priced from the step alone."""
+    runs = _plan(tmp_path)
+    measured = _step_times(runs, GPU)
+    assert estimate(runs, 1, GPU, {}, pack=8, compile_times=COMPILE, group_times=measured) == (
+        "; about 25 min on this device (1 at a time), of which about 5 min compiling 3 packed steps "
+        "(compile times: results/gpu_check.json; step times: results/gpu_check.json for 4 packed groups, "
+        "the step alone (validation and tests not counted))")
+    # the ViT groups of 8 measured by a sweep at 9 ms: 2 x 6 min more; the rest from gpu-check
+    vit8 = {k: v for k, v in measured.items() if k[1] == "vit" and k[5] == 8}
+    assert estimate(runs, 1, GPU, {k: 9.0 for k in vit8}, pack=8, compile_times=COMPILE, group_times=measured) == (
+        "; about 31 min on this device (1 at a time), of which about 5 min compiling 3 packed steps "
+        "(compile times: results/gpu_check.json; step times: results/step_times.csv and results/gpu_check.json "
+        "for 2 packed groups, the step alone (validation and tests not counted))")
+    # on the CPU the engine compiles nothing, so a gpu-check's compiled step prices nothing there
+    assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times=_step_times(runs, CPU)) == (
+        f"; no step times measured on {CPU} (results/step_times.csv), so no estimate")
+
+
+def test_the_group_step_times_are_the_same_rows_keyed_as_step_times_are(tmp_path):
+    """(device, family, budget, FLOPs per image, batch, members) -> step_ms from the rows compiled as
+    the engine compiles; a row without its budget or FLOPs (an older gpu-check) is left out."""
+    row = {"family": "vit", "members": 8, "batch": 128, "budget": "tiny", "flops_per_image": 52158800,
+           "backend": "inductor", "mode": "reduce-overhead", "compile_s": 41.5, "step_ms": 5.4}
+    rows = [row, {**row, "family": "swin", "mode": "default"}, {**row, "family": "resnet", "backend": "aot_eager"},
+            {k: v for k, v in row.items() if k != "flops_per_image"} | {"family": "deit"}]
+    path = tmp_path / "gpu_check.json"
+    _summary(path, GPU, rows)
+    assert read_group_step_times(path) == {(GPU, "vit", "tiny", 52158800, 128, 8): 5.4}
+    assert read_compile_times(path) == {(GPU, "vit", 8, 128): 41.5, (GPU, "deit", 8, 128): 41.5}
+    _summary(path, CPU, rows)
+    assert read_group_step_times(path) == {} and read_group_step_times(tmp_path / "none.json") == {}

@@ -53,7 +53,14 @@ def test_smoke_runs_every_part_in_miniature_under_its_limit(fmnist_dir, tmp_path
     [row] = parts["compile"]["result"]["rows"]
     assert (row["family"], row["members"], row["backend"]) == ("vit", 2, "aot_eager")
     assert row["compile_s"] > 0 and row["step_ms"] > 0
-    assert {"family", "members", "batch", "backend", "mode", "compile_s"} <= set(row)  # what the dry run reads
+    assert {"family", "members", "batch", "backend", "mode", "compile_s", "step_ms"} <= set(row)  # what the dry run reads
+    # keyed as the dry run keys a gpu-profile group of that family: its budget and FLOPs per image
+    from experiments.runs.sweep.execute import flops_per_image
+    from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes
+    spec = load_spec("datascale")
+    axes = resolve_axes(spec, "gpu", families=["vit"])
+    planned = main_runs(spec, axes, tmp_path / "plan", 59_000, lambda *key: axes["lrs"][0])[0]
+    assert (row["budget"], row["flops_per_image"]) == (planned.budget, flops_per_image(planned))
     assert parts["syncs"]["result"]["syncs_per_step"].startswith("n/a")
     assert parts["fit"]["result"]["rc"] == 0 and parts["fit"]["result"]["status"] == "done"
     assert summary["hardware"] and summary["versions"]["torch"]

@@ -17,7 +17,10 @@ estimate adds its compiling, from the compile times results/gpu_check.json measu
 gpu-check`: the packed step per device, family, member count and batch, compiled by inductor in the
 mode the engine uses there), counted as the engine compiles: once per family, member count and batch
 in each stage when one process trains a stage's groups (one run at a time), once per group where each
-group is a process of its own. On the CPU the engine runs packed steps eager: nothing to compile.
+group is a process of its own. A compiled group no sweep has measured yet is priced from the same
+rows' step times (the compiled step alone: its validations and tests are not counted, and the
+estimate says so), so that one `make gpu-check` makes a gpu profile's estimate real. On the CPU the
+engine runs packed steps eager: nothing to compile.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from experiments.runs.run.summary import Summary
 STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
 COMPILE_TIMES = STEP_TIMES.parent / "gpu_check.json"
+STEP_SOURCE = f"results/{STEP_TIMES.name}"
 COLUMNS = ("device", "family", "budget", "flops_per_image", "batch_size", "members", "ms_per_step", "runs", "experiments")
 DONE = ("done", "fitted")  # a stage has nothing left to train of these
 
@@ -103,15 +107,18 @@ def unit_minutes(units: list[list], device: str, table: dict[tuple, float],
     its model configuration (FLOPs per image) at its own batch size, for `steps(unit)` of its steps
     (all by default), and what has none: 'vit-tiny at batch 128', 'swin-tiny at batch 32 packed 4',
     'vit-tiny (251 MFLOPs an image) at batch 32' (a configuration other than the family's own)."""
-    def key(u):
-        return device, u[0].family, u[0].budget, flops_per_image(u[0]), u[0].batch_size, len(u)
     sizes = defaultdict(set)  # configuration at batch b -> the group sizes (1: single runs) with no step time
     for u in units:
-        if key(u) not in table:
+        if unit_key(u, device) not in table:
             sizes[f"{configuration(u[0])} at batch {u[0].batch_size}"].add(len(u))
     missing = [name + ("" if ks == {1} else " packed " + "/".join(map(str, sorted(ks - {1})))
                        + (" and single" if 1 in ks else "")) for name, ks in sorted(sizes.items())]
-    return [steps(u) * table[key(u)] / 1000 / 60 for u in units if key(u) in table], missing
+    return [steps(u) * table[unit_key(u, device)] / 1000 / 60 for u in units if unit_key(u, device) in table], missing
+
+
+def unit_key(unit: list, device: str) -> tuple:
+    """A unit's key in a step-time table: (device, family, budget, FLOPs per image, batch size, members)."""
+    return device, unit[0].family, unit[0].budget, flops_per_image(unit[0]), unit[0].batch_size, len(unit)
 
 
 def configuration(run) -> str:
@@ -122,10 +129,13 @@ def configuration(run) -> str:
 
 
 def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple, float] | None = None,
-             pack: int = 1, compile_times: dict[tuple, float] | None = None) -> str:
+             pack: int = 1, compile_times: dict[tuple, float] | None = None,
+             group_times: dict[tuple, float] | None = None) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
     to a group, as the sweep packs them), each at its own batch size, or what is missing; with the
-    minutes of it compiling where the engine compiles packed steps (on a GPU)."""
+    minutes of it compiling where the engine compiles packed steps (on a GPU). A compiled group with
+    no step time from a sweep's own groups (`table`) is priced from gpu-check's (`group_times`), and
+    the estimate says so: those count the step alone."""
     device = device or run_hardware(jobs)
     table = read_step_times() if table is None else table
     if not runs:
@@ -137,6 +147,9 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     compiled = compilations(units, jobs) if engine_mode(device) else []
     compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
+    group_times = (read_group_step_times() if group_times is None else group_times) if compiled else {}
+    checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
+    table = {**group_times, **table}  # a sweep's own group measured first: its step times count everything
     if not any(k[0] == device for k in table):
         return (f"; no step times measured on {device} (results/step_times.csv)"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
@@ -146,8 +159,11 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
     text = f"; about {wall(each + c_each, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
     if c_each:
+        sources = ([STEP_SOURCE] if len(checked) < len(units) else []) + (
+            [f"{COMPILE_SOURCE} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
+            if checked else [])
         text += (f", of which about {wall(each + c_each, jobs) - wall(each, jobs):.0f} min compiling "
-                 f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: results/step_times.csv)")
+                 f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: {' and '.join(sources)})")
     if _cpu(device):  # a run per core, each at the speed measured here
         text += "".join(f", about {wall(each, cores):.0f} min with {cores} such cores"
                         for cores in MORE_CORES if cores > jobs)
@@ -178,21 +194,46 @@ def engine_mode(device: str) -> str | None:
     return None if _cpu(device) else "reduce-overhead"
 
 
-def read_compile_times(path: Path | None = None) -> dict[tuple, float]:
-    """(device, family, members, batch size) -> seconds to compile a packed group's step, from the
-    compile part of a gpu-check summary (benchmarks/gpu_check.py; results/gpu_check.json by default):
-    its rows compiled as the engine compiles on that device (inductor, engine_mode); {} without one,
-    and a row without those fields is left out."""
+def _engine_rows(path: Path | None) -> tuple[str, list[dict]]:
+    """The device and the rows of a gpu-check summary's compile part (results/gpu_check.json by
+    default) compiled as the engine compiles on that device (inductor, engine_mode); no rows without one."""
     try:
         summary = json.loads((COMPILE_TIMES if path is None else path).read_text())
         device, rows = summary["hardware"], summary["parts"]["compile"]["result"]["rows"]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        return "", []
+    if not isinstance(rows, list):
+        return device, []
+    return device, [r for r in rows if isinstance(r, dict) and r.get("backend") == "inductor"
+                    and r.get("mode", "-") == engine_mode(device)]
+
+
+def read_compile_times(path: Path | None = None) -> dict[tuple, float]:
+    """(device, family, members, batch size) -> seconds to compile a packed group's step, from the
+    compile part of a gpu-check summary (benchmarks/gpu_check.py): its rows compiled as the engine
+    compiles on that device; {} without one, and a row without those fields is left out."""
+    device, rows = _engine_rows(path)
     times = {}
-    for r in rows if isinstance(rows, list) else []:
+    for r in rows:
         try:
-            if r["backend"] == "inductor" and r["mode"] == engine_mode(device) and float(r["compile_s"]) > 0:
+            if float(r["compile_s"]) > 0:
                 times[device, r["family"], int(r["members"]), int(r["batch"])] = float(r["compile_s"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return times
+
+
+def read_group_step_times(path: Path | None = None) -> dict[tuple, float]:
+    """(device, family, budget, FLOPs per image, batch size, members) -> ms per step of a packed
+    group's compiled step, as results/step_times.csv keys a group's, from the same rows of a gpu-check
+    summary (step_ms: the step alone, its validations and tests not counted); {} without one."""
+    device, rows = _engine_rows(path)
+    times = {}
+    for r in rows:
+        try:
+            if float(r["step_ms"]) > 0:
+                times[device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]),
+                      int(r["members"])] = float(r["step_ms"])
         except (KeyError, TypeError, ValueError):
             continue
     return times

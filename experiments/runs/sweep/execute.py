@@ -173,13 +173,14 @@ def flops_per_image(run: Run, shaped: bool = True) -> int | None:
     given = {a[i][2:]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("--")}
     options = tuple((k, yaml.safe_load(given[f"model.{k}"])) for k in SHAPING_OPTIONS if shaped and f"model.{k}" in given)
     resize = given.get("data.resize_to")
-    return _flops(run.family, run.budget, given.get("data.dataset", FASHION_MNIST),
+    return model_flops(run.family, run.budget, given.get("data.dataset", FASHION_MNIST),
                   None if resize in (None, "null") else int(resize), options)
 
 
 @functools.lru_cache
-def _flops(family: str, budget: str, dataset: str, resize_to: int | None, options: tuple) -> int | None:
-    """None where the family's FLOPs cannot be counted (as ImageClassifier.complexity records it)."""
+def model_flops(family: str, budget: str, dataset: str, resize_to: int | None = None, options: tuple = ()) -> int | None:
+    """Forward FLOPs for one image of the family at the budget on the dataset's images (resized, with
+    the model options given); None where the family's FLOPs cannot be counted (as ImageClassifier.complexity records it)."""
     import torch
     from datamodules.image_classification import ImageClassificationDataModule, fixed_shape
     from modules import build_model, count_flops
