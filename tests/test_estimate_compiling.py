@@ -114,6 +114,16 @@ def test_gpu_checks_step_times_price_the_groups_no_sweep_has_measured(tmp_path):
         "; about 31 min on this device (1 at a time), of which about 5 min compiling 3 packed steps "
         "(compile times: results/gpu_check.json; step times: results/step_times.csv and results/gpu_check.json "
         "for 2 packed groups, the step alone (validation and tests not counted))")
+    # without compile times the line still names where its step times come from
+    assert estimate(runs, 1, GPU, {}, pack=8, compile_times={}, group_times=measured).startswith(
+        "; about 20 min on this device (1 at a time) (step times: results/gpu_check.json for 4 packed groups, "
+        "the step alone (validation and tests not counted)), not counting compiling ")
+    # a run left alone trains under Lightning: never priced from a compiled step
+    nine = _runs(tmp_path, "vit", 9, "tune")   # a group of 8 and one run alone
+    vit = flops_per_image(nine[0])
+    both = {(GPU, "vit", "tiny", vit, 128, 8): 6.0, (GPU, "vit", "tiny", vit, 128, 1): 1.0}
+    assert estimate(nine, 1, GPU, {}, pack=8, compile_times=COMPILE, group_times=both).endswith(
+        ", not counting vit-tiny at batch 128 (no step time measured)")
     # on the CPU the engine compiles nothing, so a gpu-check's compiled step prices nothing there
     assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times=_step_times(runs, CPU)) == (
         f"; no step times measured on {CPU} (results/step_times.csv), so no estimate")
@@ -125,10 +135,11 @@ def test_the_group_step_times_are_the_same_rows_keyed_as_step_times_are(tmp_path
     row = {"family": "vit", "members": 8, "batch": 128, "budget": "tiny", "flops_per_image": 52158800,
            "backend": "inductor", "mode": "reduce-overhead", "compile_s": 41.5, "step_ms": 5.4}
     rows = [row, {**row, "family": "swin", "mode": "default"}, {**row, "family": "resnet", "backend": "aot_eager"},
-            {k: v for k, v in row.items() if k != "flops_per_image"} | {"family": "deit"}]
+            {k: v for k, v in row.items() if k != "flops_per_image"} | {"family": "hybrid"},
+            {**row, "family": "deit"}]   # gpu-check's DeiT step has no teacher inside: it prices nothing
     path = tmp_path / "gpu_check.json"
     _summary(path, GPU, rows)
     assert read_group_step_times(path) == {(GPU, "vit", "tiny", 52158800, 128, 8): 5.4}
-    assert read_compile_times(path) == {(GPU, "vit", 8, 128): 41.5, (GPU, "deit", 8, 128): 41.5}
+    assert read_compile_times(path) == {(GPU, "vit", 8, 128): 41.5, (GPU, "hybrid", 8, 128): 41.5}
     _summary(path, CPU, rows)
     assert read_group_step_times(path) == {} and read_group_step_times(tmp_path / "none.json") == {}

@@ -35,6 +35,7 @@ from experiments.report.records import BadRecord, checked_summary
 from experiments.runs.sweep.execute import flops_per_image, gpu_sharing, run_hardware, run_status, units_of
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
+from modules.budgets import distils
 
 STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
@@ -148,8 +149,10 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
     group_times = (read_group_step_times() if group_times is None else group_times) if compiled else {}
+    own = [u for u in units if unit_key(u, device) in table]
     checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
-    table = {**group_times, **table}  # a sweep's own group measured first: its step times count everything
+    # a sweep's own groups and runs first (their step times count everything); gpu-check's price groups only
+    table = {**{k: v for k, v in group_times.items() if k[5] > 1}, **table}
     if not any(k[0] == device for k in table):
         return (f"; no step times measured on {device} (results/step_times.csv)"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
@@ -158,12 +161,14 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
         return (f"; no step time measured on this device for {', '.join(missing)}"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
     text = f"; about {wall(each + c_each, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
+    sources = ([STEP_SOURCE] if own else []) + (
+        [f"{COMPILE_SOURCE} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
+        if checked else [])
     if c_each:
-        sources = ([STEP_SOURCE] if len(checked) < len(units) else []) + (
-            [f"{COMPILE_SOURCE} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
-            if checked else [])
         text += (f", of which about {wall(each + c_each, jobs) - wall(each, jobs):.0f} min compiling "
                  f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: {' and '.join(sources)})")
+    elif checked:
+        text += f" (step times: {' and '.join(sources)})"
     if _cpu(device):  # a run per core, each at the speed measured here
         text += "".join(f", about {wall(each, cores):.0f} min with {cores} such cores"
                         for cores in MORE_CORES if cores > jobs)
@@ -196,16 +201,18 @@ def engine_mode(device: str) -> str | None:
 
 def _engine_rows(path: Path | None) -> tuple[str, list[dict]]:
     """The device and the rows of a gpu-check summary's compile part (results/gpu_check.json by
-    default) compiled as the engine compiles on that device (inductor, engine_mode); no rows without one."""
+    default) compiled as the engine compiles on that device (inductor, engine_mode), but a distilling
+    family's (DeiT's: measured without its teacher, so it stays unmeasured); no rows without one."""
     try:
         summary = json.loads((COMPILE_TIMES if path is None else path).read_text())
         device, rows = summary["hardware"], summary["parts"]["compile"]["result"]["rows"]
     except (OSError, ValueError, KeyError, TypeError):
         return "", []
-    if not isinstance(rows, list):
-        return device, []
+    if not isinstance(device, str) or not isinstance(rows, list):
+        return "", []
+    # gpu-check's step has no teacher inside: a distilling family's group would be priced too low
     return device, [r for r in rows if isinstance(r, dict) and r.get("backend") == "inductor"
-                    and r.get("mode", "-") == engine_mode(device)]
+                    and r.get("mode", "-") == engine_mode(device) and not distils(str(r.get("family")))]
 
 
 def read_compile_times(path: Path | None = None) -> dict[tuple, float]:

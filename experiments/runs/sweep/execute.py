@@ -174,7 +174,7 @@ def flops_per_image(run: Run, shaped: bool = True) -> int | None:
     options = tuple((k, yaml.safe_load(given[f"model.{k}"])) for k in SHAPING_OPTIONS if shaped and f"model.{k}" in given)
     resize = given.get("data.resize_to")
     return model_flops(run.family, run.budget, given.get("data.dataset", FASHION_MNIST),
-                  None if resize in (None, "null") else int(resize), options)
+                       None if resize in (None, "null") else int(resize), options)
 
 
 @functools.lru_cache
