@@ -419,6 +419,24 @@ def test_spec_keys_are_checked(tmp_path, bad, match):
         resolve_axes(load_spec(str(path)), "cpu")
 
 
+def test_a_profile_swept_in_pieces_keeps_every_pieces_tuning(sweep_env, in_process_launches):
+    """tuning.json after two pieces (one fraction each) holds both pieces' trials and choices; the
+    whole profile swept after them finds everything done and leaves the record as it was."""
+    spec, runs = sweep_env
+    for fraction in ("0.5", "1.0"):
+        assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--families", "resnet",
+                     "--fractions", fraction]) == 0
+    path = runs / "tiny" / "tuning.json"
+    tuning = json.loads(path.read_text())["profiles"]["cpu"]
+    assert [(t["family"], t["fraction"]) for t in tuning["trials"]] == [("resnet", 0.5), ("resnet", 1.0)]
+    assert [(c["family"], c["fraction"], c["tuned_at"]) for c in tuning["choices"]] == [
+        ("resnet", 0.5, 0.5), ("resnet", 1.0, 1.0)]
+    assert tuning["fractions"] == [0.5, 1.0]
+    before = path.read_bytes()
+    assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs), "--families", "resnet"]) == 0
+    assert path.read_bytes() == before
+
+
 def test_tuned_fractions_of_a_profile():
     spec = {**TINY_SPEC, "profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "tuned_fractions": [0.5]}}}
     assert tuned_fractions(resolve_axes(spec, "cpu")) == [0.5]

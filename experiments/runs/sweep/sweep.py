@@ -239,9 +239,10 @@ def tuning_stage(spec: dict, axes: dict, runs_dir: Path, pool: int, run=None) ->
 
 def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run], choices: dict,
                         ran: bool = True) -> None:
-    """<experiment>/tuning.json: every trial's validation accuracy and the lr each main run uses.
-    Not rewritten when the stage ran nothing (ran=False) and the profile is recorded: a trial's status
-    moves on from fitted to done when the main stage tests it, which is no news about the tuning."""
+    """<experiment>/tuning.json: every trial's validation accuracy and the lr each main run uses, over
+    every piece of the profile swept so far (merged_tuning). Not rewritten when the stage ran nothing
+    (ran=False) and the profile's record has its cells: a trial's status moves on from fitted to done
+    when the main stage tests it, which is no news about the tuning."""
     _, records = choose_lrs(trials)
     lr_of = lr_lookup(choices, axes)
     uses = []
@@ -258,14 +259,36 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         record = {}
-    if not ran and axes["profile"] in record.get("profiles", {}):
+    old = record.get("profiles", {}).get(axes["profile"])
+    fresh = {"metric": "val_acc_best", "seed": axes["seeds"][0], "fractions": tuned_fractions(axes),
+             "grid": {"model.lr": axes["lrs"]}, "trials": records, "choices": uses}
+    if not ran and old is not None and not _new_cells(old, fresh):
         return
     record = {"spec": spec["name"], "profiles": record.get("profiles", {})}
-    record["profiles"][axes["profile"]] = {"metric": "val_acc_best", "seed": axes["seeds"][0],
-                                           "fractions": tuned_fractions(axes), "grid": {"model.lr": axes["lrs"]},
-                                           "trials": records, "choices": uses}
+    record["profiles"][axes["profile"]] = merged_tuning(old, fresh) if old else fresh
     exp_dir.mkdir(parents=True, exist_ok=True)
     write_json(path, record)
+
+
+def _cell(entry: dict) -> tuple:
+    return entry.get("family"), entry.get("variant"), entry.get("fraction")
+
+
+def _new_cells(old: dict, fresh: dict) -> bool:
+    """Whether `fresh` has a trial or choice of a (family, variant, fraction) `old` lacks."""
+    return any({_cell(e) for e in fresh[k]} - {_cell(e) for e in old.get(k, [])} for k in ("trials", "choices"))
+
+
+def merged_tuning(old: dict, fresh: dict) -> dict:
+    """A profile's tuning record after a sweep of some of its families or fractions (a piece: FAMILIES=,
+    FRACTIONS=): `fresh`'s trials and choices replace those of the same (family, variant, fraction),
+    the others' stay on record after them; tuned fractions and lrs are those of both."""
+    def merge(key: str) -> list[dict]:
+        cells = {_cell(e) for e in fresh[key]}
+        return [e for e in old.get(key, []) if _cell(e) not in cells] + fresh[key]
+    lrs = sorted({*old.get("grid", {}).get("model.lr", []), *fresh["grid"]["model.lr"]})
+    return {**fresh, "fractions": sorted({*old.get("fractions", []), *fresh["fractions"]}),
+            "grid": {"model.lr": lrs}, "trials": merge("trials"), "choices": merge("choices")}
 
 
 class AnyLr(dict):
