@@ -20,7 +20,7 @@ import yaml
 
 from experiments.__main__ import main
 from experiments.runs.run.cli import resolve_run_dirs
-from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
+from experiments.runs.sweep.spec import load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions, tuning_runs
 from experiments.runs.sweep.execute import launch, run_status
 from experiments.runs.sweep.sweep import run_sweep
 from experiments.datascale.numbers import aggregate, collect, sample_efficiency
@@ -424,6 +424,24 @@ def test_tuned_fractions_of_a_profile():
     assert tuned_fractions(resolve_axes(spec, "cpu")) == [0.5]
     # other fractions on the command line: the default again (their smallest and largest)
     assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
+    # a piece of the profile's fractions that holds its tuned one: tuned there, as the whole profile is
+    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.5, 1.0])) == [0.5]
+
+
+def test_a_piece_of_the_fractions_plans_the_profiles_runs(tmp_path):
+    """Training a profile fraction by fraction gives the runs the whole profile would: the same
+    tuning trials, and each main run at the lr of the same tuned fraction (so pieces compose)."""
+    spec = load_spec("datascale")
+    whole = resolve_axes(spec, "cpu")
+    assert whole.get("tuned_fractions"), "datascale's cpu profile names where it tunes"
+    kept = [f for f in whole["fractions"] if f not in whole["tuned_fractions"]][:1] + whole["tuned_fractions"]
+    piece = resolve_axes(spec, "cpu", fractions=kept)
+    names = lambda runs: {r.name for r in runs}
+    assert names(tuning_runs(spec, piece, tmp_path, 55_000, piece["families"])) == \
+        names(tuning_runs(spec, whole, tmp_path, 55_000, whole["families"]))
+    lr_at = {f: lr for f, lr in zip(whole["fractions"], whole["lrs"] * len(whole["fractions"]))}  # one lr per tuned fraction
+    plan = lambda axes: main_runs(spec, axes, tmp_path, 55_000, lambda fam, var, f: lr_at[nearest_tuned(f, axes)])
+    assert names(plan(piece)) < names(plan(whole))
 
 
 def test_sweep_overrides_are_checked():

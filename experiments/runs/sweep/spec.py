@@ -5,8 +5,8 @@ Findings and the Makefile know of an experiment), and one loader reads it with i
 (load_spec; the sweep's SWEEP_SCHEMA, each runner its own SCHEMA).
 
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
-the tuning stage trains each family at a grid of learning rates on the profile's smallest and
-largest fractions (first seed, never tested), and the main stage trains every family x fraction x
+the tuning stage trains each family at a grid of learning rates on the profile's tuned_fractions,
+else its smallest and largest fractions (first seed, never tested), and the main stage trains every family x fraction x
 seed x variant at the learning rate that won on validation at the nearest tuned fraction. Nothing
 else links runs except DeiT's teacher (the ResNet run of the same subset, seed and variant).
 """
@@ -402,8 +402,11 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
         "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
-    if p.get("tuned_fractions") and not fractions:  # default (and with --fractions): the smallest and the largest
-        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+    # --fractions that hold the profile's tuned fractions train a piece of its plan: the same runs, tuned
+    # where the profile tunes; other fractions tune at their smallest and largest (tuned_fractions)
+    profile_tuned = sorted(float(f) for f in p.get("tuned_fractions") or [])
+    if profile_tuned and (not fractions or set(profile_tuned) <= set(axes["fractions"])):
+        axes["tuned_fractions"] = profile_tuned
         outside = [f for f in axes["tuned_fractions"] if f not in axes["fractions"]]
         if outside:
             raise ValueError(f"tuned fraction {outside[0]:g} of profile {profile!r} is not one of its fractions "
