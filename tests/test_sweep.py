@@ -422,10 +422,11 @@ def test_spec_keys_are_checked(tmp_path, bad, match):
 def test_tuned_fractions_of_a_profile():
     spec = {**TINY_SPEC, "profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "tuned_fractions": [0.5]}}}
     assert tuned_fractions(resolve_axes(spec, "cpu")) == [0.5]
-    # other fractions on the command line: the default again (their smallest and largest)
-    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
-    # a piece of the profile's fractions that holds its tuned one: tuned there, as the whole profile is
+    # other fractions on the command line: still tuned where the profile tunes (a piece of its plan)
+    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.5]
     assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.5, 1.0])) == [0.5]
+    # a profile that does not name them: the fractions' smallest and largest
+    assert tuned_fractions(resolve_axes(TINY_SPEC, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
 
 
 def test_a_piece_of_the_fractions_plans_the_profiles_runs(tmp_path):
@@ -434,14 +435,19 @@ def test_a_piece_of_the_fractions_plans_the_profiles_runs(tmp_path):
     spec = load_spec("datascale")
     whole = resolve_axes(spec, "cpu")
     assert whole.get("tuned_fractions"), "datascale's cpu profile names where it tunes"
-    kept = [f for f in whole["fractions"] if f not in whole["tuned_fractions"]][:1] + whole["tuned_fractions"]
-    piece = resolve_axes(spec, "cpu", fractions=kept)
-    names = lambda runs: {r.name for r in runs}
-    assert names(tuning_runs(spec, piece, tmp_path, 55_000, piece["families"])) == \
-        names(tuning_runs(spec, whole, tmp_path, 55_000, whole["families"]))
-    lr_at = {f: lr for f, lr in zip(whole["fractions"], whole["lrs"] * len(whole["fractions"]))}  # one lr per tuned fraction
-    plan = lambda axes: main_runs(spec, axes, tmp_path, 55_000, lambda fam, var, f: lr_at[nearest_tuned(f, axes)])
-    assert names(plan(piece)) < names(plan(whole))
+    lr_at = {f: lr for f, lr in zip(whole["fractions"], whole["lrs"] * len(whole["fractions"]))}  # an lr per fraction
+
+    def names(runs):
+        return {r.name for r in runs}
+
+    def plan(axes):
+        return main_runs(spec, axes, tmp_path, 55_000, lambda fam, var, f: lr_at[nearest_tuned(f, axes)])
+    untuned = [f for f in whole["fractions"] if f not in whole["tuned_fractions"]]
+    for kept in ([untuned[-1]], untuned[:1] + whole["tuned_fractions"]):   # with and without a tuned fraction
+        piece = resolve_axes(spec, "cpu", fractions=kept)
+        assert names(tuning_runs(spec, piece, tmp_path, 55_000, piece["families"])) == \
+            names(tuning_runs(spec, whole, tmp_path, 55_000, whole["families"]))
+        assert names(plan(piece)) < names(plan(whole))
 
 
 def test_sweep_overrides_are_checked():

@@ -402,13 +402,12 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
         "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
-    # --fractions that hold the profile's tuned fractions train a piece of its plan: the same runs, tuned
-    # where the profile tunes; other fractions tune at their smallest and largest (tuned_fractions)
-    profile_tuned = sorted(float(f) for f in p.get("tuned_fractions") or [])
-    if profile_tuned and (not fractions or set(profile_tuned) <= set(axes["fractions"])):
-        axes["tuned_fractions"] = profile_tuned
+    # a profile that names where it tunes tunes there whatever --fractions pick: a piece of its fractions
+    # trains the runs the whole profile would (each at the lr of the same tuned fraction)
+    if p.get("tuned_fractions"):
+        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
         outside = [f for f in axes["tuned_fractions"] if f not in axes["fractions"]]
-        if outside:
+        if outside and not fractions:
             raise ValueError(f"tuned fraction {outside[0]:g} of profile {profile!r} is not one of its fractions "
                              f"{', '.join(f'{f:g}' for f in axes['fractions'])}: allowed a subset of them")
     for key, one in (("pack", "every run alone"), ("jobs", "one run at a time")):

@@ -325,8 +325,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--profile", default=None, help="profile of the spec (default: gpu where a GPU is present, else cpu)")
     p.add_argument("--families", nargs="+", help="override the profile's families")
     p.add_argument("--fractions", nargs="+", type=float,
-                   help="override the training fractions, each in (0, 1]; fractions that hold the profile's tuned_fractions "
-                        "train a piece of its plan (tuned where it tunes), others are tuned at their smallest and largest")
+                   help="override the training fractions, each in (0, 1]; a profile with tuned_fractions still tunes "
+                        "there (a piece of its plan), else they are tuned at their smallest and largest")
     p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
     p.add_argument("--budget", help="override the budget (tiny, small, base)")
     p.add_argument("--dataset", help="override the dataset")
