@@ -20,7 +20,7 @@ import yaml
 
 from experiments.__main__ import main
 from experiments.runs.run.cli import resolve_run_dirs
-from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuned_fractions, tuning_runs
+from experiments.runs.sweep.spec import load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions, tuning_runs
 from experiments.runs.sweep.execute import launch, run_status
 from experiments.runs.sweep.sweep import run_sweep
 from experiments.datascale.numbers import aggregate, collect, sample_efficiency
@@ -440,8 +440,32 @@ def test_a_profile_swept_in_pieces_keeps_every_pieces_tuning(sweep_env, in_proce
 def test_tuned_fractions_of_a_profile():
     spec = {**TINY_SPEC, "profiles": {"cpu": {**TINY_SPEC["profiles"]["cpu"], "tuned_fractions": [0.5]}}}
     assert tuned_fractions(resolve_axes(spec, "cpu")) == [0.5]
-    # other fractions on the command line: the default again (their smallest and largest)
-    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
+    # other fractions on the command line: still tuned where the profile tunes (a piece of its plan)
+    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.5]
+    assert tuned_fractions(resolve_axes(spec, "cpu", fractions=[0.1, 0.5, 1.0])) == [0.5]
+    # a profile that does not name them: the fractions' smallest and largest
+    assert tuned_fractions(resolve_axes(TINY_SPEC, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
+
+
+def test_a_piece_of_the_fractions_plans_the_profiles_runs(tmp_path):
+    """Training a profile fraction by fraction gives the runs the whole profile would: the same
+    tuning trials, and each main run at the lr of the same tuned fraction (so pieces compose)."""
+    spec = load_spec("datascale")
+    whole = resolve_axes(spec, "cpu")
+    assert whole.get("tuned_fractions"), "datascale's cpu profile names where it tunes"
+    lr_at = {f: lr for f, lr in zip(whole["fractions"], whole["lrs"] * len(whole["fractions"]))}  # an lr per fraction
+
+    def names(runs):
+        return {r.name for r in runs}
+
+    def plan(axes):
+        return main_runs(spec, axes, tmp_path, 55_000, lambda fam, var, f: lr_at[nearest_tuned(f, axes)])
+    untuned = [f for f in whole["fractions"] if f not in whole["tuned_fractions"]]
+    for kept in ([untuned[-1]], untuned[:1] + whole["tuned_fractions"]):   # with and without a tuned fraction
+        piece = resolve_axes(spec, "cpu", fractions=kept)
+        assert names(tuning_runs(spec, piece, tmp_path, 55_000, piece["families"])) == \
+            names(tuning_runs(spec, whole, tmp_path, 55_000, whole["families"]))
+        assert names(plan(piece)) < names(plan(whole))
 
 
 def test_sweep_overrides_are_checked():

@@ -5,8 +5,8 @@ Findings and the Makefile know of an experiment), and one loader reads it with i
 (load_spec; the sweep's SWEEP_SCHEMA, each runner its own SCHEMA).
 
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
-the tuning stage trains each family at a grid of learning rates on the profile's smallest and
-largest fractions (first seed, never tested), and the main stage trains every family x fraction x
+the tuning stage trains each family at a grid of learning rates on the profile's tuned_fractions,
+else its smallest and largest fractions (first seed, never tested), and the main stage trains every family x fraction x
 seed x variant at the learning rate that won on validation at the nearest tuned fraction. Nothing
 else links runs except DeiT's teacher (the ResNet run of the same subset, seed and variant).
 """
@@ -402,10 +402,12 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "pack": p.get("pack", 1),  # runs trained together in one process (sweep --pack)
         "jobs": p.get("jobs", default_jobs()),  # runs at a time, each with cpu_count / jobs threads (sweep --jobs)
     }
-    if p.get("tuned_fractions") and not fractions:  # default (and with --fractions): the smallest and the largest
+    # a profile that names where it tunes tunes there whatever --fractions pick: a piece of its fractions
+    # trains the runs the whole profile would (each at the lr of the same tuned fraction)
+    if p.get("tuned_fractions"):
         axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
         outside = [f for f in axes["tuned_fractions"] if f not in axes["fractions"]]
-        if outside:
+        if outside and not fractions:
             raise ValueError(f"tuned fraction {outside[0]:g} of profile {profile!r} is not one of its fractions "
                              f"{', '.join(f'{f:g}' for f in axes['fractions'])}: allowed a subset of them")
     for key, one in (("pack", "every run alone"), ("jobs", "one run at a time")):

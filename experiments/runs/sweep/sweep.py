@@ -1,7 +1,7 @@
 """`python -m experiments sweep`: run an experiment spec, resumably, in two stages.
 
-1. tune: each family trains at every learning rate of the profile's grid, at its smallest and
-   largest fraction (first seed); the winner on validation accuracy is recorded in
+1. tune: each family trains at every learning rate of the profile's grid, at its tuned_fractions
+   (else its smallest and largest fraction; first seed); the winner on validation accuracy is recorded in
    <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
 2. main: every family x fraction x seed x variant at the learning rate chosen at the nearest tuned
    fraction; the best-validation checkpoint is tested. The tuning run that won is the same run
@@ -347,7 +347,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--spec", default="datascale", help="an experiment with a spec.yaml under experiments/, or a .yaml path (default datascale)")
     p.add_argument("--profile", default=None, help="profile of the spec (default: gpu where a GPU is present, else cpu)")
     p.add_argument("--families", nargs="+", help="override the profile's families")
-    p.add_argument("--fractions", nargs="+", type=float, help="override the training fractions, each in (0, 1]")
+    p.add_argument("--fractions", nargs="+", type=float,
+                   help="override the training fractions, each in (0, 1]; a profile with tuned_fractions still tunes "
+                        "there (a piece of its plan), else they are tuned at their smallest and largest")
     p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
     p.add_argument("--budget", help="override the budget (tiny, small, base)")
     p.add_argument("--dataset", help="override the dataset")
