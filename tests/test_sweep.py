@@ -447,9 +447,9 @@ def test_tuned_fractions_of_a_profile():
     assert tuned_fractions(resolve_axes(TINY_SPEC, "cpu", fractions=[0.1, 0.3, 1.0])) == [0.1, 1.0]
 
 
-def test_a_piece_of_the_fractions_plans_the_profiles_runs(tmp_path):
-    """Training a profile fraction by fraction gives the runs the whole profile would: the same
-    tuning trials, and each main run at the lr of the same tuned fraction (so pieces compose)."""
+def test_a_piece_of_the_fractions_or_seeds_plans_the_profiles_runs(tmp_path):
+    """Training a profile fraction by fraction or seed by seed gives the runs the whole profile would:
+    the same tuning trials, and each main run at the lr of the same tuned fraction (pieces compose)."""
     spec = load_spec("datascale")
     whole = resolve_axes(spec, "cpu")
     assert whole.get("tuned_fractions"), "datascale's cpu profile names where it tunes"
@@ -461,11 +461,13 @@ def test_a_piece_of_the_fractions_plans_the_profiles_runs(tmp_path):
     def plan(axes):
         return main_runs(spec, axes, tmp_path, 55_000, lambda fam, var, f: lr_at[nearest_tuned(f, axes)])
     untuned = [f for f in whole["fractions"] if f not in whole["tuned_fractions"]]
-    for kept in ([untuned[-1]], untuned[:1] + whole["tuned_fractions"]):   # with and without a tuned fraction
-        piece = resolve_axes(spec, "cpu", fractions=kept)
+    pieces = [{"fractions": [untuned[-1]]}, {"fractions": untuned[:1] + whole["tuned_fractions"]},  # with and without a tuned fraction
+              {"seeds": whole["seeds"][1:]}, {"seeds": whole["seeds"][1:], "fractions": [untuned[-1]]}]   # without the first seed
+    for overrides in pieces:
+        piece = resolve_axes(spec, "cpu", **overrides)
         assert names(tuning_runs(spec, piece, tmp_path, 55_000, piece["families"])) == \
-            names(tuning_runs(spec, whole, tmp_path, 55_000, whole["families"]))
-        assert names(plan(piece)) < names(plan(whole))
+            names(tuning_runs(spec, whole, tmp_path, 55_000, whole["families"])), overrides
+        assert names(plan(piece)) < names(plan(whole)), overrides
 
 
 def test_sweep_overrides_are_checked():

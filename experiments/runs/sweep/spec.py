@@ -6,7 +6,7 @@ Findings and the Makefile know of an experiment), and one loader reads it with i
 
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
 the tuning stage trains each family at a grid of learning rates on the profile's tuned_fractions,
-else its smallest and largest fractions (first seed, never tested), and the main stage trains every family x fraction x
+else its smallest and largest fractions (the profile's first seed, never tested), and the main stage trains every family x fraction x
 seed x variant at the learning rate that won on validation at the nearest tuned fraction. Nothing
 else links runs except DeiT's teacher (the ResNet run of the same subset, seed and variant).
 """
@@ -393,6 +393,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
         "families": list(families or p.get("families") or spec["families"]),
         "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
         "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
+        "tuning_seed": int(p["seeds"][0]),  # whatever --seeds pick: pieces of the seeds compose
         "variants": list(variants or p.get("variants") or spec.get("variants", ["default"])),
         "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
         "epochs": p["epochs"], "min_steps": p["min_steps"], "max_steps": p.get("max_steps"),
@@ -467,6 +468,12 @@ def tuned_fractions(axes: dict) -> list[float]:
     return sorted({axes["fractions"][0], axes["fractions"][-1]})
 
 
+def tuning_seed(axes: dict) -> int:
+    """The seed the tuning stage trains at: the profile's first (so a piece of its seeds, SEEDS=, is
+    tuned as the whole profile is), else the first of the seeds."""
+    return axes.get("tuning_seed", axes["seeds"][0])
+
+
 def nearest_tuned(fraction: float, axes: dict) -> float:
     """The tuned fraction closest to `fraction` on a log scale (the smaller one on a tie)."""
     return min(tuned_fractions(axes), key=lambda t: (round(abs(math.log(fraction / t)), 9), t))
@@ -519,8 +526,8 @@ def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
 
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families: list[str],
                 teacher_dir: dict | None = None) -> list[Run]:
-    """The tuning stage for `families`: every lr of the grid at each tuned fraction, first seed."""
-    seed = axes["seeds"][0]
+    """The tuning stage for `families`: every lr of the grid at each tuned fraction, at the tuning seed."""
+    seed = tuning_seed(axes)
     runs = [plan_run(spec, axes, runs_dir, pool_size, family, fraction, seed, variant, lr, "tune")
             for variant in axes["variants"] for family in fit_order(families)
             for fraction in tuned_fractions(axes) for lr in axes["lrs"]]

@@ -1,7 +1,7 @@
 """`python -m experiments sweep`: run an experiment spec, resumably, in two stages.
 
 1. tune: each family trains at every learning rate of the profile's grid, at its tuned_fractions
-   (else its smallest and largest fraction; first seed); the winner on validation accuracy is recorded in
+   (else its smallest and largest fraction; the profile's first seed); the winner on validation accuracy is recorded in
    <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
 2. main: every family x fraction x seed x variant at the learning rate chosen at the nearest tuned
    fraction; the best-validation checkpoint is tested. The tuning run that won is the same run
@@ -43,7 +43,7 @@ from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
-from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
+from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions, tuning_seed,
                    tuning_runs)
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
@@ -260,7 +260,7 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
     except (OSError, ValueError):
         record = {}
     old = record.get("profiles", {}).get(axes["profile"])
-    fresh = {"metric": "val_acc_best", "seed": axes["seeds"][0], "fractions": tuned_fractions(axes),
+    fresh = {"metric": "val_acc_best", "seed": tuning_seed(axes), "fractions": tuned_fractions(axes),
              "grid": {"model.lr": axes["lrs"]}, "trials": records, "choices": uses}
     if not ran and old is not None and not _new_cells(old, fresh):
         return
@@ -350,7 +350,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fractions", nargs="+", type=float,
                    help="override the training fractions, each in (0, 1]; a profile with tuned_fractions still tunes "
                         "there (a piece of its plan), else they are tuned at their smallest and largest")
-    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
+    p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (tuning keeps the profile's first seed)")
     p.add_argument("--budget", help="override the budget (tiny, small, base)")
     p.add_argument("--dataset", help="override the dataset")
     p.add_argument("--variants", nargs="+", help="override the variants (default, strong)")
@@ -414,7 +414,7 @@ def main(argv: list[str]) -> int:
             elif waiting:
                 # the steps do not depend on the learning rate: the stage's cost is known before tuning
                 pending = main_runs(spec, {**axes, "families": waiting}, runs_dir, pool, lambda *key: axes["lrs"][0])
-                tuned = [r for r in pending if r.seed == axes["seeds"][0] and r.fraction in tuned_fractions(axes)]
+                tuned = [r for r in pending if r.seed == tuning_seed(axes) and r.fraction in tuned_fractions(axes)]
                 new = sum(r.steps for r in pending if r not in tuned)
                 rest = [r for r in pending if r not in tuned]
                 stages.append(("main, not yet planned", rest))
