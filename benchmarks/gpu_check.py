@@ -47,7 +47,7 @@ from experiments.runs.sweep.execute import model_flops  # noqa: E402
 from experiments.runs.sweep.spec import load_spec  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
-from packed_group import group, strong_augment  # noqa: E402
+from packed_group import group, profile_groups, strong_augment  # noqa: E402
 
 # Seconds, on a GPU and in the CPU smoke run (2 shared cores: each part mostly starting its process
 # and tracing the step): the whole run by its own clock (no part starts or runs past it), each part
@@ -86,17 +86,13 @@ def group_plan(a, work: Path) -> list:
     """The first packed group of the gpu profile's main stage for a.group_family at its smallest
     fraction, its seeds widened to fill a.members[0] members (both variants); in miniature with --smoke."""
     from datamodules import ImageClassificationDataModule
-    from experiments.runs.sweep.execute import pack_groups
-    from experiments.runs.sweep.spec import main_runs, resolve_axes
-    spec = load_spec("datascale")
-    axes = resolve_axes(spec, "gpu", families=[a.group_family], fractions=[a.group_fraction] if a.smoke else None,
-                        seeds=list(range(a.members[0])))
-    axes["fractions"] = axes["fractions"][:1]
-    if a.smoke:  # a few steps of small batches on the tests' small data set
-        axes.update(epochs=1, min_steps=4, max_steps=4, val_checks=2, val_size=100, batch_size=a.batch)
-    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
-    runs = main_runs(spec, axes, work / "group", pool, lambda *key: axes["lrs"][0])
-    return pack_groups(runs, a.members[0])[0]
+    # --smoke: a few steps of small batches on the tests' small data set
+    small = dict(epochs=1, min_steps=4, max_steps=4, val_checks=2, val_size=100, batch_size=a.batch)
+    groups, _ = profile_groups(a.group_family, a.members[0], list(range(a.members[0])), work / "group",
+                               lambda axes: len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])
+                                                ._splits["pool"]),
+                               fraction=a.group_fraction if a.smoke else None, miniature=small if a.smoke else None)
+    return groups[0]
 
 
 def part_compile(a, device, work: Path, sink) -> None:

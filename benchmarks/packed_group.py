@@ -2,6 +2,9 @@
 members on synthetic data already on the device (gpu_check, family_throughput, compiled_step)."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 import torch
 
 from datamodules.batch_augment import AugmentConfig, BatchAugment, member_draws, strong_inputs
@@ -59,3 +62,21 @@ def group(family: str, k: int, batch: int, device: torch.device, mode: str | Non
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are this one's inputs
         box["state"], box["losses"] = fn(box["state"], x, y, lr, **inputs())
     return call, box
+
+
+def profile_groups(family: str, members: int, seeds: list[int], work: Path, pool: Callable[[dict], int],
+                   fraction: float | None = None, variants: list[str] | None = None,
+                   miniature: dict | None = None) -> tuple[list[list], dict]:
+    """The datascale gpu profile's main-stage packed groups of `members` runs of `family` at its
+    smallest fraction (or `fraction`), over `seeds`, as the sweep plans and packs them (every run at
+    the grid's first lr), with `miniature` overriding the profile's schedule; and their axes. pool:
+    the training pool's size for the resolved axes (gpu_check, packed_stage)."""
+    from experiments.runs.sweep.execute import pack_groups
+    from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes
+    spec = load_spec("datascale")
+    axes = resolve_axes(spec, "gpu", families=[family], fractions=[fraction] if fraction else None, seeds=seeds,
+                        variants=variants)
+    axes["fractions"] = axes["fractions"][:1]
+    axes.update(miniature or {})
+    runs = main_runs(spec, axes, work, pool(axes), lambda *key: axes["lrs"][0])
+    return pack_groups(runs, members), axes

@@ -42,14 +42,11 @@ MODES = ("per group", "shared")
 def stage_groups(family: str, groups: int, members: int, steps: int, batch: int, work: Path) -> list[list[list[str]]]:
     """The fit_packed argument lists of each group: the gpu profile's first packed group, seeds
     widened to groups x members, in miniature; the second group 2 steps longer at another lr."""
-    from experiments.runs.sweep.execute import pack_groups
-    from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes
-    spec = load_spec("datascale")
-    axes = resolve_axes(spec, "gpu", families=[family], seeds=list(range(groups * members)), variants=["default"])
-    axes["fractions"] = axes["fractions"][:1]
-    axes.update(epochs=1, min_steps=steps, max_steps=steps, val_checks=1, val_size=100, batch_size=batch)
-    runs = main_runs(spec, axes, work, 59_000, lambda *key: axes["lrs"][0])
-    planned = pack_groups(runs, members)[:groups]
+    from packed_group import profile_groups
+    planned, axes = profile_groups(family, members, list(range(groups * members)), work, lambda axes: 59_000,
+                                   variants=["default"], miniature=dict(epochs=1, min_steps=steps, max_steps=steps,
+                                                                        val_checks=1, val_size=100, batch_size=batch))
+    planned = planned[:groups]
     longer = ["--trainer.max_steps", str(steps + 2), "--trainer.val_check_interval", str(steps + 2),
               "--model.lr", str(axes["lrs"][-1])]
     return [[[*r.args, "--test_after_fit", "false", *(longer if g == 1 else [])] for r in group]
