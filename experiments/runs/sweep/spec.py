@@ -6,9 +6,10 @@ Findings and the Makefile know of an experiment), and one loader reads it with i
 
 A run is one `python -m experiments fit ...` command with a fixed folder. A spec runs in two stages:
 the tuning stage trains each family at a grid of learning rates on the profile's tuned_fractions,
-else its smallest and largest fractions (the profile's first seed, never tested), and the main stage trains every family x fraction x
-seed x variant at the learning rate that won on validation at the nearest tuned fraction. Nothing
-else links runs except DeiT's teacher (the ResNet run of the same subset, seed and variant).
+else its smallest and largest fractions (the profile's first seed, never tested), and the main
+stage trains every family x fraction x seed x variant at the learning rate that won on validation
+at the nearest tuned fraction. Nothing else links runs except DeiT's teacher (the ResNet run of
+the same subset, seed and variant).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`python -m experiments sweep`: run an experiment spec, resumably, in two stages.
 
 1. tune: each family trains at every learning rate of the profile's grid, at its tuned_fractions
-   (else its smallest and largest fraction; the profile's first seed); the winner on validation accuracy is recorded in
-   <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
+   (else its smallest and largest fraction; the profile's first seed); the winner on validation
+   accuracy is recorded in <runs_dir>/<experiment>/tuning.json. These runs never load the test split.
 2. main: every family x fraction x seed x variant at the learning rate chosen at the nearest tuned
    fraction; the best-validation checkpoint is tested. The tuning run that won is the same run
    (same configuration, same folder): only its test is left to do, by its own `fit`, or, packed,
@@ -43,8 +43,8 @@ from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
-from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions, tuning_seed,
-                   tuning_runs)
+from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
+                                         tuning_runs, tuning_seed)
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
