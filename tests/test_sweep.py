@@ -21,8 +21,8 @@ import yaml
 from experiments.__main__ import main
 from experiments.runs.run.cli import resolve_run_dirs
 from experiments.runs.sweep.spec import load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions, tuning_runs
-from experiments.runs.sweep.execute import launch, run_status
-from experiments.runs.sweep.sweep import run_sweep
+from experiments.runs.sweep.execute import _record, launch, run_status
+from experiments.runs.sweep.sweep import print_plan, run_sweep
 from experiments.datascale.numbers import aggregate, collect, sample_efficiency
 from experiments.datascale.tables import findings, make_tables
 
@@ -296,6 +296,37 @@ def test_failed_runs_are_retried(sweep_env, in_process_launches):
     assert run_sweep(plan, launcher=lambda run: 1) == {plan[0].name: "failed"}
     assert run_status(plan[0]) == "failed"
     assert run_sweep(plan, launcher=launch) == {plan[0].name: "done"}
+
+
+def test_a_student_named_alone_plans_its_teachers_and_never_distils_from_a_record_without_weights(sweep_env, capsys):
+    """FAMILIES=deit (a piece of a profile) plans the ResNet teachers of its subsets and seeds too,
+    so no DeiT trains without a teacher; a teacher whose record came without its best checkpoint
+    (the reference keeps none) stops its student with a line saying so, in the dry run and the sweep,
+    and nothing is launched or retrained over the record."""
+    spec_path, runs = sweep_env
+    spec = load_spec(str(spec_path))
+    axes = resolve_axes(spec, "cpu", families=["deit"], fractions=[1.0])
+    assert axes["families"] == ["resnet", "deit"]
+    assert resolve_axes(spec, "cpu", families=["resnet", "vit"])["families"] == ["resnet", "vit"]  # no student: as named
+    plan = main_runs(spec, axes, runs, 540, lambda *key: 0.003)
+    teacher, student = plan
+    assert (teacher.family, student.family) == ("resnet", "deit") and student.teacher.endswith(teacher.run_dir.name)
+    _record(teacher, "done")  # a finished record, as copied from results/reference: no checkpoints/
+    launched = []
+    assert run_sweep([student], launcher=lambda run: launched.append(run) or 0) == {student.name: "failed"}
+    assert launched == []
+    error = json.loads((student.run_dir / "summary.json").read_text())["error"]
+    assert error == f"teacher run {student.teacher} is trained, but its folder has no best checkpoint (a record " \
+                    "without its weights): move it aside to retrain it"
+    assert json.loads((teacher.run_dir / "summary.json").read_text())["status"] == "done"  # the record untouched
+    print_plan("main stage", [student], axes)
+    assert "no best checkpoint" in capsys.readouterr().out
+    (teacher.run_dir / "checkpoints").mkdir()
+    (teacher.run_dir / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    assert run_sweep([student], launcher=lambda run: launched.append(run) or 1) == {student.name: "failed"}
+    assert launched == [student]  # with its weights there the student is launched
+    print_plan("main stage", [student], axes)
+    assert "no best checkpoint" not in capsys.readouterr().out
 
 
 def test_parallel_sweep_trains_one_family_after_another_costliest_runs_first(sweep_env):

@@ -297,8 +297,8 @@ def execute(run: Run, launcher: Callable[[Run], int | None]) -> str | None:
     status = run_status(run)
     if finished(run, status):
         return status
-    if run.teacher is not None and run_status(replace_dir(run, run.teacher)) not in TUNED:
-        record_failure(run, f"teacher run {run.teacher} is not trained")
+    if (problem := teacher_problem(run)) is not None:
+        record_failure(run, problem)
         return "failed"
     code = launcher(run)
     if code is None:
@@ -309,6 +309,30 @@ def execute(run: Run, launcher: Callable[[Run], int | None]) -> str | None:
     if status == "diverged":
         return status
     return _ended(run, status, code, f"exit status {code}; see log.txt")
+
+
+# why a student stops before its fit: the sweep does not retrain over a finished run
+WEIGHTLESS = "trained, but its folder has no best checkpoint (a record without its weights): move it aside to retrain it"
+
+
+def weightless_teacher(run: Run) -> bool:
+    """Whether a DeiT student's teacher run is trained but cannot teach: no best checkpoint in its
+    folder (the reference records keep none)."""
+    if run.teacher is None:
+        return False
+    teacher = replace_dir(run, run.teacher)
+    return run_status(teacher) in TUNED and not RunFolder(teacher.run_dir).best_checkpoint.is_file()
+
+
+def teacher_problem(run: Run) -> str | None:
+    """Why a DeiT student cannot distil from its teacher run yet, or None."""
+    if run.teacher is None:
+        return None
+    if weightless_teacher(run):
+        return f"teacher run {run.teacher} is {WEIGHTLESS}"
+    if run_status(replace_dir(run, run.teacher)) not in TUNED:
+        return f"teacher run {run.teacher} is not trained"
+    return None
 
 
 def _ended(run: Run, status: str | None, code: int, failure: str) -> str:
@@ -359,8 +383,8 @@ def execute_groups(groups: list[list[Run]], launcher: Callable[[list[list[Run]]]
     for group in groups:
         waiting = [r for r in group if not finished(r, run_status(r))]
         for r in waiting:
-            if r.teacher is not None and run_status(replace_dir(r, r.teacher)) not in TUNED:
-                record_failure(r, f"teacher run {r.teacher} is not trained")
+            if (problem := teacher_problem(r)) is not None:
+                record_failure(r, problem)
                 teachers.add(r.name)
         todo.append([r for r in waiting if r.name not in teachers])
     done: set[int] = set()

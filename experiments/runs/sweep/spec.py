@@ -418,6 +418,10 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     for f in axes["families"]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
+    if any(distils(f) for f in axes["families"]) and TEACHER not in axes["families"]:
+        # DeiT distils from the ResNet of its subset and seed: a piece naming the student alone
+        # (FAMILIES=deit) plans its teachers too (finished ones train nothing), never a DeiT without one
+        axes["families"] = [TEACHER, *axes["families"]]
     check_axes(axes)
     for r in axes["variants"]:
         if r not in spec["variant_args"]:

@@ -48,7 +48,8 @@ from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tune
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
-                                      phase_units, phases, run_cost, run_status, stoppable, stopping)
+                                      phase_units, phases, run_cost, run_status, stoppable, stopping,
+                                      WEIGHTLESS, weightless_teacher)
 from experiments.runs.sweep.slurm import print_status, regenerate_tables
 from experiments.runs.run.tensorboard import write_sweep_view
 from experiments.runs.sweep.estimate import estimate
@@ -337,7 +338,8 @@ def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1, jobs: int
     print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {batches} images"
           + packed_cost(runs, pack) + estimate(runs, jobs or axes.get("jobs") or 1, pack=pack))
     for r in runs:
-        print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]" + (f" (after {r.teacher})" if r.teacher else ""))
+        after = f" (after {r.teacher}" + (f": {WEIGHTLESS}" if weightless_teacher(r) else "") + ")" if r.teacher else ""
+        print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]{after}")
         print(r.shell())
 
 
@@ -346,7 +348,7 @@ def main(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default="datascale", help="an experiment with a spec.yaml under experiments/, or a .yaml path (default datascale)")
     p.add_argument("--profile", default=None, help="profile of the spec (default: gpu where a GPU is present, else cpu)")
-    p.add_argument("--families", nargs="+", help="override the profile's families")
+    p.add_argument("--families", nargs="+", help="override the profile's families (DeiT brings the ResNet it distils from)")
     p.add_argument("--fractions", nargs="+", type=float,
                    help="override the training fractions, each in (0, 1]; a profile with tuned_fractions still tunes "
                         "there (a piece of its plan), else they are tuned at their smallest and largest")
