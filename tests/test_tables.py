@@ -562,6 +562,10 @@ def test_sample_efficiency_marks_a_size_whose_runs_were_still_improving(tmp_path
     _run(exp, "swin", 1.0, 0, 0.75, plateaued=True)
     md = make_tables(exp, tmp_path / "out")[1].read_text()
     assert "| resnet | 10,000 † |" in md and "| swin | not reached † |" in md
+    # a family not run at the largest size is not said to miss the threshold there
+    _run(exp, "convnext", 0.1, 0, 0.70, plateaued=True)
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    assert "| convnext | not reached up to 1,000 |" in md and "| swin | not reached † |" in md
 
 
 def test_findings_give_every_family_its_catch_up_row_against_the_resnet(tmp_path):

@@ -435,7 +435,10 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
         if (family, st) not in eff:
             return ""
         size = eff[family, st]
-        return ("not reached" if size is None else f"{size:,}") + (f" {STILL_IMPROVING}" if unread(family, st) else "")
+        largest = max(r["train_size"] for r in rows if (r["family"], r["settings"]) == (family, st))
+        # a family not yet run at the table's largest sizes may reach it there: say how far it was run
+        missed = "not reached" + (f" up to {largest:,}" if largest < max(r["train_size"] for r in rows) else "")
+        return (missed if size is None else f"{size:,}") + (f" {STILL_IMPROVING}" if unread(family, st) else "")
     for family in dict.fromkeys(r["family"] for r in rows):
         out.append(f"| {family} | " + " | ".join(cell(family, st) for st in settings) + " |")
     if any(unread(*key) for key in eff):
