@@ -570,14 +570,16 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
             for i, f in enumerate(("vit", "vit", "resnet", "swin"))]
     vit, resnet = 52_158_800, 90_742_560  # forward FLOPs per image at 28x28x1, as their summaries record them
     table = {(CPU, "vit", "tiny", vit, 32, 1): 100.0, (CPU, "resnet", "tiny", resnet, 32, 1): 50.0}
-    # vit 2 x 6000 x 100 ms + resnet 6000 x 50 ms = 1,500 s, two at a time: 12.5 min; with 8 or 16 cores
-    # no less than the longest run (a ViT's 10 min)
-    assert estimate(runs[:3], 2, CPU, table) == ("; about 12 min on this device (2 at a time), about 10 min "
+    # vit 2 x 6000 x 100 ms = 2 x 10 min, resnet 6000 x 50 ms = 5 min; two at a time the ViTs train
+    # together and the ResNet then alone: 15 min (not the work over the jobs, 12.5); with 8 or 16 cores
+    # the longest run (a ViT's 10 min)
+    assert estimate(runs[:3], 2, CPU, table) == ("; about 15 min on this device (2 at a time), about 10 min "
                                                    "with 8 such cores, about 10 min with 16 such cores")
     assert estimate(runs, 1, CPU, table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
                                                "such cores, about 10 min with 16 such cores, not counting swin-tiny at "
                                                "batch 32 (no step time measured)")
-    assert estimate(runs[:1] * 20, 8, CPU, table) == ("; about 25 min on this device (8 at a time), about 12 min "
+    # 20 ViT runs of 10 min: 3 rounds on 8 jobs, 2 on 16
+    assert estimate(runs[:1] * 20, 8, CPU, table) == ("; about 30 min on this device (8 at a time), about 20 min "
                                                         "with 16 such cores")
     assert estimate(runs[3:], 1, CPU, table) == ("; no step time measured on this device for swin-tiny at batch "
                                                    "32, so no estimate")

@@ -25,6 +25,7 @@ engine runs packed steps eager: nothing to compile.
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 import statistics
 from collections import defaultdict
@@ -97,9 +98,13 @@ MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores
 
 
 def wall(minutes: list[float], jobs: int) -> float:
-    """Wall minutes of runs taking `minutes` each, `jobs` at a time: the work over the jobs, or the
-    longest run when that is longer."""
-    return max(sum(minutes) / max(1, jobs), max(minutes, default=0.0))
+    """Wall minutes of runs taking `minutes` each, `jobs` at a time: each starts on the first job to
+    free, the longest first (as the sweep starts a family's runs, costliest first). Not the work over
+    the jobs: 3 equal runs on 2 jobs take two runs' time, as the third trains alone."""
+    free = [0.0] * max(1, min(jobs, len(minutes)))  # a heap of the times each job frees
+    for m in sorted(minutes, reverse=True):
+        heapq.heapreplace(free, free[0] + m)
+    return max(free)
 
 
 def unit_minutes(units: list[list], device: str, table: dict[tuple, float],
@@ -160,12 +165,18 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     if not each:
         return (f"; no step time measured on this device for {', '.join(missing)}"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
-    text = f"; about {wall(each + c_each, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
+    # one process (a job at a time) compiles as it goes; each group a process of its own compiles
+    # within its own time, so a group's compile lengthens that group's place in the schedule
+    units_timed = [u for u in units if unit_key(u, device) in table]
+    with_compiles = each + c_each if jobs == 1 or not c_each else [
+        m + (compile_times.get((device, u[0].family, len(u), u[0].batch_size), 0.0) / 60 if len(u) > 1 else 0.0)
+        for m, u in zip(each, units_timed)]
+    text = f"; about {wall(with_compiles, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
     sources = ([STEP_SOURCE] if own else []) + (
         [f"{COMPILE_SOURCE} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
         if checked else [])
     if c_each:
-        text += (f", of which about {wall(each + c_each, jobs) - wall(each, jobs):.0f} min compiling "
+        text += (f", of which about {wall(with_compiles, jobs) - wall(each, jobs):.0f} min compiling "
                  f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: {' and '.join(sources)})")
     elif checked:
         text += f" (step times: {' and '.join(sources)})"
