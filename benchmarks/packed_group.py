@@ -79,4 +79,5 @@ def profile_groups(family: str, members: int, seeds: list[int], work: Path, pool
     axes["fractions"] = axes["fractions"][:1]
     axes.update(miniature or {})
     runs = main_runs(spec, axes, work, pool(axes), lambda *key: axes["lrs"][0])
-    return pack_groups(runs, members), axes
+    # `family`'s runs only: DeiT's plan brings its ResNet teachers (whose checkpoints its runs name)
+    return pack_groups([r for r in runs if r.family == family], members), axes

@@ -118,3 +118,13 @@ def test_its_processes_keep_an_environment_given_through_pythonpath(tmp_path, mo
                          text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["prepared", str(gpu_check.ROOT / "experiments" / "__init__.py")]
+
+
+def test_a_family_s_profile_groups_hold_its_runs_only_a_student_s_naming_its_teachers(tmp_path):
+    """The benchmarks' packed groups of the gpu profile are the named family's: DeiT's plan brings
+    its ResNet teachers, which are not DeiT's groups, and every DeiT member distils from one."""
+    from packed_group import profile_groups
+    for family in ("vit", "deit"):
+        groups, axes = profile_groups(family, 8, list(range(8)), tmp_path, lambda axes: 59_000)
+        assert groups and {r.family for g in groups for r in g} == {family}
+        assert all((r.teacher is not None) == (family == "deit") for g in groups for r in g)
