@@ -70,7 +70,7 @@ FAMILY_ORDER = $(shell $(PY) -m experiments families --names)
 
 .DEFAULT_GOAL := help
 .PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale-commands tables tensorboard families \
-	fit-families bench bench-levers bench-stage gpu-check safety reference clean-venv
+	fit-families bench bench-levers bench-stage bench-packed-cpu gpu-check safety reference clean-venv
 
 # each description wrapped under its target's column, so that the list fits in 100 columns
 help: ## list the targets
@@ -183,6 +183,10 @@ bench-levers: install ## the CPU speed levers per family against what the cpu pr
 
 bench-stage: install ## the packed engine on a miniature gpu stage: compilations and time when a stage's groups share one compiled step against compiling each group again (inductor, on this machine; -> results/packed_stage.txt)
 	set -o pipefail; $(PY) benchmarks/packed_stage.py | tee results/packed_stage.txt
+
+bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs them on this CPU: eager, one thread a run (the default jobs), 3 steps per family but DeiT (no teacher inside) at 8/6/4 members x batch 128, about 15 min on 2 cores (-> results/packed_steps_cpu.json: the gpu profile's dry run here prices its groups from them)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_check.py --device cpu --mode eager --parts compile --steps 3 \
+	  --families resnet vit swin convnext hybrid --part_limit 3000 --total_limit 3600
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \

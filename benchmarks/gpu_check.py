@@ -9,7 +9,10 @@ Parts, in this order (the most telling first), each in a process of its own kill
   compile  the packed step (modules/packed_step.PackedStep, bf16 autocast on CUDA) as a group calls it
            (the strong variant's augmentation inside) per member count of the gpu profile's groups
            (8, 6, 4) and family: compile time (compile, capture, replay once) and ms per captured
-           step; the dry run reads these rows (experiments/runs/sweep/estimate.py)
+           step; the dry run reads these rows (experiments/runs/sweep/estimate.py). On a CPU the
+           engine runs packed steps eager: `--device cpu --mode eager` times them so (nothing
+           compiled, the engine's precision), into results/packed_steps_cpu.json
+           (make bench-packed-cpu), and the dry run prices a gpu profile's groups there from them
   syncs    host synchronisations per captured step (the strong variant's augmentation and its
            counter-based draws inside), and per step of its host part (each member's crop and flip
            draws, the batch's place) (torch.cuda.set_sync_debug_mode("warn"), counted; CUDA only)
@@ -40,6 +43,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from experiments.runs.packed.loop import PRECISIONS  # noqa: E402
+from experiments.runs.run.cli import default_precision  # noqa: E402
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder  # noqa: E402
 from experiments.runs.run.summary import Summary  # noqa: E402
@@ -56,6 +61,7 @@ TOTAL_S = (480, 900)
 LIMITS = {"group": (200, 300), "compile": (170, 240), "syncs": (40, 120), "fit": (60, 240)}
 PARTS = tuple(LIMITS)
 MIN_PART_S = 15  # a part with less time left than this is skipped, not started
+EAGER = "eager"  # --mode: the step not compiled, as the engine runs a CPU's packed steps
 PROFILE_MEMBERS = (8, 6, 4)  # the gpu profile's group sizes (pack 8; tests/test_gpu_check.py reads them off its plan)
 warnings.filterwarnings("ignore", "There is a performance drop")
 
@@ -102,19 +108,24 @@ def part_compile(a, device, work: Path, sink) -> None:
     rows = []
     spec = load_spec("datascale")
     budget, dataset = spec["profiles"]["gpu"]["budget"], spec["dataset"]   # the models the gpu profile packs
+    eager = a.mode == EAGER
+    # eager: in the precision a run takes on this machine (the gpu profile pins none), as the engine would
+    autocast = PRECISIONS.get(default_precision()) if eager else "device"
     for k in a.members:
         for family in a.families:
-            captured, _ = group(family, k, a.batch, device, a.mode, a.backend, budget=budget, engine=True)
+            captured, _ = group(family, k, a.batch, device, None if eager else a.mode, a.backend, budget=budget,
+                                engine=True, autocast=autocast)
             t = time.perf_counter()
-            for _ in range(3):  # compile, capture, replay once
+            for _ in range(1 if eager else 3):  # compile, capture, replay once (eager: one warm-up step)
                 captured()
             sync(device)
-            compile_s = time.perf_counter() - t
+            compile_s = 0.0 if eager else time.perf_counter() - t
             c_s, util = timed(captured, a.steps, 0, device)
             # budget and FLOPs per image key the row as results/step_times.csv keys a packed group's step time
             rows.append({"family": family, "members": k, "batch": a.batch, "budget": budget,
                          "flops_per_image": model_flops(family, budget, dataset),
-                         "backend": a.backend, "mode": a.mode,
+                         "backend": "none" if eager else a.backend, "mode": a.mode,
+                         "precision": default_precision() if eager else None, "threads": torch.get_num_threads(),
                          "compile_s": round(compile_s, 1), "step_ms": round(1000 * c_s / a.steps, 3),
                          "images_per_s": round(k * a.batch * a.steps / c_s), "gpu_utilisation": util})
             sink({"rows": rows})
@@ -216,7 +227,8 @@ def main(argv=None) -> int:
     if a.part:  # a child: one part, its result written to --part_out as it grows
         return one_part(a)
     bad = [f"--{name} {value}" for name, values in (("members", a.members), ("batch", [a.batch]), ("steps", [a.steps]),
-                                                   ("total_limit", [a.total_limit])) for value in values if value < 1]
+                                                   ("total_limit", [a.total_limit]), ("part_limit", [a.part_limit or 1]))
+           for value in values if value < 1]
     if bad:
         print(f"error: {bad[0]}: allowed integers >= 1", file=sys.stderr)
         return 2
@@ -232,7 +244,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         for name in a.parts:
             left = a.total_limit - (time.perf_counter() - start)
-            limit = min(LIMITS[name][a.smoke], left)
+            limit = min(a.part_limit or LIMITS[name][a.smoke], left)
             if limit < MIN_PART_S:
                 summary["parts"][name] = {"status": "skipped", "seconds": 0.0, "limit_s": round(max(left, 0), 1),
                                           "result": {}, "error": [f"{left:.0f} s left of {a.total_limit} s"]}
@@ -270,8 +282,9 @@ def screen(summary: dict, out: Path) -> str:
         elif name == "fit" and "rc" in r:
             head += f"  rc {r['rc']}, {r.get('images_per_sec')} images/s, test acc {r.get('test_acc')}"
         lines.append(head + "".join(f"  {e}" for e in part.get("error", [])))
-        lines += [f"           {row['family']:9} x{row['members']:<3} compile {row['compile_s']:6.1f} s, "
-                  f"{row['step_ms']:8.2f} ms/step" for row in r.get("rows", [])]
+        lines += [f"           {row['family']:9} x{row['members']:<3} "
+                  + ("eager          " if row.get("mode") == EAGER else f"compile {row['compile_s']:6.1f} s")
+                  + f", {row['step_ms']:8.2f} ms/step" for row in r.get("rows", [])]
     return "\n".join(lines)
 
 
@@ -290,7 +303,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--group_fraction", type=float, default=0.05, help="(--smoke) the group's fraction")
     p.add_argument("--total_limit", type=int, default=None,
                    help=f"seconds for all parts (default {TOTAL_S[0]}; {TOTAL_S[1]} with --smoke)")
-    p.add_argument("--mode", default=None, help="torch.compile mode (default reduce-overhead on CUDA, else default)")
+    p.add_argument("--mode", default=None, help="torch.compile mode (default reduce-overhead on CUDA, else default); "
+                   f"{EAGER}: not compiled, as the engine runs packed steps on a CPU (its rows price a gpu profile's "
+                   "groups there)")
+    p.add_argument("--part_limit", type=int, default=None,
+                   help="seconds for each part (default: each part's own, " + ", ".join(f"{k} {v[0]}" for k, v in
+                                                                                         LIMITS.items()) + ")")
     p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; aot_eager with --smoke)")
     p.add_argument("--out", type=Path, default=None,
                    help="the summary (default results/gpu_check.json; a temporary folder's with --smoke)")
@@ -307,7 +325,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a.backend = a.backend or ("aot_eager" if small else "inductor")
     a.mode = a.mode or ("reduce-overhead" if a.device.startswith("cuda") else "default")
     a.out = a.out or (Path(tempfile.gettempdir()) / "gpu_check_smoke.json" if small
-                      else ROOT / "results" / "gpu_check.json")
+                      else ROOT / "results" / ("packed_steps_cpu.json" if a.mode == EAGER else "gpu_check.json"))
     return a
 
 

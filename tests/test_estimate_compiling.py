@@ -126,8 +126,13 @@ def test_gpu_checks_step_times_price_the_groups_no_sweep_has_measured(tmp_path):
     both = {(GPU, "vit", "tiny", vit, 128, 8): 6.0, (GPU, "vit", "tiny", vit, 128, 1): 1.0}
     assert estimate(nine, 1, GPU, {}, pack=8, compile_times=COMPILE, group_times=both).endswith(
         ", not counting vit-tiny at batch 128 (no step time measured)")
-    # on the CPU the engine compiles nothing, so a gpu-check's compiled step prices nothing there
-    assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times=_step_times(runs, CPU)) == (
+    # on the CPU the engine runs the step eager: its eager times there (read from eager rows only)
+    # price the groups, named as such, and nothing is compiled
+    assert estimate(runs, 1, CPU, {}, pack=8, compile_times=COMPILE, group_times=_step_times(runs, CPU)) == (
+        "; about 20 min on this device (1 at a time) (step times: results/packed_steps_cpu.json for 4 packed "
+        "groups, the step alone (validation and tests not counted)), about 6 min with 8 such cores, about 6 min "
+        "with 16 such cores")
+    assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times={}) == (
         f"; no step times measured on {CPU} (results/step_times.csv), so no estimate")
 
 
@@ -143,5 +148,30 @@ def test_the_group_step_times_are_the_same_rows_keyed_as_step_times_are(tmp_path
     _summary(path, GPU, rows)
     assert read_group_step_times(path) == {(GPU, "vit", "tiny", 52158800, 128, 8): 5.4}
     assert read_compile_times(path) == {(GPU, "vit", 8, 128): 41.5, (GPU, "hybrid", 8, 128): 41.5}
-    _summary(path, CPU, rows)
+    _summary(path, CPU, rows)   # on a CPU the engine compiles nothing: a compiled row prices nothing there
     assert read_group_step_times(path) == {} and read_group_step_times(tmp_path / "none.json") == {}
+    # gpu-check --mode eager on a CPU: its rows are the engine's step there (compiling nothing);
+    # on a GPU an eager row is not how the engine runs
+    eager = [{**row, "backend": "none", "mode": "eager", "compile_s": 0.0, "step_ms": 2700.0}, {**row, "family": "deit",
+             "backend": "none", "mode": "eager", "compile_s": 0.0}]
+    _summary(path, CPU, eager)
+    assert read_group_step_times(path) == {(CPU, "vit", "tiny", 52158800, 128, 8): 2700.0}
+    assert read_compile_times(path) == {}
+    _summary(path, GPU, eager)
+    assert read_group_step_times(path) == {} and read_compile_times(path) == {}
+
+
+def test_the_dry_run_reads_both_the_gpu_and_the_cpu_measurements(tmp_path, monkeypatch):
+    """By default the group step times come from results/gpu_check.json and
+    results/packed_steps_cpu.json together, each row keyed by the machine that measured it."""
+    import experiments.runs.sweep.estimate as est
+    row = {"family": "vit", "members": 8, "batch": 128, "budget": "tiny", "flops_per_image": 52158800}
+    monkeypatch.setattr(est, "COMPILE_TIMES", tmp_path / "gpu_check.json")
+    monkeypatch.setattr(est, "CPU_GROUP_TIMES", tmp_path / "packed_steps_cpu.json")
+    _summary(est.COMPILE_TIMES, GPU, [{**row, "backend": "inductor", "mode": "reduce-overhead", "compile_s": 41.5,
+                                       "step_ms": 5.4}])
+    assert read_group_step_times() == {(GPU, "vit", "tiny", 52158800, 128, 8): 5.4}  # the CPU file missing
+    _summary(est.CPU_GROUP_TIMES, CPU, [{**row, "backend": "none", "mode": "eager", "compile_s": 0.0, "step_ms": 2700.0}])
+    assert read_group_step_times() == {(GPU, "vit", "tiny", 52158800, 128, 8): 5.4,
+                                       (CPU, "vit", "tiny", 52158800, 128, 8): 2700.0}
+    assert read_compile_times() == {(GPU, "vit", 8, 128): 41.5}

@@ -128,3 +128,22 @@ def test_a_family_s_profile_groups_hold_its_runs_only_a_student_s_naming_its_tea
         groups, axes = profile_groups(family, 8, list(range(8)), tmp_path, lambda axes: 59_000)
         assert groups and {r.family for g in groups for r in g} == {family}
         assert all((r.teacher is not None) == (family == "deit") for g in groups for r in g)
+
+
+def test_eager_on_the_cpu_times_the_step_as_the_engine_runs_it_there(tmp_path, monkeypatch):
+    """--mode eager (make bench-packed-cpu): the compile part's step not compiled, in the precision a
+    run takes on this machine, one row per family and member count that the dry run reads as this
+    CPU's packed step times; its summary goes to results/packed_steps_cpu.json, not gpu_check.json."""
+    from experiments.runs.run.cli import default_precision
+    from experiments.runs.sweep.estimate import CPU_GROUP_TIMES, COMPILE_TIMES, read_group_step_times
+    from experiments.runs.run.provenance import hardware
+    assert gpu_check.parse(["--device", "cpu", "--mode", "eager"]).out == CPU_GROUP_TIMES
+    assert gpu_check.parse([]).out == COMPILE_TIMES
+    out = tmp_path / "packed_steps_cpu.json"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert gpu_check.main(["--device", "cpu", "--mode", "eager", "--parts", "compile", "--members", "2",
+                           "--batch", "4", "--steps", "1", "--families", "vit", "--out", str(out)]) == 0
+    [row] = json.loads(out.read_text())["parts"]["compile"]["result"]["rows"]
+    assert (row["mode"], row["backend"], row["compile_s"], row["threads"]) == ("eager", "none", 0.0, 1)
+    assert row["precision"] == default_precision() and row["step_ms"] > 0
+    assert read_group_step_times(out) == {(hardware(), "vit", "tiny", row["flops_per_image"], 4, 2): row["step_ms"]}

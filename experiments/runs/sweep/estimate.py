@@ -20,7 +20,9 @@ in each stage when one process trains a stage's groups (one run at a time), once
 group is a process of its own. A compiled group no sweep has measured yet is priced from the same
 rows' step times (the compiled step alone: its validations and tests are not counted, and the
 estimate says so), so that one `make gpu-check` makes a gpu profile's estimate real. On the CPU the
-engine runs packed steps eager: nothing to compile.
+engine runs packed steps eager: nothing to compile; the same compile part timed eager there, one
+thread a job as the sweep runs them (`make bench-packed-cpu`: results/packed_steps_cpu.json), prices
+a gpu profile's groups on that CPU the same way.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from modules.budgets import distils
 STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
 COMPILE_TIMES = STEP_TIMES.parent / "gpu_check.json"
+CPU_GROUP_TIMES = STEP_TIMES.parent / "packed_steps_cpu.json"  # gpu-check's compile part timed eager on a CPU
 STEP_SOURCE = f"results/{STEP_TIMES.name}"
 COLUMNS = ("device", "family", "budget", "flops_per_image", "batch_size", "members", "ms_per_step", "runs", "experiments")
 DONE = ("done", "fitted")  # a stage has nothing left to train of these
@@ -153,7 +156,8 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     compiled = compilations(units, jobs) if engine_mode(device) else []
     compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
-    group_times = (read_group_step_times() if group_times is None else group_times) if compiled else {}
+    # groups no sweep has measured: gpu-check's compiled steps on a GPU, its eager ones on a CPU
+    group_times = read_group_step_times() if group_times is None else group_times
     own = [u for u in units if unit_key(u, device) in table]
     checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
     # a sweep's own groups and runs first (their step times count everything); gpu-check's price groups only
@@ -173,7 +177,7 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
         for m, u in zip(each, units_timed)]
     text = f"; about {wall(with_compiles, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
     sources = ([STEP_SOURCE] if own else []) + (
-        [f"{COMPILE_SOURCE} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
+        [f"{group_source(device)} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
         if checked else [])
     if c_each:
         text += (f", of which about {wall(with_compiles, jobs) - wall(each, jobs):.0f} min compiling "
@@ -204,35 +208,53 @@ def _cpu(device: str) -> bool:
 COMPILE_SOURCE = f"results/{COMPILE_TIMES.name}"
 
 
+def group_source(device: str) -> str:
+    """Where a packed group's step time on `device` comes from when no sweep has measured it."""
+    return f"results/{CPU_GROUP_TIMES.name}" if _cpu(device) else COMPILE_SOURCE
+
+
 def engine_mode(device: str) -> str | None:
     """The torch.compile mode packed_loop.GroupLoop compiles a group's step in on `device` (a
     `hardware` string; compile auto): CUDA graphs on a GPU, None (eager) on the CPU."""
     return None if _cpu(device) else "reduce-overhead"
 
 
-def _engine_rows(path: Path | None) -> tuple[str, list[dict]]:
-    """The device and the rows of a gpu-check summary's compile part (results/gpu_check.json by
-    default) compiled as the engine compiles on that device (inductor, engine_mode), but a distilling
-    family's (DeiT's: measured without its teacher, so it stays unmeasured); no rows without one."""
-    try:
-        summary = json.loads((COMPILE_TIMES if path is None else path).read_text())
-        device, rows = summary["hardware"], summary["parts"]["compile"]["result"]["rows"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "", []
-    if not isinstance(device, str) or not isinstance(rows, list):
-        return "", []
-    # gpu-check's step has no teacher inside: a distilling family's group would be priced too low
-    return device, [r for r in rows if isinstance(r, dict) and r.get("backend") == "inductor"
-                    and r.get("mode", "-") == engine_mode(device) and not distils(str(r.get("family")))]
+def _engine_rows(path: Path | None) -> list[tuple[str, dict]]:
+    """(device, row) for the rows of a gpu-check summary's compile part (by default both
+    results/gpu_check.json and results/packed_steps_cpu.json) that ran the step as the engine runs it
+    on that device (engine_row), but a distilling family's (DeiT's: measured without its teacher, so
+    it stays unmeasured); none from a file that is missing or malformed."""
+    out = []
+    for source in ((COMPILE_TIMES, CPU_GROUP_TIMES) if path is None else (path,)):
+        try:
+            summary = json.loads(source.read_text())
+            device, rows = summary["hardware"], summary["parts"]["compile"]["result"]["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not isinstance(device, str) or not isinstance(rows, list):
+            continue
+        # gpu-check's step has no teacher inside: a distilling family's group would be priced too low
+        out += [(device, r) for r in rows if isinstance(r, dict) and engine_row(r, device)
+                and not distils(str(r.get("family")))]
+    return out
+
+
+def engine_row(row: dict, device: str) -> bool:
+    """Whether a compile row timed the step as the engine runs it on `device`: compiled by inductor
+    in engine_mode on a GPU, eager (gpu-check --mode eager) on a CPU."""
+    mode = engine_mode(device)
+    if mode is None:
+        return row.get("mode") == "eager"
+    return row.get("backend") == "inductor" and row.get("mode", "-") == mode
 
 
 def read_compile_times(path: Path | None = None) -> dict[tuple, float]:
     """(device, family, members, batch size) -> seconds to compile a packed group's step, from the
     compile part of a gpu-check summary (benchmarks/gpu_check.py): its rows compiled as the engine
-    compiles on that device; {} without one, and a row without those fields is left out."""
-    device, rows = _engine_rows(path)
+    compiles on that device (an eager row compiles nothing); {} without one, and a row without those
+    fields is left out."""
     times = {}
-    for r in rows:
+    for device, r in _engine_rows(path):
         try:
             if float(r["compile_s"]) > 0:
                 times[device, r["family"], int(r["members"]), int(r["batch"])] = float(r["compile_s"])
@@ -243,11 +265,10 @@ def read_compile_times(path: Path | None = None) -> dict[tuple, float]:
 
 def read_group_step_times(path: Path | None = None) -> dict[tuple, float]:
     """(device, family, budget, FLOPs per image, batch size, members) -> ms per step of a packed
-    group's compiled step, as results/step_times.csv keys a group's, from the same rows of a gpu-check
-    summary (step_ms: the step alone, its validations and tests not counted); {} without one."""
-    device, rows = _engine_rows(path)
+    group's step as the engine runs it there, as results/step_times.csv keys a group's, from the same
+    rows (step_ms: the step alone, its validations and tests not counted); {} without any."""
     times = {}
-    for r in rows:
+    for device, r in _engine_rows(path):
         try:
             if float(r["step_ms"]) > 0:
                 times[device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]),
