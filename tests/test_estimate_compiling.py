@@ -47,10 +47,11 @@ def test_one_process_per_stage_compiles_once_per_family_and_member_count(tmp_pat
     assert estimate(runs, 1, GPU, _step_times(runs, GPU), pack=8, compile_times=COMPILE) == (
         "; about 25 min on this device (1 at a time), of which about 5 min compiling 3 packed steps "
         "(compile times: results/gpu_check.json; step times: results/step_times.csv)")
-    # each group a process compiling its own step: groups of 6 + 2, 6 + 2, 3 + 1 and 5 + 2 min on 2
-    # jobs, the longest first, end at 15 min; their steps alone (6, 6, 5, 3) at 11
+    # each group a process compiling its own step, the stages one after the other: the tuning stage's
+    # ResNet group (3 + 1 min), then its ViT groups (6 + 2 each) on 2 jobs end at 12 min, the main
+    # stage's ViT group (5 + 2) at 19; their steps alone at 9 + 5 = 14
     assert estimate(runs, 2, GPU, _step_times(runs, GPU), pack=8, compile_times=COMPILE).startswith(
-        "; about 15 min on this device (2 at a time), of which about 4 min compiling 4 packed steps")
+        "; about 19 min on this device (2 at a time), of which about 5 min compiling 4 packed steps")
 
 
 def test_what_was_never_measured_is_named_not_guessed(tmp_path):
@@ -74,7 +75,8 @@ def test_on_the_cpu_packed_steps_run_eager_so_nothing_is_compiled(tmp_path):
     runs = _plan(tmp_path)
     on_cpu = {(CPU, *k[1:]): v for k, v in COMPILE.items()}
     assert estimate(runs, 1, CPU, _step_times(runs, CPU), pack=8, compile_times=on_cpu) == (
-        "; about 20 min on this device (1 at a time), about 6 min with 8 such cores, about 6 min with 16 such cores")
+        "; about 20 min on this device (1 at a time), about 11 min with 8 such cores, about 11 min with 16 such "
+        "cores")   # the stages one after the other: the tuning stage's longest group (6), then the main stage's (5)
 
 
 def test_the_compile_times_are_gpu_checks_rows_compiled_as_the_engine_compiles(tmp_path):
@@ -130,8 +132,8 @@ def test_gpu_checks_step_times_price_the_groups_no_sweep_has_measured(tmp_path):
     # price the groups, named as such, and nothing is compiled
     assert estimate(runs, 1, CPU, {}, pack=8, compile_times=COMPILE, group_times=_step_times(runs, CPU)) == (
         "; about 20 min on this device (1 at a time) (step times: results/packed_steps_cpu.json for 4 packed "
-        "groups, the step alone (validation and tests not counted)), about 6 min with 8 such cores, about 6 min "
-        "with 16 such cores")
+        "groups, the step alone (validation and tests not counted)), about 11 min with 8 such cores, about 11 "
+        "min with 16 such cores")
     assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times={}) == (
         f"; no step times measured on {CPU} (results/step_times.csv), so no estimate")
 

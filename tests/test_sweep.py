@@ -578,6 +578,16 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     assert estimate(runs, 1, CPU, table) == ("; about 25 min on this device (1 at a time), about 10 min with 8 "
                                                "such cores, about 10 min with 16 such cores, not counting swin-tiny at "
                                                "batch 32 (no step time measured)")
+    # phases one after the other: a DeiT student starts after every teacher, a main stage after its
+    # tuning; so a ResNet and a DeiT of 5 min take 10 min on 2 jobs, as do two ViTs of different stages
+    from experiments.runs.sweep.execute import flops_per_image
+    deit = Run(9, "deit_0", "deit", 0.1, 0, "default", (), run_dir=tmp_path / "deit_0", steps=6000, batch_size=32)
+    assert estimate([runs[2], deit], 2, CPU, {**table, (CPU, "deit", "tiny", flops_per_image(deit), 32, 1): 50.0}) \
+        .startswith("; about 10 min on this device (2 at a time)")
+    assert estimate([runs[2], replace(runs[2], name="resnet_9", run_dir=tmp_path / "r9")], 2, CPU, table) \
+        .startswith("; about 5 min on this device (2 at a time)")   # the same phase: side by side
+    assert estimate([replace(runs[2], stage="tune"), replace(runs[2], name="resnet_9", run_dir=tmp_path / "r9")], 2,
+                    CPU, table).startswith("; about 10 min on this device (2 at a time)")
     # 20 ViT runs of 10 min: 3 rounds on 8 jobs, 2 on 16
     assert estimate(runs[:1] * 20, 8, CPU, table) == ("; about 30 min on this device (8 at a time), about 20 min "
                                                         "with 16 such cores")

@@ -8,8 +8,9 @@ configuration's: a ViT at patch 2 costs about 5x one at patch 4), batch size and
 single run; K: a packed group of K, trained by its own loop), the median milliseconds per optimisation step (a
 run's or a group's fit wall time, its validations included, over its steps). Those ran as their
 profiles ran them, `jobs` at a time with the cores split between them, so the dry run's estimate of
-a stage is the sum of steps x ms/step over the runs (or packed groups) it still has to train, over
-the jobs at a time. A device, model configuration or group size with no measured step time gets that
+a stage prices each run (or packed group) it still has to train at steps x ms/step and schedules
+them as the sweep trains them: `jobs` at a time, each on the first job to free, in the sweep's order,
+the DeiT students after every teacher and a main stage after its tuning (wall, ordered_phases). A device, model configuration or group size with no measured step time gets that
 said, never a guess.
 
 Where the engine compiles a packed group's step (on a GPU: packed_loop.GroupLoop, compile auto), the
@@ -35,7 +36,8 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
-from experiments.runs.sweep.execute import flops_per_image, gpu_sharing, run_hardware, run_status, units_of
+from experiments.runs.sweep.execute import (family_phases, flops_per_image, gpu_sharing, phase_units, queue_order,
+                                            run_hardware, run_status)
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
 from modules.budgets import distils
@@ -101,13 +103,28 @@ MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores
 
 
 def wall(minutes: list[float], jobs: int) -> float:
-    """Wall minutes of runs taking `minutes` each, `jobs` at a time: each starts on the first job to
-    free, the longest first (as the sweep starts a family's runs, costliest first). Not the work over
-    the jobs: 3 equal runs on 2 jobs take two runs' time, as the third trains alone."""
+    """Wall minutes of units taking `minutes` each, in the order the workers take them, `jobs` at a
+    time: each starts on the first job to free. Not the work over the jobs: 3 equal runs on 2 jobs
+    take two runs' time, as the third trains alone."""
     free = [0.0] * max(1, min(jobs, len(minutes)))  # a heap of the times each job frees
-    for m in sorted(minutes, reverse=True):
+    for m in minutes:
         heapq.heapreplace(free, free[0] + m)
     return max(free)
+
+
+def phased_wall(phases: list[list[float]], jobs: int) -> float:
+    """Phases one after another (stages, and in each the teachers before their students), each
+    scheduled as wall schedules it."""
+    return sum(wall(p, jobs) for p in phases)
+
+
+def ordered_phases(runs: list, pack: int) -> list[list[list]]:
+    """The units (a run, or a packed group) of `runs` as the sweep trains them: stage by stage, in
+    each its family phases (execute.family_phases: the DeiT students after every teacher), a phase's
+    units in the order its workers take them (execute.queue_order)."""
+    return [queue_order(phase_units(phase, pack), phase)
+            for stage in dict.fromkeys(r.stage for r in runs)
+            for phase in family_phases([r for r in runs if r.stage == stage])]
 
 
 def unit_minutes(units: list[list], device: str, table: dict[tuple, float],
@@ -152,7 +169,8 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     todo = [r for r in runs if run_status(r) not in DONE]
     if not todo:
         return "; nothing left to train"
-    units = units_of(todo, pack)
+    phased = ordered_phases(todo, pack)
+    units = [u for phase in phased for u in phase]
     compiled = compilations(units, jobs) if engine_mode(device) else []
     compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
@@ -169,23 +187,24 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     if not each:
         return (f"; no step time measured on this device for {', '.join(missing)}"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
-    # one process (a job at a time) compiles as it goes; each group a process of its own compiles
-    # within its own time, so a group's compile lengthens that group's place in the schedule
-    units_timed = [u for u in units if unit_key(u, device) in table]
-    with_compiles = each + c_each if jobs == 1 or not c_each else [
-        m + (compile_times.get((device, u[0].family, len(u), u[0].batch_size), 0.0) / 60 if len(u) > 1 else 0.0)
-        for m, u in zip(each, units_timed)]
-    text = f"; about {wall(with_compiles, jobs):.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
+    steps = [unit_minutes(phase, device, table)[0] for phase in phased]
+    if jobs <= 1:  # one process compiles as it goes
+        total = phased_wall(steps, jobs) + sum(c_each)
+    else:  # each group a process of its own compiles in its own time: its place in the schedule grows
+        total = phased_wall([[m + unit_compile(u, device, compile_times) for m, u in
+                              zip(minutes, [u for u in phase if unit_key(u, device) in table])]
+                             for minutes, phase in zip(steps, phased)], jobs)
+    text = f"; about {total:.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
     sources = ([STEP_SOURCE] if own else []) + (
         [f"{group_source(device)} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
         if checked else [])
     if c_each:
-        text += (f", of which about {wall(with_compiles, jobs) - wall(each, jobs):.0f} min compiling "
+        text += (f", of which about {total - phased_wall(steps, jobs):.0f} min compiling "
                  f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: {' and '.join(sources)})")
     elif checked:
         text += f" (step times: {' and '.join(sources)})"
     if _cpu(device):  # a run per core, each at the speed measured here
-        text += "".join(f", about {wall(each, cores):.0f} min with {cores} such cores"
+        text += "".join(f", about {phased_wall(steps, cores):.0f} min with {cores} such cores"
                         for cores in MORE_CORES if cores > jobs)
     return (text + (f", not counting {', '.join(missing)} (no step time measured)" if missing else "")
             + (f", not counting compiling {', '.join(c_missing)} (no compile time measured in {COMPILE_SOURCE}: "
@@ -285,6 +304,11 @@ def compilations(units: list[list], jobs: int) -> list[tuple]:
     group where each group is a process of its own (jobs above 1)."""
     keys = [(u[0].stage, u[0].family, len(u), u[0].batch_size) for u in units if len(u) > 1]
     return [k[1:] for k in (keys if jobs > 1 else dict.fromkeys(keys))]
+
+
+def unit_compile(unit: list, device: str, times: dict[tuple, float]) -> float:
+    """The minutes a packed group's own process spends compiling its step (0: a run alone, or none measured)."""
+    return times.get((device, unit[0].family, len(unit), unit[0].batch_size), 0.0) / 60 if len(unit) > 1 else 0.0
 
 
 def compile_minutes(compiled: list[tuple], device: str, times: dict[tuple, float]) -> tuple[list[float], list[str]]:

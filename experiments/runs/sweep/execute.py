@@ -437,6 +437,14 @@ def phases(todo: list[Run], pack: int) -> list[list[list[Run]]]:
                                                    [r for r in todo if r.teacher is not None])]
 
 
+def queue_order(units: list[list[Run]], phase: list[Run]) -> list[list[Run]]:
+    """A phase's units in the order its workers take them when several train at a time: family by
+    family (their order in the phase), within a family the costliest first, so that no long run
+    starts last while the other workers idle (a tested-only run costs nothing)."""
+    rank = {f: i for i, f in enumerate(dict.fromkeys(r.family for r in phase))}
+    return sorted(units, key=lambda u: (rank[u[0].family], -sum(run_cost(r) for r in u if run_status(r) != "fitted")))
+
+
 def family_phases(todo: list[Run]) -> list[list[Run]]:
     """The runs to do in family order, in two phases: every family but the DeiT students, the
     teachers' family first and the others in their order of appearance, then the students (after

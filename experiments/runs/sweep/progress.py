@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from experiments.runs.sweep.estimate import DONE, read_step_times, unit_minutes, wall
-from experiments.runs.sweep.execute import finished, run_hardware, run_status, units_of
+from experiments.runs.sweep.estimate import DONE, ordered_phases, phased_wall, read_step_times, unit_minutes
+from experiments.runs.sweep.execute import finished, run_hardware, run_status
 from experiments.runs.run.record import read_progress
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.spec import Run
@@ -112,30 +112,33 @@ class SweepProgress:
 
     # ---------------- the time left ----------------
     def left(self) -> str:
-        units = [u for runs in self.stages.values()
-                 for u in units_of([r for r in runs if not finished(r, run_status(r))], self.pack)]
-        if not units:
+        left = [r for runs in self.stages.values() for r in runs if not finished(r, run_status(r))]
+        if not left:
             return "nothing left to train"
-        seconds, missing = self._seconds([u for u in units if self._steps_left(u) > 0])
+        seconds, missing = self._seconds([[u for u in phase if self._steps_left(u) > 0]
+                                          for phase in ordered_phases(left, self.pack)])
         if seconds is None:
             return f"no estimate (no step time measured on this device for {', '.join(missing)})"
         if self.timed:  # as much slower or faster as the runs that finished here were
             seconds *= sum(t for t, _ in self.timed) / sum(e for _, e in self.timed)
         return f"about {clock_text(seconds)} left" + (f", not counting {', '.join(missing)}" if missing else "")
 
-    def _seconds(self, units: list[list[Run]]) -> tuple[float | None, list[str]]:
-        """Wall seconds of what `units` have left (the runs `jobs` at a time), and what has no step time."""
-        if not units:
+    def _seconds(self, phases: list[list[list[Run]]]) -> tuple[float | None, list[str]]:
+        """Wall seconds of what the units of `phases` (one after another) have left, `jobs` at a time,
+        and what has no step time."""
+        if not any(phases):
             return 0.0, []
         minutes, missing = [], []
-        for u in units:
-            each, none = unit_minutes([u], self._device, self._table, steps=self._steps_left)
-            minutes += each
-            missing += [m for m in none if m not in missing]
-        return (60 * wall(minutes, self.jobs) if minutes else None), missing
+        for phase in phases:
+            minutes.append([])
+            for u in phase:
+                each, none = unit_minutes([u], self._device, self._table, steps=self._steps_left)
+                minutes[-1] += each
+                missing += [m for m in none if m not in missing]
+        return (60 * phased_wall(minutes, self.jobs) if any(minutes) else None), missing
 
     def _unit_seconds(self, unit: list[Run]) -> float | None:
-        seconds, missing = self._seconds([unit])
+        seconds, missing = self._seconds([[unit]])
         return None if missing else seconds
 
     @staticmethod

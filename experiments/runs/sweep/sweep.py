@@ -48,7 +48,7 @@ from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tune
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
-                                      phase_units, phases, run_cost, run_status, stoppable, stopping,
+                                      phase_units, phases, queue_order, run_status, stoppable, stopping,
                                       WEIGHTLESS, weightless_teacher)
 from experiments.runs.sweep.slurm import print_status, regenerate_tables
 from experiments.runs.run.tensorboard import write_sweep_view
@@ -134,12 +134,8 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
                 for u in units:
                     one(u)
             else:
-                # family by family, within a family the costliest first, so that no long run starts
-                # last while the other workers idle
-                rank = {f: i for i, f in enumerate(dict.fromkeys(r.family for r in phase))}
-                units.sort(key=lambda u: (rank[u[0].family], -sum(run_cost(r) for r in u if run_status(r) != "fitted")))
                 with ThreadPoolExecutor(jobs) as pool:
-                    list(pool.map(one, units))
+                    list(pool.map(one, queue_order(units, phase)))
     return results
 
 
