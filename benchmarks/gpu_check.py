@@ -52,6 +52,7 @@ from experiments.runs.sweep.execute import model_flops  # noqa: E402
 from experiments.runs.sweep.spec import load_spec  # noqa: E402
 from family_throughput import sync, timed  # noqa: E402
 from modules import FAMILIES  # noqa: E402
+from modules.budgets import distils  # noqa: E402
 from packed_group import group, profile_groups, strong_augment  # noqa: E402
 
 # Seconds, on a GPU and in the CPU smoke run (2 shared cores: each part mostly starting its process
@@ -227,7 +228,8 @@ def main(argv=None) -> int:
     if a.part:  # a child: one part, its result written to --part_out as it grows
         return one_part(a)
     bad = [f"--{name} {value}" for name, values in (("members", a.members), ("batch", [a.batch]), ("steps", [a.steps]),
-                                                   ("total_limit", [a.total_limit]), ("part_limit", [a.part_limit or 1]))
+                                                   ("total_limit", [a.total_limit]),
+                                                   ("part_limit", [] if a.part_limit is None else [a.part_limit]))
            for value in values if value < 1]
     if bad:
         print(f"error: {bad[0]}: allowed integers >= 1", file=sys.stderr)
@@ -299,7 +301,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=None, help="images per member per step (default 128)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per compile row (default 20)")
     p.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
-    p.add_argument("--group_family", default="vit", choices=FAMILIES, help="the group part's family (default vit)")
+    p.add_argument("--group_family", default="vit", choices=[f for f in FAMILIES if not distils(f)],
+                   help="the group part's family (default vit; not DeiT, whose teachers it does not train)")
     p.add_argument("--group_fraction", type=float, default=0.05, help="(--smoke) the group's fraction")
     p.add_argument("--total_limit", type=int, default=None,
                    help=f"seconds for all parts (default {TOTAL_S[0]}; {TOTAL_S[1]} with --smoke)")
@@ -315,6 +318,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)   # a child's one part
     p.add_argument("--part_out", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.mode == EAGER and (a.device != "cpu" or a.parts not in (["compile"], list(PARTS))):
+        p.error(f"--mode {EAGER}: allowed with --device cpu and the compile part only (the engine runs packed "
+                "steps eager on a CPU; on a GPU it compiles them)")
+    if a.mode == EAGER:
+        a.parts = ["compile"]
     small = a.smoke
     a.device = a.device or ("cpu" if small else "cuda")
     a.families = a.families or (["vit"] if small else list(FAMILIES))

@@ -34,6 +34,7 @@ import torch
 
 from experiments.runs.run.provenance import hardware, versions
 from modules import FAMILIES
+from modules.budgets import distils
 
 warnings.filterwarnings("ignore")
 MODES = ("per group", "shared")
@@ -100,7 +101,8 @@ def in_own_process(mode: str, a) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--family", default="vit", choices=FAMILIES)
+    p.add_argument("--family", default="vit", choices=[f for f in FAMILIES if not distils(f)],
+                   help="(not DeiT: its members distil from ResNet teachers this miniature does not train)")
     p.add_argument("--groups", type=int, default=3, help="packed groups in the stage (default 3)")
     p.add_argument("--members", type=int, default=2, help="members per group (default 2)")
     p.add_argument("--steps", type=int, default=6, help="steps of the first group (default 6)")

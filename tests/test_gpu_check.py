@@ -23,7 +23,8 @@ def test_without_cuda_one_line_and_nothing_written(tmp_path, capsys):
     assert not (tmp_path / "s.json").exists()
 
 
-@pytest.mark.parametrize("bad", [["--members", "8", "0"], ["--batch", "-1"], ["--steps", "0"], ["--total_limit", "0"]])
+@pytest.mark.parametrize("bad", [["--members", "8", "0"], ["--batch", "-1"], ["--steps", "0"], ["--total_limit", "0"],
+                                 ["--part_limit", "0"]])
 def test_a_bad_size_one_line_and_nothing_written(tmp_path, capsys, bad):
     assert gpu_check.main(["--smoke", *bad, "--out", str(tmp_path / "s.json")]) == 2
     err = capsys.readouterr().err.strip()
@@ -147,3 +148,14 @@ def test_eager_on_the_cpu_times_the_step_as_the_engine_runs_it_there(tmp_path, m
     assert (row["mode"], row["backend"], row["compile_s"], row["threads"]) == ("eager", "none", 0.0, 1)
     assert row["precision"] == default_precision() and row["step_ms"] > 0
     assert read_group_step_times(out) == {(hardware(), "vit", "tiny", row["flops_per_image"], 4, 2): row["step_ms"]}
+
+
+def test_eager_is_the_cpu_s_compile_part_only(capsys):
+    """--mode eager times what the engine runs on a CPU: on a GPU (the default device) or with another
+    part it is refused in one line, and alone it runs the compile part only."""
+    for argv in (["--mode", "eager"], ["--mode", "eager", "--device", "cpu", "--parts", "group"]):
+        with pytest.raises(SystemExit) as stop:
+            gpu_check.parse(argv)
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert stop.value.code == 2 and "--mode eager: allowed with --device cpu and the compile part only" in err
+    assert gpu_check.parse(["--mode", "eager", "--device", "cpu"]).parts == ["compile"]

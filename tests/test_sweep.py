@@ -316,8 +316,8 @@ def test_a_student_named_alone_plans_its_teachers_and_never_distils_from_a_recor
     assert run_sweep([student], launcher=lambda run: launched.append(run) or 0) == {student.name: "failed"}
     assert launched == []
     error = json.loads((student.run_dir / "summary.json").read_text())["error"]
-    assert error == f"teacher run {student.teacher} is trained, but its folder has no best checkpoint (a record " \
-                    "without its weights): move it aside to retrain it"
+    assert error == f"teacher run {student.teacher}: it has a record but no best checkpoint: move {teacher.run_dir} " \
+                    "aside to retrain it"
     assert json.loads((teacher.run_dir / "summary.json").read_text())["status"] == "done"  # the record untouched
     print_plan("main stage", [student], axes)
     assert "no best checkpoint" in capsys.readouterr().out
@@ -327,6 +327,15 @@ def test_a_student_named_alone_plans_its_teachers_and_never_distils_from_a_recor
     assert launched == [student]  # with its weights there the student is launched
     print_plan("main stage", [student], axes)
     assert "no best checkpoint" not in capsys.readouterr().out
+    # a student planned with no teacher (its ResNet's tuning unfinished) never trains on labels alone
+    orphan = replace(student, teacher=None, name="orphan", run_dir=student.run_dir.parent / "orphan")
+    assert run_sweep([orphan], launcher=lambda run: launched.append(run) or 0) == {orphan.name: "failed"}
+    assert launched == [student] and "no teacher run is planned" in json.loads(
+        (orphan.run_dir / "summary.json").read_text())["error"]
+    alone = replace(orphan, args=orphan.args + ("--model.distillation", "none"), name="alone",
+                    run_dir=student.run_dir.parent / "alone")   # DeiT trained alone (exp-distill's "none")
+    assert run_sweep([alone], launcher=lambda run: launched.append(run) or 1) == {alone.name: "failed"}
+    assert launched[-1] == alone
 
 
 def test_parallel_sweep_trains_one_family_after_another_costliest_runs_first(sweep_env):

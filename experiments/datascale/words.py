@@ -431,13 +431,17 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
         return any(r["still_improving"] for r in rows if (r["family"], r["settings"]) == (family, st)
                    and (size is None or r["train_size"] <= size))
 
+    largest = {}  # (family or None: every family, settings) -> the largest training set run
+    for r in rows:
+        for key in ((r["family"], r["settings"]), (None, r["settings"])):
+            largest[key] = max(largest.get(key, 0), r["train_size"])
+
     def cell(family: str, st: str) -> str:
         if (family, st) not in eff:
             return ""
-        size = eff[family, st]
-        largest = max(r["train_size"] for r in rows if (r["family"], r["settings"]) == (family, st))
-        # a family not yet run at the table's largest sizes may reach it there: say how far it was run
-        missed = "not reached" + (f" up to {largest:,}" if largest < max(r["train_size"] for r in rows) else "")
+        size, run_to = eff[family, st], largest[family, st]
+        # a family not yet run at the column's largest sizes may reach it there: say how far it was run
+        missed = "not reached" + (f" up to {run_to:,}" if run_to < largest[None, st] else "")
         return (missed if size is None else f"{size:,}") + (f" {STILL_IMPROVING}" if unread(family, st) else "")
     for family in dict.fromkeys(r["family"] for r in rows):
         out.append(f"| {family} | " + " | ".join(cell(family, st) for st in settings) + " |")

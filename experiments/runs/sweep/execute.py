@@ -311,25 +311,37 @@ def execute(run: Run, launcher: Callable[[Run], int | None]) -> str | None:
     return _ended(run, status, code, f"exit status {code}; see log.txt")
 
 
-# why a student stops before its fit: the sweep does not retrain over a finished run
-WEIGHTLESS = "trained, but its folder has no best checkpoint (a record without its weights): move it aside to retrain it"
-
-
-def weightless_teacher(run: Run) -> bool:
-    """Whether a DeiT student's teacher run is trained but cannot teach: no best checkpoint in its
-    folder (the reference records keep none)."""
+def weightless_teacher(run: Run) -> Path | None:
+    """The folder of a DeiT student's teacher run when it is trained but cannot teach: no best
+    checkpoint there (a record without its weights: the reference records keep none); else None."""
     if run.teacher is None:
-        return False
+        return None
     teacher = replace_dir(run, run.teacher)
-    return run_status(teacher) in TUNED and not RunFolder(teacher.run_dir).best_checkpoint.is_file()
+    if run_status(teacher) in TUNED and not RunFolder(teacher.run_dir).best_checkpoint.is_file():
+        return teacher.run_dir
+    return None
+
+
+def weightless_note(folder: Path) -> str:
+    """What to do about a weightless teacher: the sweep does not retrain over a finished run."""
+    return f"it has a record but no best checkpoint: move {folder} aside to retrain it"
+
+
+def needs_teacher(run: Run) -> bool:
+    """Whether a run distils (DeiT unless --model.distillation none) and so must have a teacher."""
+    args = list(run.args)
+    off = "--model.distillation" in args and args[args.index("--model.distillation") + 1] == "none"
+    return distils(run.family) and not off
 
 
 def teacher_problem(run: Run) -> str | None:
-    """Why a DeiT student cannot distil from its teacher run yet, or None."""
+    """Why a DeiT student cannot distil from a teacher yet, or None: none planned (its ResNet's
+    tuning has not finished), a teacher not trained, or one without its weights."""
     if run.teacher is None:
-        return None
-    if weightless_teacher(run):
-        return f"teacher run {run.teacher} is {WEIGHTLESS}"
+        return ("no teacher run is planned for it (the ResNet of its subset and seed has no learning rate "
+                "chosen yet)" if needs_teacher(run) else None)
+    if (folder := weightless_teacher(run)) is not None:
+        return f"teacher run {run.teacher}: {weightless_note(folder)}"
     if run_status(replace_dir(run, run.teacher)) not in TUNED:
         return f"teacher run {run.teacher} is not trained"
     return None

@@ -49,7 +49,7 @@ from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
                                       phase_units, phases, queue_order, run_status, stoppable, stopping,
-                                      WEIGHTLESS, weightless_teacher)
+                                      weightless_note, weightless_teacher)
 from experiments.runs.sweep.slurm import print_status, regenerate_tables
 from experiments.runs.run.tensorboard import write_sweep_view
 from experiments.runs.sweep.estimate import estimate
@@ -334,7 +334,9 @@ def print_plan(title: str, runs: list[Run], axes: dict, pack: int = 1, jobs: int
     print(f"## {title}: {len(runs)} runs, {steps:,} optimisation steps of {batches} images"
           + packed_cost(runs, pack) + estimate(runs, jobs or axes.get("jobs") or 1, pack=pack))
     for r in runs:
-        after = f" (after {r.teacher}" + (f": {WEIGHTLESS}" if weightless_teacher(r) else "") + ")" if r.teacher else ""
+        weightless = weightless_teacher(r)
+        after = (f" (after {r.teacher}" + (f"; {weightless_note(weightless)}" if weightless else "") + ")"
+                 if r.teacher else "")
         print(f"# {r.index} {r.name} [{run_status(r) or 'new'}]{after}")
         print(r.shell())
 
