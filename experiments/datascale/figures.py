@@ -17,7 +17,7 @@ def plot(rows: list[dict], runs: list[Result], path: Path) -> "Figure":
     """Test error (1 - accuracy) against training images, log-log, one line per (family,
     settings), bars the 95% t-interval over seeds where there is one (cut at the axis floor)."""
     plt = pyplot()
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     settings = list(dict.fromkeys(r["settings"] for r in rows))
     for j, family in enumerate(dict.fromkeys(r["family"] for r in rows)):
@@ -32,6 +32,9 @@ def plot(rows: list[dict], runs: list[Result], path: Path) -> "Figure":
                         marker="o", capsize=3, color=color, label=f"{family} ({st})" if st else family,
                         linestyle=("-", "--", ":", "-.")[i % 4])
     ax.set_xscale("log")
+    sizes = sorted({r["train_size"] for r in rows})
+    ax.set_xticks(sizes, [f"{n:,}" for n in sizes])   # the sizes run, not matplotlib's 3x10^2 4x10^2 (they overlap)
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
