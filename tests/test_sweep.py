@@ -66,9 +66,13 @@ def _folder(exp_dir: Path, readable: str) -> Path:
     return folder
 
 
-def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path, in_process_launches):
+def test_tiny_sweep_end_to_end_into_tables(sweep_env, tmp_path, in_process_launches, capsys):
     spec, runs = sweep_env
     assert main(["sweep", "--spec", str(spec), "--runs_dir", str(runs)]) == 0
+    # each run's line counts it in its whole stage: DeiT's tuning trials after the ResNet's
+    printed = capsys.readouterr().out
+    assert "[tune 1/4] resnet-tiny_fashion_mnist_f0.5_s0_lr0.003: fitted" in printed
+    assert "[tune 3/4] deit-tiny_fashion_mnist_f0.5_s0_lr0.003: fitted" in printed
     done = _summaries(runs / "tiny")
     assert sorted(done) == ["deit-tiny_fashion_mnist_f0.5_s0_lr0.003", "deit-tiny_fashion_mnist_f1_s0_lr0.003",
                             "resnet-tiny_fashion_mnist_f0.5_s0_lr0.003", "resnet-tiny_fashion_mnist_f1_s0_lr0.003"]

@@ -100,7 +100,9 @@ def run_sweep(runs: list[Run], jobs: int = 1, launcher: Callable[[Run], int] | N
             s = RunFolder(run.run_dir).summary() or Summary()
             acc = f", test acc {s.test_acc:.4f}" if s.test_acc is not None else ""
             val = f", val acc {s.val_acc_best:.4f}" if run.stage == "tune" and s.val_acc_best else ""
-            console.print(escape(f"[{run.stage} {run.index + 1}/{len(runs)}] {run.name}: {status} in "
+            # of the whole stage (DeiT's tuning trials run after the others': numbered after them)
+            total = max(len(progress.stages.get(run.stage) or runs), run.index + 1)
+            console.print(escape(f"[{run.stage} {run.index + 1}/{total}] {run.name}: {status} in "
                                  f"{seconds:.0f} s{val}{acc}"))
 
         def one(unit: list[Run]) -> None:
