@@ -557,7 +557,11 @@ def test_every_spec_runs_one_batch(name, profile, fmnist_dir, tmp_path, capsys):
 
 
 def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
+    import experiments.runs.sweep.estimate as est
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    # no packed step measured anywhere (results/packed_steps_cpu.json prices them on the CPU that made it)
+    monkeypatch.setattr(est, "COMPILE_TIMES", tmp_path / "none.json")
+    monkeypatch.setattr(est, "CPU_GROUP_TIMES", tmp_path / "none.json")
     spec = load_spec("datascale")
     spec["profiles"]["gpu"]["val_size"] = 100  # the test data has 600 training images
     (tmp_path / "datascale.yaml").write_text(yaml.safe_dump(spec))
