@@ -70,7 +70,7 @@ FAMILY_ORDER = $(shell $(PY) -m experiments families --names)
 
 .DEFAULT_GOAL := help
 .PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale-commands tables tensorboard families \
-	fit-families bench bench-levers bench-stage bench-packed-cpu gpu-check safety reference clean-venv
+	fit-families bench bench-levers bench-profile bench-stage bench-packed-cpu gpu-check safety reference clean-venv
 
 # each description wrapped under its target's column, so that the list fits in 100 columns
 help: ## list the targets
@@ -180,6 +180,9 @@ gpu-check: install ## the GPU acceptance run of the packed engine, at most 8 min
 
 bench-levers: install ## the CPU speed levers per family against what the cpu profiles train (one run per core, batch 32, bf16 where native): batch 64/128, the other precision, depthwise convs in bf16 (ConvNeXt keeps them in fp32), channels_last, torch.compile, validation's share (-> results/cpu_levers.txt)
 	set -o pipefail; $(PY) benchmarks/cpu_levers.py | tee results/cpu_levers.txt
+
+bench-profile: install ## where one training step of each family spends its time on this CPU, by kind of operator (matmul, convolution, normalisation, softmax, copies and casts, ...) and the largest operators (torch.profiler, one thread, batch 32; -> results/step_profile.txt)
+	set -o pipefail; $(PY) benchmarks/step_profile.py | tee results/step_profile.txt
 
 bench-stage: install ## the packed engine on a miniature gpu stage: compilations and time when a stage's groups share one compiled step against compiling each group again (inductor, on this machine; -> results/packed_stage.txt)
 	set -o pipefail; $(PY) benchmarks/packed_stage.py | tee results/packed_stage.txt
