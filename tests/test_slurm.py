@@ -21,6 +21,8 @@ from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.cluster import ClusterOptions
 from experiments.runs.sweep.spec import load_spec, main_runs, resolve_axes, tuning_runs
+from experiments.runs.sweep.execute import _record
+from experiments.runs.sweep.slurm import RunTask
 from experiments.runs.sweep.sweep import run_sweep
 
 from .fake_launch import fake_launch
@@ -52,6 +54,24 @@ def test_array_with_dependency_and_a_failing_task_reported(sweep_env, capsys):
     assert "submitted 2 task(s)" in out and "submitted 1 task(s)" in out and "after the teachers' jobs" in out
     folder = runs / "tiny" / "submitit"                                    # submitit's files stay in the experiment
     assert len(list(folder.glob("*_submitted.pkl"))) == 3 and len(list(folder.glob("*_result.pkl"))) == 3
+
+
+def test_a_student_stopped_by_its_teacher_fails_once_not_retries_times(sweep_env):
+    """A DeiT student whose teacher has a record but no weights fails without launching; its task
+    does not retry it (it would stop again at once), while a failing launch is still retried."""
+    spec_path, runs = sweep_env
+    spec = load_spec(str(spec_path))
+    teacher, student = main_runs(spec, resolve_axes(spec, "cpu", families=["deit"], fractions=[1.0]), runs, 540,
+                                 lambda *key: 0.003)
+    _record(teacher, "done")  # a record as results/reference keeps it: no checkpoints/
+    launched = []
+    assert RunTask([student], retries=2, launcher=lambda run: launched.append(run) or 0)() == {student.name: "failed"}
+    log = student.run_dir / "log.txt"
+    assert launched == [] and not (log.exists() and "retrying" in log.read_text())
+    (teacher.run_dir / "checkpoints").mkdir()
+    (teacher.run_dir / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    assert RunTask([student], retries=2, launcher=lambda run: launched.append(run) or 1)() == {student.name: "failed"}
+    assert launched == [student] * 3 and (student.run_dir / "log.txt").read_text().count("; retrying") == 2
 
 
 def _ppid(pid: int) -> int:

@@ -40,7 +40,7 @@ from experiments.runs.sweep.cluster import ClusterOptions, Submitted
 from experiments.runs.run.lock import SUBMITIT_DIR, try_lock
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.execute import (FINAL, RUNNING, TUNED, record_failure, execute, execute_group, finished,
-                                      launch, launch_packed, run_status)
+                                      launch, launch_packed, run_status, teacher_problem)
 
 ROOT = Path(__file__).resolve().parents[3]
 POLL_S = 1.0
@@ -80,7 +80,10 @@ class RunTask(_Checkpointable):
                 else:
                     statuses = execute_group(self.runs, self.packed_launcher or launch_packed)
                 bad = [n for n, s in statuses.items() if s not in FINAL + TUNED]
-                if not bad or attempt == self.retries:
+                # a student stopped by its teacher (none planned, untrained or without weights) would
+                # stop again at once: retrying waits for nothing
+                stuck = all(teacher_problem(r) is not None for r in self.runs if r.name in bad)
+                if not bad or attempt == self.retries or stuck:
                     break
                 for r in self.runs:
                     if r.name in bad:
