@@ -161,6 +161,11 @@ def test_the_group_step_times_are_the_same_rows_keyed_as_step_times_are(tmp_path
     assert read_compile_times(path) == {}
     _summary(path, GPU, eager)
     assert read_group_step_times(path) == {} and read_compile_times(path) == {}
+    # a CPU row prices a group only for processes with the threads it was timed with
+    _summary(path, CPU, [{**eager[0], "threads": 1}, {**eager[0], "members": 4, "threads": 2, "step_ms": 900.0}])
+    assert read_group_step_times(path, threads=1) == {(CPU, "vit", "tiny", 52158800, 128, 8): 2700.0}
+    assert read_group_step_times(path, threads=2) == {(CPU, "vit", "tiny", 52158800, 128, 4): 900.0}
+    assert len(read_group_step_times(path)) == 2
 
 
 def test_the_dry_run_reads_both_the_gpu_and_the_cpu_measurements(tmp_path, monkeypatch):
@@ -177,3 +182,25 @@ def test_the_dry_run_reads_both_the_gpu_and_the_cpu_measurements(tmp_path, monke
     assert read_group_step_times() == {(GPU, "vit", "tiny", 52158800, 128, 8): 5.4,
                                        (CPU, "vit", "tiny", 52158800, 128, 8): 2700.0}
     assert read_compile_times() == {(GPU, "vit", 8, 128): 41.5}
+
+
+def test_a_cpu_row_prices_only_processes_with_its_threads(tmp_path, monkeypatch):
+    """make bench-packed-cpu times a packed step on one thread, as 2 jobs on 2 cores run it; a sweep
+    of 1 job there runs each group on both threads, which those rows do not price."""
+    import os
+
+    import torch
+
+    import experiments.runs.sweep.estimate as est
+    runs = _plan(tmp_path)
+    monkeypatch.setattr(est, "CPU_GROUP_TIMES", tmp_path / "packed_steps_cpu.json")
+    monkeypatch.setattr(est, "COMPILE_TIMES", tmp_path / "gpu_check.json")
+    rows = [{"family": f, "members": m, "batch": 128, "budget": "tiny", "flops_per_image": k[3], "backend": "none",
+             "mode": "eager", "compile_s": 0.0, "step_ms": ms, "threads": 1}
+            for k, ms in _step_times(runs, CPU).items() for f, m in [(k[1], k[5])]]
+    _summary(est.CPU_GROUP_TIMES, CPU, rows)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert est.job_threads(2) == 1 and est.job_threads(1) == 2
+    assert estimate(runs, 2, CPU, {}, pack=8).startswith("; about 14 min on this device (2 at a time) (step times: results/packed_steps_cpu.json")
+    assert estimate(runs, 1, CPU, {}, pack=8) == f"; no step times measured on {CPU} (results/step_times.csv), so no estimate"

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.report.records import BadRecord, checked_summary
-from experiments.runs.sweep.execute import (family_phases, flops_per_image, gpu_sharing, phase_units, queue_order,
-                                            run_hardware, run_status)
+from experiments.runs.sweep.execute import (Workers, family_phases, flops_per_image, gpu_sharing, phase_units,
+                                            queue_order, run_hardware, run_status)
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
 from modules.budgets import distils
@@ -175,7 +175,7 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
     # groups no sweep has measured: gpu-check's compiled steps on a GPU, its eager ones on a CPU
-    group_times = read_group_step_times() if group_times is None else group_times
+    group_times = read_group_step_times(threads=job_threads(jobs)) if group_times is None else group_times
     own = [u for u in units if unit_key(u, device) in table]
     checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
     # a sweep's own groups and runs first (their step times count everything); gpu-check's price groups only
@@ -282,12 +282,23 @@ def read_compile_times(path: Path | None = None) -> dict[tuple, float]:
     return times
 
 
-def read_group_step_times(path: Path | None = None) -> dict[tuple, float]:
+def job_threads(jobs: int) -> int:
+    """The threads each of `jobs` run processes at a time computes with (execute.Workers): a share of
+    the cores, or, one at a time, this process's own."""
+    import torch
+    return Workers(jobs).threads or torch.get_num_threads()
+
+
+def read_group_step_times(path: Path | None = None, threads: int | None = None) -> dict[tuple, float]:
     """(device, family, budget, FLOPs per image, batch size, members) -> ms per step of a packed
     group's step as the engine runs it there, as results/step_times.csv keys a group's, from the same
-    rows (step_ms: the step alone, its validations and tests not counted); {} without any."""
+    rows (step_ms: the step alone, its validations and tests not counted); {} without any. With
+    `threads`, a CPU's rows timed at another thread count are left out: on a CPU a step's time
+    depends on the threads it has (a --jobs 1 sweep on 2 cores runs each group on both)."""
     times = {}
     for device, r in _engine_rows(path):
+        if threads is not None and _cpu(device) and r.get("threads") not in (None, threads):
+            continue
         try:
             if float(r["step_ms"]) > 0:
                 times[device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]),
