@@ -37,16 +37,13 @@ _CACHE = tempfile.TemporaryDirectory(prefix="cpu_levers-inductor-")  # a cold co
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _CACHE.name)
 import torch  # noqa: E402
 
+from experiments.runs.run.cli import cpu_precision  # noqa: E402
 from experiments.runs.run.provenance import hardware, versions  # noqa: E402
 from family_throughput import autocast, matmul_peak, mfu, single_step, training_flops  # noqa: E402
 from modules import FAMILIES  # noqa: E402
 
 warnings.filterwarnings("ignore")
 LEVERS = ("batch", "precision", "depthwise", "layout", "compile", "validation")
-
-
-def native_bf16() -> bool:
-    return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16") and torch.cpu._is_avx512_bf16_supported()
 
 
 def convolves(family: str, budget: str) -> bool:
@@ -137,8 +134,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per run (default 1: one run per core)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    base_batch, base_precision = a.batch[0], "bf16-mixed" if native_bf16() else "32-true"  # the CPU's default_precision
-    other = "32-true" if base_precision != "32-true" else ("bf16-mixed" if native_bf16() else None)
+    base_batch, base_precision = a.batch[0], cpu_precision()
+    other = "32-true" if base_precision != "32-true" else None  # an emulated bf16 is not timed
     peaks = {prec: matmul_peak(torch.device("cpu"), prec) for prec in (base_precision, other) if prec}
     v = versions()
     print(f"hardware: {hardware()}; torch {v['torch']}, timm {v['timm']}; {a.threads} thread(s) per run")

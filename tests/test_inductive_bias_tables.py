@@ -487,3 +487,18 @@ def test_locality_is_not_read_while_a_run_behind_it_still_improves():
     assert claim.converged and claim.category == "lower"
     said = next(line for line in reading(p, [], family_rows(p)) if line.startswith("- **Locality"))
     assert claim.said() in said and "not read" not in said
+
+
+def test_the_report_names_the_spec_s_families_not_probed_yet(converged, tmp_path, monkeypatch):
+    """A family the spec's profile lists whose runs have no probes on record (added to the spec, not
+    trained yet) is named with its sizes under the probes table; none when every one is probed."""
+    import experiments.inductive_bias.runner as runner
+    spec = {"profiles": {"cpu": {"families": ["resnet", "vit", "deit", "swin"], "family_fractions": [1.0]}}}
+    monkeypatch.setattr(runner, "load_ib_spec", lambda name=NAME: spec)
+    out = tmp_path / "results"
+    make_tables(converged, out)
+    said = (out / f"{NAME}.md").read_text()
+    assert "\nNot probed yet in the cpu profile as its spec stands: deit at 1 (59,000 images).\n" in said
+    spec["profiles"]["cpu"]["families"] = ["resnet", "vit", "swin"]
+    make_tables(converged, out)
+    assert "Not probed yet" not in (out / f"{NAME}.md").read_text()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, SINGLE_CLASS, STRUCTURE_MIN_GAP, TABLE8,
-                                                TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration, _one,
+from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, NAME, SINGLE_CLASS, STRUCTURE_MIN_GAP,
+                                                TABLE8, TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration, _one,
                                                 _test_acc, growth_claim, kept, locality, locality_claim,
                                                 position_claims, robustness_claims, settled_rows, single_class,
                                                 still_uniform)
@@ -106,6 +106,22 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
             f"{TABLE8['deit_t_cifar100'][1]:.3f} (Lu et al. 2022).", ""]
 
 
+def not_probed_line(p: Profile, rows: list[dict]) -> list[str]:
+    """The families of this profile as its spec stands now whose runs at a family size have no
+    probes on record yet (a family added to the spec since the last invocation, or not trained yet),
+    each with those sizes; [] where every one has them or no spec plans this profile."""
+    from experiments.inductive_bias.runner import load_ib_spec
+    try:
+        profile = load_ib_spec(NAME)["profiles"][p.name]
+        families, fractions = list(profile["families"]), [float(f) for f in profile["family_fractions"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    probed = {(r["name"], r["fraction"]) for r in rows if r["seeds"] and r["clean"] is not None}
+    missing = {fam: [f for f in fractions if (fam, f) not in probed] for fam in families}
+    parts = [f"{fam} at {', '.join(_size_label(p, f) for f in fs)}" for fam, fs in missing.items() if fs]
+    return [f"Not probed yet in the {p.name} profile as its spec stands: {'; '.join(parts)}.", ""] if parts else []
+
+
 def family_section(p: Profile, rows: list[dict]) -> list[str]:
     head = ["family", "fraction", "test acc", f"PatchDrop {DROP_AT:g}", "shuffle 4x4", "shift 1 patch",
             "shift consistency", "attn dist layer 1 (px; uniform)", "attn dist last (px; uniform)",
@@ -130,7 +146,7 @@ def family_section(p: Profile, rows: list[dict]) -> list[str]:
             "its stages are not comparable with a global ViT's layers), in brackets what uniform attention over "
             "the same keys gives (a head that has learned nothing); grid corr: Pearson correlation of the "
             "position table's patch-to-patch cosine similarity with minus their grid distance.", "",
-            *markdown_table(head, table, 2), ""]
+            *markdown_table(head, table, 2), "", *not_probed_line(p, rows)]
 
 
 def _with_uniform(est: Estimate | None, uniform: Estimate | None) -> str:

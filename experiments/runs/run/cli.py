@@ -50,6 +50,12 @@ def default_precision() -> str:
     """bf16 autocast where the hardware runs bf16 matmuls natively, else fp32."""
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return cpu_precision()
+
+
+def cpu_precision() -> str:
+    """What a run on this machine's CPU trains in: bf16 autocast where its cores run bf16 matmuls
+    natively (an emulated bf16 is 10-100x slower), else fp32."""
     return "bf16-mixed" if torch.backends.cpu.get_cpu_capability() in ("AVX512", "AVX512_BF16") \
         and torch.cpu._is_avx512_bf16_supported() else "32-true"
 
