@@ -310,8 +310,10 @@ class AnyLr(dict):
 
 def whole_profile(runs: list[Run], axes: dict, jobs: int, pack: int = 1) -> None:
     """Prints what the whole profile would take: its tuning trials and every run it plans once they
-    are done (planned with AnyLr), each configuration once."""
-    every = list({r.run_dir: r for r in runs}.values())
+    are done (planned with AnyLr), each configuration once. By name, not folder: a DeiT trial listed
+    before its teacher's lr is chosen has no teacher in its folder's hash yet, and is the same run
+    as the one planned with its teacher."""
+    every = list({r.name: r for r in runs}.values())
     print(f"## the whole profile ({len(every)} runs, {sum(r.steps for r in every):,} optimisation steps): "
           + (estimate(every, jobs, pack=pack).lstrip("; ") or "nothing planned"))
 
