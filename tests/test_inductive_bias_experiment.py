@@ -226,3 +226,15 @@ def test_untuned_fractions_take_the_lr_of_the_nearest_tuned_one():
     every = {k: v for k, v in axes.items() if k != "tuned_fractions"}   # default: tuned where each trains
     assert tuned_at(every, "vit") == [0.01, 1.0] and tuned_at(every, "resnet") == [1.0]
     assert lr_of(choices, every, "vit", 0.01) is None and lr_of(choices, every, "vit", 1.0) == 0.003
+
+
+def test_a_family_the_profile_does_not_list_is_named_before_its_dry_run(tiny_spec, capsys):
+    """--families naming a family the profile does not list: it would train at the profile's default
+    epochs and steps, and the runner says so first."""
+    path, runs, launched = tiny_spec
+    assert main(["inductive_bias", "--spec", str(path), "--runs_dir", str(runs), "--families", "resnet", "vit",
+                 "hybrid", "--dry_run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "note: hybrid not among the cpu profile's families (resnet, vit, deit): it trains at the profile's default "
+        "epochs and steps")
+    assert launched == []

@@ -677,3 +677,17 @@ def test_tables_never_average_different_configurations(tmp_path):
     rows = aggregate(collect(exp))
     assert {(r["settings"], r["seeds"], round(r["test_acc_mean"], 4)) for r in rows} == {
         ("budget=tiny, lr=0.003", 2, 0.81), ("budget=small, lr=0.003", 1, 0.9), ("budget=tiny, lr=0.001", 1, 0.7)}
+
+
+def test_a_family_the_profile_does_not_list_is_named_with_the_protocol_it_gets(sweep_env, capsys):
+    """--families naming a family outside the profile's list (a piece of a family not joined yet)
+    trains it at the profile's default epochs and steps: the dry run and the sweep say so first."""
+    from experiments.__main__ import main
+    spec_path, runs = sweep_env
+    assert main(["sweep", "--spec", str(spec_path), "--runs_dir", str(runs), "--families", "vit", "resnet",
+                 "--dry_run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "note: vit not among the cpu profile's families (deit, resnet): it trains at the profile's default "
+        "epochs and steps")
+    assert main(["sweep", "--spec", str(spec_path), "--runs_dir", str(runs), "--families", "resnet", "--dry_run"]) == 0
+    assert "note:" not in capsys.readouterr().out

@@ -40,7 +40,7 @@ from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.cluster import options_from
 from experiments.runs.sweep.slurm import print_status, run_then_tables
 from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
-                                   main_runs, nearest_tuned, runner_parser, with_folders)
+                                   main_runs, nearest_tuned, outside_profile, runner_parser, with_folders)
 from experiments.runs.sweep.execute import TUNED, run_status
 from experiments.runs.sweep.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
 
@@ -354,8 +354,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--budgets", nargs="+", help="override the budgets (tiny, small, base)")
     a = p.parse_args(argv)
     spec = load_ib_spec(a.spec)
-    axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),
-                        seeds=a.seeds, families=a.families, variants=a.ablations, budgets=a.budgets)
+    profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")
+    axes = resolve_axes(spec, profile, seeds=a.seeds, families=a.families, variants=a.ablations, budgets=a.budgets)
+    if (note := outside_profile(spec, profile, a.families)) is not None:
+        print(note)
     jobs = a.jobs or axes["jobs"]
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")

@@ -429,6 +429,17 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     return axes
 
 
+def outside_profile(spec: dict, profile: str, families: list[str] | None) -> str | None:
+    """A note when --families names a family the profile does not list: it trains at the profile's
+    default protocol lines (its `default` epochs and steps), which were not chosen for it."""
+    listed = spec["profiles"][profile].get("families") or spec.get("families") or []
+    extra = [f for f in families or [] if listed and f not in listed]
+    if not extra:
+        return None
+    return (f"note: {', '.join(extra)} not among the {profile} profile's families ({', '.join(listed)}): "
+            f"{'they train' if len(extra) > 1 else 'it trains'} at the profile's default epochs and steps")
+
+
 def check_axes(axes: dict) -> None:
     """The budget, fractions (tuned ones included), seeds and learning rates of resolved axes."""
     if axes["budget"] not in BUDGET_TARGETS:

@@ -43,8 +43,8 @@ from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
-from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions,
-                                         tuning_runs, tuning_seed)
+from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, outside_profile, resolve_axes,
+                                         tuned_fractions, tuning_runs, tuning_seed)
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
                                       family_phases, launch_packed, launch_packed_stage, pack_groups, packed_process,
@@ -392,6 +392,8 @@ def main(argv: list[str]) -> int:
     profile = a.profile or ("gpu" if torch.cuda.is_available() else "cpu")
     axes = resolve_axes(spec, profile, families=a.families, fractions=a.fractions, seeds=a.seeds,
                         budget=a.budget, dataset=a.dataset, variants=a.variants, lrs=a.lrs)
+    if (note := outside_profile(spec, profile, a.families)) is not None:
+        print(note)
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     pack = a.pack or axes["pack"]
     jobs = a.jobs or axes["jobs"]
