@@ -285,7 +285,7 @@ class Float32DepthwiseConv2d(nn.Conv2d):
     input cast to it, autocast off inside), while the matmuls around it stay bf16: ConvNeXt's builder
     uses it. On the CPU, oneDNN's bf16 depthwise kernels are slow: ConvNeXt-tiny's 7x7 depthwise
     backward takes 53% of a bf16 step, 2.5x its fp32 time, and with them in fp32 ConvNeXt trains
-    about 1.6x the images/s (benchmarks/cpu_levers.py). In fp32 training it changes nothing. Its
+    about 1.7x the images/s (results/cpu_levers.txt). In fp32 training it changes nothing. Its
     weights are an nn.Conv2d's (the same state_dict, so a checkpoint loads either way); its output is
     fp32, as the LayerNorm next in a ConvNeXt block wants it."""
 
