@@ -21,15 +21,16 @@ def test_each_operator_falls_in_its_kind(name, kind):
     assert kind_of(name) == kind
 
 
-def test_each_family_s_step_is_made_of_what_its_architecture_says():
-    """The ResNet's step is mostly convolution, with BatchNorm and ReLU, its only softmax the loss's;
-    ViT's mostly matmul, with attention's softmax and GELU, and no normalisation but LayerNorm. In
-    the precision the benchmark profiles, so bf16's casts are exercised where the CPU runs it."""
-    kinds = {}
-    for family, largest in (("resnet", "convolution"), ("vit", "matmul")):
-        ms, kinds[family], ops = profile_step(family, "tiny", 4, cpu_precision(), steps=1)
-        assert max(kinds[family], key=kinds[family].get) == largest
-        assert {"normalisation", "activations", "copies, casts"} <= kinds[family].keys()
-        assert family != "resnet" or ops[0][0] in {"aten::convolution_backward", "aten::mkldnn_convolution"}
-    assert kinds["vit"]["softmax"] > 3 * kinds["resnet"].get("softmax", 0.0)
-    assert kinds["resnet"].get("matmul", 0.0) < 0.05 < kinds["vit"]["matmul"]
+def test_each_family_s_step_is_made_of_the_operators_its_architecture_has():
+    """Which operators a step runs, not how long each takes (time shares move with the machine's
+    load): the ResNet's step convolves and batch-normalises and has no attention; ViT's has
+    attention's batched matmuls and softmax and LayerNorm. In the precision the benchmark profiles."""
+    from step_profile import KINDS
+    seen = {}
+    for family in ("resnet", "vit"):
+        ms, kinds, ops = profile_step(family, "tiny", 4, cpu_precision(), steps=1)
+        assert ms > 0 and set(kinds) <= {kind for kind, _ in KINDS} | {"other"}
+        seen[family] = {name for name, _ in ops}
+    assert {"aten::convolution_backward", "aten::native_batch_norm"} <= seen["resnet"]
+    assert "aten::bmm" not in seen["resnet"] and "aten::native_layer_norm" not in seen["resnet"]
+    assert {"aten::bmm", "aten::_softmax", "aten::native_layer_norm"} <= seen["vit"]
