@@ -368,7 +368,12 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     (improving_row,) = [line for line in _table(md, "vit") if "| 0.1 |" in line]
     assert "† | 3 |" in improving_row and "| 1,000 | 0.003 | 400 |" in improving_row
     assert not any("†" in line for line in _table(md, "resnet") if "randaugment=False" in line)
-    assert f"† still improving at its last validation: 1 run ({improving})" in md
+    assert ("† still improving at its last validation: 1 run, each with what the plateau rule read (a plateau: "
+            "its last quarter under 1 point above the quarter before, and its last half's slope not surely (95%) "
+            "above 0.5 points a quarter):") in md
+    # val_curve's climb: 2 points a quarter, every validation on the line, the last one its best
+    assert (f"- {improving}: last quarter +2.0 points over the one before, last half +2.0 points a quarter "
+            "(95% low end +2.0); best validation 0.830 at step 400 of 400") in md
     (old_row,) = [line for line in _table(md, "resnet") if "randaugment=True | 0.01" in line]
     assert "| resnet | randaugment=True | 0.01 | 100 |  | 0.001 | 100 | 0.7600 ± " in old_row
     # old summaries (no plateau recorded) are not known to have plateaued: marked, and so is a Δ on them

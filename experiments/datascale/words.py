@@ -19,7 +19,7 @@ from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
 from experiments.report.verdicts import STILL_IMPROVING, cannot_tell
-from experiments.runs.run.convergence import TIE, plateau_unknown, still_improving
+from experiments.runs.run.convergence import RULE_SAID, TIE, how_it_climbed, plateau_unknown, still_improving
 from experiments.runs.sweep.reference import whose_runs
 
 WINNER = CLAIMS["winner"].said  # the words before each size's winner
@@ -394,14 +394,17 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
                    + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
                    + ("" if r["flops_per_image"] is None else f"{r['flops_per_image'] / 1e6:.1f}")  # not counted
                    + f" | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
-    improving = [x.run for r in rows for x in r["_runs"] if still_improving(x.summary) and not plateau_unknown(x.summary)]
+    improving = [x for r in rows for x in r["_runs"] if still_improving(x.summary) and not plateau_unknown(x.summary)]
     unknown = [x.run for r in rows for x in r["_runs"] if plateau_unknown(x.summary)]
     if improving or unknown:
         out.append("")
-    for names, why in ((improving, "still improving at its last validation"),
-                       (unknown, "too few validations to tell whether it plateaued")):
-        if names:
-            out.append(f"{STILL_IMPROVING} {why}: {plural(len(names), 'run')} ({', '.join(sorted(names))})")
+    if improving:
+        out.append(f"{STILL_IMPROVING} still improving at its last validation: {plural(len(improving), 'run')}, "
+                   f"each with what the plateau rule read ({RULE_SAID}):")
+        out += ["", *(f"- {x.run}: {how_it_climbed(x.summary)}" for x in sorted(improving, key=lambda x: x.run)), ""]
+    if unknown:
+        out.append(f"{STILL_IMPROVING} too few validations to tell whether it plateaued: {plural(len(unknown), 'run')} "
+                   f"({', '.join(sorted(unknown))})")
     if (improving or unknown) and any(r.get("_delta_improving") for r in rows):
         out.append(f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is.")
     deit = [r for r in runs if r.summary.family == "deit" and r.summary.status == "done" and r.summary.test]

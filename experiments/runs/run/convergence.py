@@ -62,6 +62,27 @@ def judged(summary: Summary) -> dict | None:
     return plateau([tuple(v) for v in history], int(steps))
 
 
+def how_it_climbed(summary: Summary) -> str:
+    """What the rule read in a run, in points of validation accuracy, for a report's list of runs
+    still improving: how far it climbed, and where its best validation fell (at its last steps: a
+    steady climb; early: a dip and a recovery in the cool-down), from which a longer protocol is chosen."""
+    p = judged(summary)
+    if p is None:
+        return "too few validations to tell"
+    best = max(a for _, a in summary.val_history)
+    return (f"last quarter {100 * p['tail_gain']:+.1f} points over the one before, last half "
+            f"{100 * p['climb']:+.1f} points a quarter (95% low end {100 * p['climb_low']:+.1f}); "
+            f"best validation {best:.3f} at step {p['best_step']:,} of {int(summary.steps):,}")
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:g} point{'' if 100 * x == 1 else 's'}"
+
+
+RULE_SAID = (f"a plateau: its last quarter under {_points(TOLERANCE)} above the quarter before, and its "
+             f"last half's slope not surely (95%) above {_points(CLIMB)} a quarter")
+
+
 def still_improving(summary: Summary) -> bool:
     """A finished run whose numbers are shown with a dagger and not read: still improving by
     `plateau`, or with too few validations for the rule to tell: a number is read only from a run
