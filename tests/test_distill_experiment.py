@@ -214,7 +214,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         cells, n_tuned = len(profile["fractions"]) * len(profile["seeds"]), tuning // len(profile["lrs"])
         runs = (tuning * (len(profile["teachers"]) + student_tuned) + cells * len(profile["teachers"])
                 + cells * len(profile["students"]) - n_tuned * (len(profile["teachers"]) + student_tuned))
-        assert f"## the whole profile ({runs} runs, " in out
+        assert f"## the whole profile from scratch ({runs} runs, " in out
     assert not (tmp_path / "distill").exists()  # a dry run writes nothing
 
 

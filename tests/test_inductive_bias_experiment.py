@@ -213,7 +213,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
                                + seeds * sum(len(fs) for v, fs in profile["ablations"].items() if v != "learn"))
         # DeiT's trials are listed before their teacher's lr is chosen, so without a teacher; its first
         # seed's main run at a tuned fraction is still one of them, counted once
-        assert f"## the whole profile ({runs} runs, " in out, out[-300:]
+        assert f"## the whole profile from scratch ({runs} runs, " in out, out[-300:]
     assert not (tmp_path / "inductive_bias").exists()  # a dry run writes nothing
 
 

@@ -636,6 +636,11 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     _write_run(tmp_path / "x", "vit", 0.1, 0, 0.7, 100)  # a finished run: nothing left to train
     done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
     assert estimate([done], 1, CPU, table) == "; nothing left to train"
+    # the dry run's last line: once a run of the plan has finished, what it prices is what is left
+    from experiments.runs.sweep.sweep import whole_left
+    assert whole_left([runs[0]], 1) == "## the whole profile: " + estimate([runs[0]], 1).lstrip("; ")
+    assert whole_left([done, runs[0]], 1).startswith("## the whole profile, what is left (1 of 2 runs finished): ")
+    assert whole_left([done, done], 1) == "## the whole profile, what is left (1 of 1 runs finished): nothing left to train"
     # the table make tables writes: the median ms per step over a device's single runs of one configuration
     exp = tmp_path / "runs" / "exp"
     for seed, (wall, steps) in enumerate(((60, 600), (90, 600), (300, 1000))):

@@ -52,7 +52,7 @@ from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, exec
                                       weightless_note, weightless_teacher)
 from experiments.runs.sweep.slurm import print_status, regenerate_tables
 from experiments.runs.run.tensorboard import write_sweep_view
-from experiments.runs.sweep.estimate import estimate
+from experiments.runs.sweep.estimate import DONE, estimate
 from experiments.runs.run.interruption import Interrupted
 from experiments.runs.sweep.progress import SweepProgress
 
@@ -309,13 +309,23 @@ class AnyLr(dict):
 
 
 def whole_profile(runs: list[Run], axes: dict, jobs: int, pack: int = 1) -> None:
-    """Prints what the whole profile would take: its tuning trials and every run it plans once they
-    are done (planned with AnyLr), each configuration once. By name, not folder: a DeiT trial listed
-    before its teacher's lr is chosen has no teacher in its folder's hash yet, and is the same run
-    as the one planned with its teacher."""
+    """Prints what the whole profile would take from scratch: its tuning trials and every run it
+    plans once they are done (planned with AnyLr, so priced whether or not trained), each
+    configuration once. By name, not folder: a DeiT trial listed before its teacher's lr is chosen
+    has no teacher in its folder's hash yet, and is the same run as the one planned with its teacher."""
     every = list({r.name: r for r in runs}.values())
-    print(f"## the whole profile ({len(every)} runs, {sum(r.steps for r in every):,} optimisation steps): "
-          + (estimate(every, jobs, pack=pack).lstrip("; ") or "nothing planned"))
+    print(f"## the whole profile from scratch ({len(every)} runs, {sum(r.steps for r in every):,} optimisation "
+          "steps): " + (estimate(every, jobs, pack=pack).lstrip("; ") or "nothing planned"))
+
+
+def whole_left(runs: list[Run], jobs: int, pack: int = 1) -> str:
+    """The dry run's last line: what the planned runs still take; once some have finished it says how
+    many, so that what is left is not read as the whole profile's cost (a fresh machine's dry run
+    prices all of it)."""
+    every = {r.name: r for r in runs}  # a tuning trial is also its stage's main run
+    finished = sum(run_status(r) in DONE for r in every.values())
+    label = f", what is left ({finished} of {len(every)} runs finished)" if finished else ""
+    return f"## the whole profile{label}: " + estimate(runs, jobs, pack=pack).lstrip("; ")
 
 
 def _runnable_families(axes: dict, choices: dict) -> list[str]:
@@ -430,8 +440,7 @@ def main(argv: list[str]) -> int:
                       + "; their commands are known once their tuning is done")
         if a.status:
             return print_status([s for s in stages if s[0] != "main, not yet planned"], waiting_note, exp_dir)
-        whole = estimate([r for _, runs in stages for r in runs], jobs, pack=pack)
-        print(f"## the whole profile: {whole.lstrip('; ')}")
+        print(whole_left([r for _, runs in stages for r in runs], jobs, pack))
         return 0
     try:
         with hold_experiment(exp_dir):
