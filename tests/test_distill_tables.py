@@ -181,7 +181,9 @@ def test_outputs_and_the_table_per_head(made):
     # a run still improving marks its cells, and the footnote names it
     assert main["hard/vit"]["cls+dist, 0.05"].endswith(" †")
     assert not main["hard/vit"]["cls+dist, 0.01"].endswith("†")
-    assert "† still improving at its last validation: 1 run" in made["md"]
+    assert "† still improving at its last validation: 1 run, each with what the plateau rule read" in made["md"]
+    (named,) = [ln for ln in made["md"].splitlines() if ln.startswith("- ") and "last quarter" in ln]
+    assert "points a quarter (95% low end" in named and "best validation" in named  # the footnote names it and its climb
     # ... and every paired difference resting on it, in the claims' table
     claims = section(made["md"], "DeiT's claims: paired differences by seed")
     rows = {ln.split(" | ")[0].lstrip("| ") + ", " + ln.split(" | ")[1]: ln.split(" | ")[2]

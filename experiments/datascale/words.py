@@ -18,8 +18,8 @@ from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapT
 from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
-from experiments.report.verdicts import STILL_IMPROVING, cannot_tell
-from experiments.runs.run.convergence import RULE_SAID, TIE, how_it_climbed, plateau_unknown, still_improving
+from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, improving_list
+from experiments.runs.run.convergence import TIE, plateau_unknown, still_improving
 from experiments.runs.sweep.reference import whose_runs
 
 WINNER = CLAIMS["winner"].said  # the words before each size's winner
@@ -399,9 +399,7 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
     if improving or unknown:
         out.append("")
     if improving:
-        out.append(f"{STILL_IMPROVING} still improving at its last validation: {plural(len(improving), 'run')}, "
-                   f"each with what the plateau rule read ({RULE_SAID}):")
-        out += ["", *(f"- {x.run}: {how_it_climbed(x.summary)}" for x in sorted(improving, key=lambda x: x.run)), ""]
+        out += [*improving_list([x.summary for x in improving]), ""]
     if unknown:
         out.append(f"{STILL_IMPROVING} too few validations to tell whether it plateaued: {plural(len(unknown), 'run')} "
                    f"({', '.join(sorted(unknown))})")

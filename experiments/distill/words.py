@@ -18,7 +18,7 @@ from experiments.report.claim import Claim
 from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
-from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, not_read)
+from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, improving_list, not_read)
 from experiments.runs.run.convergence import still_improving
 from experiments.runs.sweep.reference import whose_runs
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
@@ -145,12 +145,10 @@ def main_table(p: Profile) -> list[str]:
         cells = [_cell(p.students.get((s, f), {}), student_accs(p, s, f, h)) if h in heads_of(s) else NA
                  for f in p.fractions for h in HEADS]
         rows.append([s, teacher_of(s) or NA, *cells])
-    improving = sorted({n for cells in (p.teachers, p.students) for cell in cells.values() for n in improving_runs(cell)})
+    improving = {s.run: s for cells in (p.teachers, p.students) for cell in cells.values() for s in cell.values()
+                 if still_improving(s)}
     out = markdown_table(head, rows, 2)
-    if improving:
-        out += ["", f"{STILL_IMPROVING} still improving at its last validation: {plural(len(improving), 'run')} "
-                f"({', '.join(improving)})"]
-    return out
+    return out + ["", *improving_list(list(improving.values()))] if improving else out
 
 
 def _claim_text(c: dict) -> str:

@@ -16,6 +16,8 @@ import re
 from typing import NamedTuple
 
 from experiments.report.statistics import Estimate
+from experiments.report.table_format import plural
+from experiments.runs.run.convergence import RULE_SAID, how_it_climbed
 
 
 class Margin(NamedTuple):
@@ -46,6 +48,16 @@ RULES = {"lies within": "no difference", "excludes 0 and reaches beyond": "a dir
 READING = re.compile(r"95% interval \[(?P<lo>[+-]\d+\.\d+), (?P<hi>[+-]\d+\.\d+)\] "
                      r"(?P<rule>" + "|".join(RULES) + r") ±(?P<margin>\d+\.\d+)")
 ROUNDING = 5e-5  # the written bounds have 4 decimals: one within this of 0 or the margin may be on either side
+
+
+def improving_list(summaries: list) -> list[str]:
+    """A report's list of the runs still improving (by the plateau rule, with enough validations to
+    tell), each with what the rule read, sorted by run: from it a longer protocol is chosen."""
+    if not summaries:
+        return []
+    return [f"{STILL_IMPROVING} still improving at its last validation: {plural(len(summaries), 'run')}, "
+            f"each with what the plateau rule read ({RULE_SAID}):", "",
+            *(f"- {s.run}: {how_it_climbed(s)}" for s in sorted(summaries, key=lambda s: s.run or ""))]
 
 
 def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:
