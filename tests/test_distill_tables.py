@@ -183,7 +183,9 @@ def test_outputs_and_the_table_per_head(made):
     assert not main["hard/vit"]["cls+dist, 0.01"].endswith("†")
     assert "† still improving at its last validation: 1 run, each with what the plateau rule read" in made["md"]
     (named,) = [ln for ln in made["md"].splitlines() if ln.startswith("- ") and "last quarter" in ln]
-    assert "points a quarter (95% low end" in named and "best validation" in named  # the footnote names it and its climb
+    # the footnote names the student and says what the rule read: val_curve's climb of 2 points a quarter
+    assert named.startswith("- deit_") and ": fails its gain and its slope: last quarter's mean +2.01 points" in named
+    assert named.endswith("last validation 0.800, best 0.800 at step 231 of 231")
     # ... and every paired difference resting on it, in the claims' table
     claims = section(made["md"], "DeiT's claims: paired differences by seed")
     rows = {ln.split(" | ")[0].lstrip("| ") + ", " + ln.split(" | ")[1]: ln.split(" | ")[2]

@@ -151,6 +151,27 @@ def test_plateau_rule_sees_a_steady_climb_behind_an_early_peak():
     assert max(a for s, a in history if s > 120) < 0.75  # the old rule's test: the early peak is never beaten
 
 
+def test_a_run_still_improving_is_listed_with_the_test_it_fails():
+    """The report's list (report/verdicts.improving_list) says which test each run fails, by how much,
+    and its last validation beside its best: a flat tail after a low third quarter fails the gain with
+    its best early and its last validation near it; the early-peak climb above fails the slope only."""
+    from experiments.report.verdicts import improving_list
+    from experiments.runs.run.convergence import how_it_climbed
+    from experiments.runs.run.summary import Summary
+    dipped = [(10, 0.70), (20, 0.80), (30, 0.78), (40, 0.76), (50, 0.76), (60, 0.76), (70, 0.775), (80, 0.776)]
+    line = how_it_climbed(Summary(run="dipped", steps=80, val_history=[list(v) for v in dipped]))
+    assert line.startswith("fails its gain: last quarter's mean +1.55 points over the quarter before's")
+    assert line.endswith("; last validation 0.776, best 0.800 at step 20 of 80")
+    climb = [(10, 0.60), (20, 0.75)] + [(s, 0.70 + 0.0002 * (s - 80)) for s in range(30, 170, 10)]
+    climbed = Summary(run="climbed", steps=160, val_history=[list(v) for v in climb])
+    assert how_it_climbed(climbed).startswith("fails its slope: last quarter's mean +0.80 points")
+    assert how_it_climbed(Summary(run="short", steps=80, val_history=[[80, 0.9]])) == \
+        "no plateau reading (too few validations, or no steps recorded)"
+    listed = improving_list([("b/climbed", climbed), ("a/dipped", Summary(run="dipped", steps=80, val_history=dipped))])
+    assert listed[0].startswith("† still improving at its last validation: 2 runs, each with what the plateau rule read")
+    assert [ln.split(":")[0] for ln in listed[2:]] == ["- a/dipped", "- b/climbed"]  # by the names given, sorted
+
+
 CURVES = json.loads((Path(__file__).parent / "plateau_curves.json").read_text())["curves"]
 # named in issue 41 as still rising (mean of the last 5 validations against the 5 before: +2.1, +1.8,
 # +1.3 points; the 1e-3 tuning trial still rising when 3e-3 was chosen)

@@ -22,7 +22,7 @@ from experiments.__main__ import main
 from experiments.runs.run.cli import resolve_run_dirs
 from experiments.runs.sweep.spec import load_spec, main_runs, nearest_tuned, resolve_axes, tuned_fractions, tuning_runs
 from experiments.runs.sweep.execute import _record, launch, run_status
-from experiments.runs.sweep.sweep import print_plan, run_sweep
+from experiments.runs.sweep.sweep import print_plan, run_sweep, whole_left
 from experiments.datascale.numbers import aggregate, collect, sample_efficiency
 from experiments.datascale.tables import findings, make_tables
 
@@ -637,9 +637,11 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
     assert estimate([done], 1, CPU, table) == "; nothing left to train"
     # the dry run's last line: once a run of the plan has finished, what it prices is what is left
-    from experiments.runs.sweep.sweep import whole_left
-    assert whole_left([runs[0]], 1) == "## the whole profile: " + estimate([runs[0]], 1).lstrip("; ")
-    assert whole_left([done, runs[0]], 1).startswith("## the whole profile, what is left (1 of 2 runs finished): ")
+    assert whole_left([runs[0]], 1).startswith("## the whole profile: about ")  # nothing finished: all of it
+    assert whole_left([done, runs[0]], 1).startswith("## the whole profile, what is left (1 of 2 runs finished): about ")
+    # the same run planned twice (a trial and its main run), once in another folder not trained: one finished run
+    elsewhere = replace(done, run_dir=tmp_path / "not-trained")
+    assert whole_left([done, elsewhere], 1).startswith("## the whole profile, what is left (1 of 1 runs finished): ")
     assert whole_left([done, done], 1) == "## the whole profile, what is left (1 of 1 runs finished): nothing left to train"
     # the table make tables writes: the median ms per step over a device's single runs of one configuration
     exp = tmp_path / "runs" / "exp"

@@ -369,11 +369,12 @@ def test_rows_show_sizes_plateau_marks_and_paired_differences(tmp_path):
     assert "† | 3 |" in improving_row and "| 1,000 | 0.003 | 400 |" in improving_row
     assert not any("†" in line for line in _table(md, "resnet") if "randaugment=False" in line)
     assert ("† still improving at its last validation: 1 run, each with what the plateau rule read (a plateau: "
-            "its last quarter under 1 point above the quarter before, and its last half's slope not surely (95%) "
-            "above 0.5 points a quarter):") in md
+            "its last quarter's mean less than 1 point above the mean of the quarter before (its gain), and its last "
+            "half's least-squares slope not surely (95%) above 0.5 points a quarter (its slope)):") in md
     # val_curve's climb: 2 points a quarter, every validation on the line, the last one its best
-    assert (f"- {improving}: last quarter +2.0 points over the one before, last half +2.0 points a quarter "
-            "(95% low end +2.0); best validation 0.830 at step 400 of 400") in md
+    assert (f"- {improving}: fails its gain and its slope: last quarter's mean +2.00 points over the quarter "
+            "before's, last half's slope +2.00 points a quarter (95% low end +2.00); last validation 0.830, best "
+            "0.830 at step 400 of 400") in md
     (old_row,) = [line for line in _table(md, "resnet") if "randaugment=True | 0.01" in line]
     assert "| resnet | randaugment=True | 0.01 | 100 |  | 0.001 | 100 | 0.7600 ± " in old_row
     # old summaries (no plateau recorded) are not known to have plateaued: marked, and so is a Δ on them

@@ -396,15 +396,13 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
                    + f" | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
     improving = [x for r in rows for x in r["_runs"] if still_improving(x.summary) and not plateau_unknown(x.summary)]
     unknown = [x.run for r in rows for x in r["_runs"] if plateau_unknown(x.summary)]
-    if improving or unknown:
-        out.append("")
-    if improving:
-        out += [*improving_list([x.summary for x in improving]), ""]
+    notes = [improving_list([(x.run, x.summary) for x in improving])] if improving else []  # each a paragraph
     if unknown:
-        out.append(f"{STILL_IMPROVING} too few validations to tell whether it plateaued: {plural(len(unknown), 'run')} "
-                   f"({', '.join(sorted(unknown))})")
-    if (improving or unknown) and any(r.get("_delta_improving") for r in rows):
-        out.append(f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is.")
+        notes.append([f"{STILL_IMPROVING} too few validations to tell whether it plateaued: "
+                      f"{plural(len(unknown), 'run')} ({', '.join(sorted(unknown))})"])
+    if notes and any(r.get("_delta_improving") for r in rows):
+        notes.append([f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is."])
+    out += [line for note in notes for line in ("", *note)]
     deit = [r for r in runs if r.summary.family == "deit" and r.summary.status == "done" and r.summary.test]
     if deit:
         out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]

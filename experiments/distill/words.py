@@ -19,7 +19,7 @@ from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
 from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, improving_list, not_read)
-from experiments.runs.run.convergence import still_improving
+from experiments.runs.run.convergence import plateau_unknown, still_improving
 from experiments.runs.sweep.reference import whose_runs
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
 
@@ -145,10 +145,16 @@ def main_table(p: Profile) -> list[str]:
         cells = [_cell(p.students.get((s, f), {}), student_accs(p, s, f, h)) if h in heads_of(s) else NA
                  for f in p.fractions for h in HEADS]
         rows.append([s, teacher_of(s) or NA, *cells])
-    improving = {s.run: s for cells in (p.teachers, p.students) for cell in cells.values() for s in cell.values()
-                 if still_improving(s)}
+    marked = {s.run: s for cells in (p.teachers, p.students) for cell in cells.values() for s in cell.values()
+              if still_improving(s)}
+    unknown = sorted(name for name, s in marked.items() if plateau_unknown(s))
     out = markdown_table(head, rows, 2)
-    return out + ["", *improving_list(list(improving.values()))] if improving else out
+    if len(marked) > len(unknown):
+        out += ["", *improving_list([(name, s) for name, s in marked.items() if name not in unknown])]
+    if unknown:
+        out += ["", f"{STILL_IMPROVING} too few validations to tell whether it plateaued: "
+                    f"{plural(len(unknown), 'run')} ({', '.join(unknown)})"]
+    return out
 
 
 def _claim_text(c: dict) -> str:

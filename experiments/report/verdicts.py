@@ -50,14 +50,15 @@ READING = re.compile(r"95% interval \[(?P<lo>[+-]\d+\.\d+), (?P<hi>[+-]\d+\.\d+)
 ROUNDING = 5e-5  # the written bounds have 4 decimals: one within this of 0 or the margin may be on either side
 
 
-def improving_list(summaries: list) -> list[str]:
-    """A report's list of the runs still improving (by the plateau rule, with enough validations to
-    tell), each with what the rule read, sorted by run: from it a longer protocol is chosen."""
-    if not summaries:
+def improving_list(runs: list[tuple[str, object]]) -> list[str]:
+    """A report's list of its runs still improving by the plateau rule (each (name as the report names
+    it, Summary), every one with enough validations for the rule to read), each with what the rule
+    read, sorted by name: from it a longer protocol is chosen."""
+    if not runs:
         return []
-    return [f"{STILL_IMPROVING} still improving at its last validation: {plural(len(summaries), 'run')}, "
+    return [f"{STILL_IMPROVING} still improving at its last validation: {plural(len(runs), 'run')}, "
             f"each with what the plateau rule read ({RULE_SAID}):", "",
-            *(f"- {s.run}: {how_it_climbed(s)}" for s in sorted(summaries, key=lambda s: s.run or ""))]
+            *(f"- {name}: {how_it_climbed(summary)}" for name, summary in sorted(runs, key=lambda r: r[0]))]
 
 
 def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:

@@ -32,10 +32,20 @@ TIE = TOLERANCE    # validation accuracies closer than this to the best are a ti
 MIN_HALF = 4       # validations in the last half (and one in each of its quarters) for the rule to tell
 
 
-def plateau(history: list[tuple[int, float]], steps: int) -> dict | None:
-    """{plateaued, best_step, tail_gain, climb, climb_low} for validations [(step, val_acc), ...] of a
-    run of `steps` steps: tail_gain is the last quarter's mean over the previous quarter's, climb and
-    climb_low the last half's slope per quarter of the run and the low end of its 95% interval.
+def _points(accuracy: float) -> str:
+    n = round(100 * accuracy, 6)
+    return f"{n:g} point" + ("" if n == 1 else "s")
+
+
+# the rule in the reports' words (a point is 0.01 of accuracy)
+RULE_SAID = (f"a plateau: its last quarter's mean less than {_points(TOLERANCE)} above the mean of the quarter "
+             f"before (its gain), and its last half's least-squares slope not surely (95%) above {_points(CLIMB)} "
+             "a quarter (its slope)")
+
+
+def _last_half(history: list[tuple[int, float]], steps: int) -> tuple[float, float, float] | None:
+    """(gain, slope, slope's 95% low end) of a run's last half of validations, unrounded: the last
+    quarter's mean over the previous quarter's, and the least-squares slope per quarter of the run.
     None with too few validations in the last half to tell (fewer than MIN_HALF, or a quarter empty)."""
     half = [(s, a) for s, a in history if s > steps / 2]
     last = [a for s, a in half if s > steps * 3 / 4]
@@ -45,11 +55,21 @@ def plateau(history: list[tuple[int, float]], steps: int) -> dict | None:
     slope = ols_slope([s / steps * 4 for s, _ in half], [a for _, a in half])  # x in quarters of the run
     if slope is None or slope.ci95 is None:
         return None
-    gain = statistics.fmean(last) - statistics.fmean(before)
-    low = slope.value - slope.ci95
+    return statistics.fmean(last) - statistics.fmean(before), slope.value, slope.value - slope.ci95
+
+
+def plateau(history: list[tuple[int, float]], steps: int) -> dict | None:
+    """{plateaued, best_step, tail_gain, climb, climb_low} for validations [(step, val_acc), ...] of a
+    run of `steps` steps: tail_gain is the last quarter's mean over the previous quarter's, climb and
+    climb_low the last half's slope per quarter of the run and the low end of its 95% interval.
+    None with too few validations in the last half to tell."""
+    read = _last_half(history, steps)
+    if read is None:
+        return None
+    gain, climb, low = read
     best_step, _ = max(history, key=lambda sa: sa[1])  # the first step reaching the best
     return {"plateaued": gain < TOLERANCE and low < CLIMB, "best_step": int(best_step),
-            "tail_gain": round(gain, 4), "climb": round(slope.value, 4), "climb_low": round(low, 4),
+            "tail_gain": round(gain, 4), "climb": round(climb, 4), "climb_low": round(low, 4),
             "tolerance": TOLERANCE, "climb_floor": CLIMB}
 
 
@@ -64,23 +84,19 @@ def judged(summary: Summary) -> dict | None:
 
 def how_it_climbed(summary: Summary) -> str:
     """What the rule read in a run, in points of validation accuracy, for a report's list of runs
-    still improving: how far it climbed, and where its best validation fell (at its last steps: a
-    steady climb; early: a dip and a recovery in the cool-down), from which a longer protocol is chosen."""
-    p = judged(summary)
-    if p is None:
-        return "too few validations to tell"
-    best = max(a for _, a in summary.val_history)
-    return (f"last quarter {100 * p['tail_gain']:+.1f} points over the one before, last half "
-            f"{100 * p['climb']:+.1f} points a quarter (95% low end {100 * p['climb_low']:+.1f}); "
-            f"best validation {best:.3f} at step {p['best_step']:,} of {int(summary.steps):,}")
-
-
-def _points(x: float) -> str:
-    return f"{100 * x:g} point{'' if 100 * x == 1 else 's'}"
-
-
-RULE_SAID = (f"a plateau: its last quarter under {_points(TOLERANCE)} above the quarter before, and its "
-             f"last half's slope not surely (95%) above {_points(CLIMB)} a quarter")
+    still improving: which test it failed and by how much, and its last validation beside its best.
+    A last validation near the best with the best at the last steps is a climb to the end; a flat
+    tail after a low third quarter, or a best far earlier, is not, and a longer protocol may not help."""
+    steps = int(summary.steps or 0)
+    read = _last_half([tuple(v) for v in summary.val_history or []], steps) if steps else None
+    if read is None:
+        return "no plateau reading (too few validations, or no steps recorded)"
+    gain, climb, low = read
+    failed = [test for test, fails in (("its gain", gain >= TOLERANCE), ("its slope", low >= CLIMB)) if fails]
+    best_step, best = max(summary.val_history, key=lambda sa: sa[1])
+    return (f"fails {' and '.join(failed) or 'neither'}: last quarter's mean {100 * gain:+.2f} points over the "
+            f"quarter before's, last half's slope {100 * climb:+.2f} points a quarter (95% low end {100 * low:+.2f}); "
+            f"last validation {summary.val_history[-1][1]:.3f}, best {best:.3f} at step {best_step:,} of {steps:,}")
 
 
 def still_improving(summary: Summary) -> bool:

@@ -322,9 +322,9 @@ def whole_left(runs: list[Run], jobs: int, pack: int = 1) -> str:
     """The dry run's last line: what the planned runs still take; once some have finished it says how
     many, so that what is left is not read as the whole profile's cost (a fresh machine's dry run
     prices all of it)."""
-    every = {r.name: r for r in runs}  # a tuning trial is also its stage's main run
-    finished = sum(run_status(r) in DONE for r in every.values())
-    label = f", what is left ({finished} of {len(every)} runs finished)" if finished else ""
+    names = {r.name for r in runs}  # a tuning trial is also its stage's main run: one run
+    finished = len({r.name for r in runs if run_status(r) in DONE})
+    label = f", what is left ({finished} of {len(names)} runs finished)" if finished else ""
     return f"## the whole profile{label}: " + estimate(runs, jobs, pack=pack).lstrip("; ")
 
 
