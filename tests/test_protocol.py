@@ -152,10 +152,10 @@ def test_plateau_rule_sees_a_steady_climb_behind_an_early_peak():
 
 
 def test_a_run_still_improving_is_listed_with_the_test_it_fails():
-    """The report's list (report/verdicts.improving_list) says which test each run fails, by how much,
+    """The report's list (report/verdicts.marked_runs) says which test each run fails, by how much,
     and its last validation beside its best: a flat tail after a low third quarter fails the gain with
     its best early and its last validation near it; the early-peak climb above fails the slope only."""
-    from experiments.report.verdicts import improving_list
+    from experiments.report.verdicts import marked_runs
     from experiments.runs.run.convergence import how_it_climbed
     from experiments.runs.run.summary import Summary
     dipped = [(10, 0.70), (20, 0.80), (30, 0.78), (40, 0.76), (50, 0.76), (60, 0.76), (70, 0.775), (80, 0.776)]
@@ -167,7 +167,7 @@ def test_a_run_still_improving_is_listed_with_the_test_it_fails():
     assert how_it_climbed(climbed).startswith("fails its slope: last quarter's mean +0.80 points")
     assert how_it_climbed(Summary(run="short", steps=80, val_history=[[80, 0.9]])) == \
         "no plateau reading (too few validations, or no steps recorded)"
-    listed = improving_list([("b/climbed", climbed), ("a/dipped", Summary(run="dipped", steps=80, val_history=dipped))])
+    (listed,) = marked_runs([("b/climbed", climbed), ("a/dipped", Summary(run="dipped", steps=80, val_history=dipped))])
     assert listed[0].startswith("† still improving at its last validation: 2 runs, each with what the plateau rule read")
     assert [ln.split(":")[0] for ln in listed[2:]] == ["- a/dipped", "- b/climbed"]  # by the names given, sorted
 

@@ -18,8 +18,8 @@ from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapT
 from experiments.report.records import LeftOut, left_out_line
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
-from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, improving_list
-from experiments.runs.run.convergence import TIE, plateau_unknown, still_improving
+from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, marked_runs
+from experiments.runs.run.convergence import TIE, still_improving
 from experiments.runs.sweep.reference import whose_runs
 
 WINNER = CLAIMS["winner"].said  # the words before each size's winner
@@ -394,12 +394,7 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
                    + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
                    + ("" if r["flops_per_image"] is None else f"{r['flops_per_image'] / 1e6:.1f}")  # not counted
                    + f" | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
-    improving = [x for r in rows for x in r["_runs"] if still_improving(x.summary) and not plateau_unknown(x.summary)]
-    unknown = [x.run for r in rows for x in r["_runs"] if plateau_unknown(x.summary)]
-    notes = [improving_list([(x.run, x.summary) for x in improving])] if improving else []  # each a paragraph
-    if unknown:
-        notes.append([f"{STILL_IMPROVING} too few validations to tell whether it plateaued: "
-                      f"{plural(len(unknown), 'run')} ({', '.join(sorted(unknown))})"])
+    notes = marked_runs([(x.run, x.summary) for r in rows for x in r["_runs"] if still_improving(x.summary)])
     if notes and any(r.get("_delta_improving") for r in rows):
         notes.append([f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is."])
     out += [line for note in notes for line in ("", *note)]

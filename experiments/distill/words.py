@@ -18,8 +18,8 @@ from experiments.report.claim import Claim
 from experiments.report.records import left_out_line, read_runs
 from experiments.report.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
-from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, improving_list, not_read)
-from experiments.runs.run.convergence import plateau_unknown, still_improving
+from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, marked_runs, not_read)
+from experiments.runs.run.convergence import still_improving
 from experiments.runs.sweep.reference import whose_runs
 NA = "—"                               # not applicable (none's dist head; a teacher has one head)
 
@@ -147,14 +147,7 @@ def main_table(p: Profile) -> list[str]:
         rows.append([s, teacher_of(s) or NA, *cells])
     marked = {s.run: s for cells in (p.teachers, p.students) for cell in cells.values() for s in cell.values()
               if still_improving(s)}
-    unknown = sorted(name for name, s in marked.items() if plateau_unknown(s))
-    out = markdown_table(head, rows, 2)
-    if len(marked) > len(unknown):
-        out += ["", *improving_list([(name, s) for name, s in marked.items() if name not in unknown])]
-    if unknown:
-        out += ["", f"{STILL_IMPROVING} too few validations to tell whether it plateaued: "
-                    f"{plural(len(unknown), 'run')} ({', '.join(unknown)})"]
-    return out
+    return markdown_table(head, rows, 2) + [line for note in marked_runs(list(marked.items())) for line in ("", *note)]
 
 
 def _claim_text(c: dict) -> str:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from experiments.report.statistics import Estimate
 from experiments.report.table_format import plural
-from experiments.runs.run.convergence import RULE_SAID, how_it_climbed
+from experiments.runs.run.convergence import RULE_SAID, how_it_climbed, plateau_unknown
 
 
 class Margin(NamedTuple):
@@ -50,15 +50,19 @@ READING = re.compile(r"95% interval \[(?P<lo>[+-]\d+\.\d+), (?P<hi>[+-]\d+\.\d+)
 ROUNDING = 5e-5  # the written bounds have 4 decimals: one within this of 0 or the margin may be on either side
 
 
-def improving_list(runs: list[tuple[str, object]]) -> list[str]:
-    """A report's list of its runs still improving by the plateau rule (each (name as the report names
-    it, Summary), every one with enough validations for the rule to read), each with what the rule
-    read, sorted by name: from it a longer protocol is chosen."""
-    if not runs:
-        return []
-    return [f"{STILL_IMPROVING} still improving at its last validation: {plural(len(runs), 'run')}, "
+def marked_runs(runs: list[tuple[str, object]]) -> list[list[str]]:
+    """A report's paragraphs on its runs marked †, each given as (name as the report names it,
+    Summary): those still improving by the plateau rule, each with what the rule read (from it a
+    longer protocol is chosen), then those with too few validations for the rule to tell."""
+    unknown = sorted(name for name, s in runs if plateau_unknown(s))
+    improving = sorted((r for r in runs if r[0] not in unknown), key=lambda r: r[0])
+    out = [[f"{STILL_IMPROVING} still improving at its last validation: {plural(len(improving), 'run')}, "
             f"each with what the plateau rule read ({RULE_SAID}):", "",
-            *(f"- {name}: {how_it_climbed(summary)}" for name, summary in sorted(runs, key=lambda r: r[0]))]
+            *(f"- {name}: {how_it_climbed(summary)}" for name, summary in improving)]] if improving else []
+    if unknown:
+        out.append([f"{STILL_IMPROVING} too few validations to tell whether it plateaued: "
+                    f"{plural(len(unknown), 'run')} ({', '.join(unknown)})"])
+    return out
 
 
 def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:
