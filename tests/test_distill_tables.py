@@ -317,6 +317,11 @@ def test_a_run_still_improving_silences_the_readings_that_rest_on_it(made):
     assert f"- {gate}" in section(made["md"], "Agreement with each teacher")
     published = section(made["md"], "DeiT (published)")
     assert gate in published and "at 0.01: +0.0600 ± 0.0497;" in published
+    ours = [d for ln in published.splitlines() if "; ours: " in ln for d in ln.split("; ours: ", 1)[1].split("; ")
+            if d.startswith(("hard/vit", "hard/resnet − hard/vit"))]
+    on_it = [d for d in ours if " at 0.05: " in d]   # each difference beside DeiT's effects carries the dagger of its run
+    assert on_it and all(d.endswith(" †") for d in on_it)
+    assert all(not d.endswith("†") for d in ours if d not in on_it)
     from experiments.distill.tables import findings
     rows = {f.question: f for f in findings(made["exp"])}
     assert rows["Does a CNN teacher beat a transformer teacher?"].verdict == "not read: 1 of 12 runs still improving (†)"

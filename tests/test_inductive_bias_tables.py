@@ -277,6 +277,10 @@ def test_a_run_still_improving_silences_the_readings_that_rest_on_it(experiment,
     make_tables(experiment, out)
     assert _rows(out)[("ablation", "none", 1.0)]["still_improving"] == "1"
     text = (out / f"{NAME}.md").read_text()
+    head, _, *body = [ln.strip("|").split(" | ") for ln in text.split("### ViT ablations", 1)[1].splitlines()
+                      if ln.startswith("| ")]
+    none = dict(zip([h.strip() for h in head], [c.strip() for c in next(r for r in body if r[0].strip() == "none")]))
+    assert none["Δ vs learn at 1"].endswith(" †") and not none["Δ vs learn at 0.01"].endswith("†")  # a Δ rests on both cells
     reading = text.split("### What the numbers say\n\n", 1)[1].split("\n\n", 1)[0]
     assert reading.startswith("- Not read: none at 1, where a run was still improving at its last validation (†)")
     none = next(line for line in reading.splitlines() if line.startswith("- **ViT without a position embedding**"))

@@ -108,7 +108,10 @@ def _reading(rows: list[dict]) -> str:
                 if wins else "")
     if silent:
         where = ", ".join(f"{n:,}" for n in silent) + " images"
-        text = f"{text} {winner_claim(rows, silent).not_read_at(where)}".strip()
+        unread = winner_claim(rows, silent).not_read_at(where)
+        if not wins:  # no size's winner said before it: the sentence names what it does not read
+            unread = f"{WINNER}: n{unread[1:]}"
+        text = f"{text} {unread}".strip()
     kinds = {kind_of(r["family"]) for r in rows} - {None}
     if kinds != {"transformer", "CNN"}:
         have = ", ".join(sorted({r["family"] for r in rows if kind_of(r["family"])}))
@@ -127,8 +130,9 @@ def _gap_text(trend: GapTrend, silent: list[int], name) -> str:
     behind it still improved, beyond the "Not read at ..." of sizes already named)."""
     small, large = trend.sizes[0], trend.sizes[-1]
     claim = trend.claim
-    if not claim.converged:
-        return "" if set(trend.sizes) <= set(silent) else " " + claim.not_read()
+    if not claim.converged:  # its sizes all named already: say only that the gap goes unread too
+        return (" Best transformer minus best CNN: not read there either." if set(trend.sizes) <= set(silent)
+                else " " + claim.not_read())
 
     def said(t, c):  # with each one's steps where they differ (each trained to its own plateau)
         n, steps = t["train_size"], (t.get("max_steps"), c.get("max_steps"))

@@ -82,6 +82,11 @@ def provenance(p: Profile) -> list[str]:
     return out
 
 
+def _either_improving(by: dict, variant: str, fraction: float) -> bool:
+    """A Δ rests on its own cell and on the baseline's at the same fraction: marked when either is."""
+    return any(by[v, fraction]["still_improving"] for v in (variant, BASELINE) if (v, fraction) in by)
+
+
 def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
     fractions = p.fractions("ablations")
     head = ["variant", "options"] + [f"test acc at {_size_label(p, f)}" for f in fractions] \
@@ -94,13 +99,14 @@ def ablation_section(p: Profile, rows: list[dict]) -> list[str]:
             or "registry default"
         cells = [(_pm(by[v, f]["acc"]) + (f" {STILL_IMPROVING}" if by[v, f]["still_improving"] else "")
                   if (v, f) in by else "not run") for f in fractions]
-        deltas = [("—" if v == BASELINE else _pm(by[v, f]["delta"], signed=True) + _pairs(by[v, f]))
+        deltas = [("—" if v == BASELINE else _pm(by[v, f]["delta"], signed=True) + _pairs(by[v, f])
+                   + (f" {STILL_IMPROVING}" if _either_improving(by, v, f) else ""))
                   if (v, f) in by else "not run" for f in fractions]
         table.append([v, opts, *cells, *deltas])
     return ["### ViT ablations: position embedding (ViT Table 8), pooling and patch size", "",
             "Test accuracy, mean ± 95% t-interval over seeds; Δ: paired by seed with the `learn` ViT (learned 1D "
             f"table, [CLS] token, patch 4) of the same subset. {STILL_IMPROVING}: a run of the cell was still "
-            "improving at its last validation.", "", *markdown_table(head, table, 2), "",
+            "improving at its last validation; a Δ is marked when either of its cells is.", "", *markdown_table(head, table, 2), "",
             f"Published ({TABLE8['source']}): " + ", ".join(f"{k} {v:.4f}" for k, v in TABLE8["rows"].items())
             + f"; DeiT-T on CIFAR-100 without its position embedding: {TABLE8['deit_t_cifar100'][0]:.3f} -> "
             f"{TABLE8['deit_t_cifar100'][1]:.3f} (Lu et al. 2022).", ""]
