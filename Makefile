@@ -187,7 +187,7 @@ bench-profile: install ## where one training step of each family spends its time
 bench-stage: install ## the packed engine on a miniature gpu stage: compilations and time when a stage's groups share one compiled step against compiling each group again (inductor, on this machine; -> results/packed_stage.txt)
 	set -o pipefail; $(PY) benchmarks/packed_stage.py | tee results/packed_stage.txt
 
-bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs them on this CPU: eager, one thread a run (the default jobs), 3 steps per family but DeiT (no teacher inside) at 8/6/4 members x batch 128, about 15 min on 2 cores (-> results/packed_steps_cpu.json: the gpu profile's dry run here prices its groups from them)
+bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs them on this CPU: eager, one thread a run (the default jobs), 3 steps per family but DeiT (no teacher inside) at 8/6/4 members x batch 128, minutes on 2 cores: its seconds are in the file (-> results/packed_steps_cpu.json: the gpu profile's dry run here prices its groups from them)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_check.py --device cpu --mode eager --parts compile --steps 3 \
 	  --families resnet vit swin convnext hybrid --part_limit 3000 --total_limit 3600
 
