@@ -16,14 +16,15 @@ from experiments.runs.sweep.shared import located
 # one protocol for both experiments: the same family, subset, seed, lr and schedule is the same run
 PROTOCOL = {"budget": "tiny", "fractions": [0.5], "seeds": [0], "epochs": 0.25, "min_steps": 4, "val_checks": 2,
             "batch_size": 32, "lrs": [0.003], "tuned_fractions": [0.5], "jobs": 1}
-DATASCALE = {"name": "datascale", "dataset": "fashion_mnist", "families": ["resnet", "vit"],
+DATASCALE = {"name": "datascale", "dataset": "fashion_mnist", "families": ["resnet", "vit", "deit"],
              "variant_args": {"default": {}}, "profiles": {"cpu": PROTOCOL}}
 DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "student": "deit", "student_lr_of": "vit",
            "variants": {"none": {"model.distillation": "none"},
                         "hard": {"model.distillation": "hard", "model.distill_alpha": 0.5}},
            "profiles": {"cpu": {**PROTOCOL, "teachers": ["resnet", "vit"], "matched": {"resnet": "vit"},
                                 "matched_val_interval": 1,
-                                "students": ["none", "hard/resnet-at-vit", "hard/vit"], "probe_images": 32}}}
+                                "students": ["none", "hard/resnet", "hard/resnet-at-vit", "hard/vit"],
+                                "probe_images": 32}}}
 
 
 @pytest.fixture
@@ -49,12 +50,13 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
     ds_spec, distill_spec, runs, launched = specs
     assert main(["sweep", "--spec", str(ds_spec), "--runs_dir", str(runs)]) == 0
     datascale = {p.parent.name for p in (runs / "datascale").glob("*/summary.json")}
-    assert len(datascale) == 2 and launched  # resnet and vit: tuned, then tested
+    assert len(datascale) == 3 and launched  # resnet, vit and deit (distilled from that resnet): tuned, then tested
     launched.clear()
 
     assert main(["distill", "--spec", str(distill_spec), "--runs_dir", str(runs)]) == 0
     # trained now: the no-teacher student, the matched teacher and two distilled students; every
-    # ResNet and ViT run is exp-datascale's, and the students are not tuned (they take ViT's lr)
+    # ResNet and ViT run is exp-datascale's, and the students are not tuned (they take ViT's lr);
+    # the hard/resnet student is exp-datascale's DeiT, the same configuration under another name
     assert all(f.startswith("distill/") for f in launched)
     trained = {f.split("/")[1] for f in launched}
     assert len(trained) == 4 and not trained & datascale
@@ -85,8 +87,10 @@ def test_distill_takes_the_datascale_runs_and_trains_only_what_is_new(specs, tmp
         assert accs[-1] >= target and all(a < target for a in accs[:-1])
         assert matched["steps"] == matched["stopped"]["step"] == matched["val_history"][-1][0]
     students = {s["student"]: s for s in record["students"]}
+    deit = next(d for d in datascale if d.startswith("deit-"))
+    assert students["hard/resnet"]["run"] == f"datascale/{deit}" and not any("hard-resnet_" in f for f in launched)
     for s in students.values():
-        student_cfg = yaml.safe_load((runs / "distill" / s["run"] / "config.yaml").read_text())
+        student_cfg = yaml.safe_load((located(runs / "distill", s["run"]) / "config.yaml").read_text())
         assert student_cfg["model"]["lr"] == choices["vit"]
     cfg = yaml.safe_load((runs / "distill" / students["hard/resnet-at-vit"]["run"] / "config.yaml").read_text())
     assert cfg["model"]["teacher_checkpoint"] == str(matched_dir / "checkpoints" / "best.ckpt")
@@ -185,3 +189,27 @@ def test_a_fit_stopped_at_an_accuracy_is_its_own_run(cli):
     assert "stopped" not in f
     code, _ = cli("fit", "--model.family", "resnet", "--stop_at_val_acc", "1.5")
     assert code == 2
+
+
+def test_the_same_configuration_under_a_variant_s_name_is_taken_only_when_its_identity_hashes_to_it(tmp_path):
+    """A planned folder takes another experiment's folder of the same hash only when one readable
+    name is the other's plus a variant and the other's identity.json hashes to that hash: a copied
+    or hand-made folder with a matching suffix is not the same run."""
+    from experiments.runs.run.identity import config_hash
+    from experiments.runs.sweep.shared import home, same_configuration
+    ident = {"model.family": "deit", "seed_everything": 0}
+    digest = config_hash(ident)
+
+    def folder(experiment, name, identity):
+        d = tmp_path / experiment / f"{name}_{digest}"
+        (d / "checkpoints").mkdir(parents=True)
+        (d / "identity.json").write_text(json.dumps({"hash": digest, "identity": identity}))
+        return d
+    planned = tmp_path / "distill" / f"deit-tiny_fmnist_f0.5_s0_lr0.003_hard-resnet_{digest}"
+    assert home(planned) == planned and same_configuration(planned) == []
+    folder("other", "vit-tiny_fmnist_f0.5_s0_lr0.003", ident)                 # another readable name
+    folder("forged", "deit-tiny_fmnist_f0.5_s0_lr0.003", {**ident, "seed_everything": 1})  # hashes elsewhere
+    folder("distill", "deit-tiny_fmnist_f0.5_s0_lr0.003", ident)              # the planning experiment's own
+    assert same_configuration(planned) == [] and home(planned) == planned
+    mine = folder("datascale", "deit-tiny_fmnist_f0.5_s0_lr0.003", ident)
+    assert same_configuration(planned) == [mine] and home(planned) == mine

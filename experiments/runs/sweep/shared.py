@@ -4,7 +4,11 @@ A run's folder is <runs_dir>/<experiment>/<readable name>_<config hash>, and the
 follow from its whole configuration (identity.py). So when exp-distill plans the ResNet teacher
 that exp-datascale already trained (same family, subset, seed, lr and schedule), the same folder
 name exists under datascale/: the planned run takes that folder instead of training a second copy,
-and its command names that experiment, so a resumed or retried fit writes there too.
+and its command names that experiment and folder, so a resumed or retried fit writes there too.
+A spec may name the same configuration differently: exp-distill's hard/resnet student is
+exp-datascale's DeiT (distilled hard from the ResNet of its subset and seed by default), named with
+its variant. The hash is of the whole configuration, so a folder of the same hash whose readable
+name is this one's without its variant (or with one) is the same run, and is taken too.
 
 An experiment's record names its own runs by folder name and a shared one as
 "<experiment>/<folder>" (`entry`); the tables read both through `located`.
@@ -15,8 +19,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, config_hash
 from experiments.runs.run.names import checked_name, inside
-from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder
+from experiments.runs.run.run_folder import IDENTITY_FILE, SUMMARY_FILE, RunFolder
 
 
 def home(run_dir: Path) -> Path:
@@ -25,19 +30,43 @@ def home(run_dir: Path) -> Path:
     else its own (it trains there)."""
     if run_dir.exists():
         return run_dir
-    others = sorted(run_dir.parent.parent.glob(f"*/{run_dir.name}"))
+    others = sorted(run_dir.parent.parent.glob(f"*/{run_dir.name}")) or same_configuration(run_dir)
     started = [d for d in others if RunFolder(d).is_run()]
     done = [d for d in started if RunFolder(d).status() == "done"]
     return (done or started or [run_dir])[0]
 
 
+def same_configuration(run_dir: Path) -> list[Path]:
+    """Folders of other experiments that hold `run_dir`'s configuration under a readable name that is
+    its name without a variant, or with one (see the module's docstring): the same hash, and an
+    identity.json that hashes to it."""
+    if not RUN_FOLDER.fullmatch(run_dir.name):
+        return []
+    readable, digest = run_dir.name[:-(HASH_CHARS + 1)], run_dir.name[-HASH_CHARS:]
+    out = []
+    for d in sorted(run_dir.parent.parent.glob(f"*/*_{digest}")):
+        other = d.name[:-(HASH_CHARS + 1)]
+        if d.parent == run_dir.parent or not (readable.startswith(other + "_") or other.startswith(readable + "_")):
+            continue
+        try:
+            ident = json.loads((d / IDENTITY_FILE).read_text())["identity"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(ident, dict) and config_hash(ident) == digest:
+            out.append(d)
+    return out
+
+
 def share(run):
-    """`run` (spec.Run) moved to its home; its command's --experiment names the folder's experiment."""
+    """`run` (spec.Run) moved to its home; its command's --experiment names the folder's experiment
+    and its --run_name the folder's readable name, so that a fit of it writes there."""
     where = home(run.run_dir)
     if where == run.run_dir:
         return run
     args = list(run.args)
     args[args.index("--experiment") + 1] = where.parent.name
+    if where.name != run.run_dir.name:
+        args[args.index("--run_name") + 1] = where.name[:-(HASH_CHARS + 1)]
     return replace(run, run_dir=where, args=tuple(args))
 
 
