@@ -191,25 +191,43 @@ def test_a_fit_stopped_at_an_accuracy_is_its_own_run(cli):
     assert code == 2
 
 
-def test_the_same_configuration_under_a_variant_s_name_is_taken_only_when_its_identity_hashes_to_it(tmp_path):
-    """A planned folder takes another experiment's folder of the same hash only when one readable
-    name is the other's plus a variant and the other's identity.json hashes to that hash: a copied
-    or hand-made folder with a matching suffix is not the same run."""
+def test_the_same_configuration_under_a_variant_s_name_is_taken_only_when_it_is_that_finished_run(tmp_path):
+    """A planned folder takes another experiment's folder of the same hash only when that folder's
+    readable name is the planned one without its variant, its identity.json hashes to that hash and
+    it finished: a copied or hand-made folder with a matching suffix, a tuning trial never tested, the
+    reverse direction and a folder behind a link out of the runs are not the same run. The command
+    then names the folder taken."""
     from experiments.runs.run.identity import config_hash
-    from experiments.runs.sweep.shared import home, same_configuration
+    from experiments.runs.sweep.shared import home, same_configuration, share
+    from experiments.runs.sweep.spec import Run
     ident = {"model.family": "deit", "seed_everything": 0}
     digest = config_hash(ident)
+    runs = tmp_path / "runs"
 
-    def folder(experiment, name, identity):
-        d = tmp_path / experiment / f"{name}_{digest}"
-        (d / "checkpoints").mkdir(parents=True)
+    def folder(experiment, name, identity=ident, status="done", root=runs):
+        d = root / experiment / f"{name}_{digest}"
+        d.mkdir(parents=True)
         (d / "identity.json").write_text(json.dumps({"hash": digest, "identity": identity}))
+        (d / "summary.json").write_text(json.dumps({"status": status}))
         return d
-    planned = tmp_path / "distill" / f"deit-tiny_fmnist_f0.5_s0_lr0.003_hard-resnet_{digest}"
+    planned = runs / "distill" / f"deit-tiny_fmnist_f0.5_s0_lr0.003_hard-resnet_{digest}"
     assert home(planned) == planned and same_configuration(planned) == []
-    folder("other", "vit-tiny_fmnist_f0.5_s0_lr0.003", ident)                 # another readable name
-    folder("forged", "deit-tiny_fmnist_f0.5_s0_lr0.003", {**ident, "seed_everything": 1})  # hashes elsewhere
-    folder("distill", "deit-tiny_fmnist_f0.5_s0_lr0.003", ident)              # the planning experiment's own
+    folder("other", "vit-tiny_fmnist_f0.5_s0_lr0.003")                                         # another readable name
+    folder("forged", "deit-tiny_fmnist_f0.5_s0_lr0.003", {**ident, "seed_everything": 1})      # hashes elsewhere
+    folder("distill", "deit-tiny_fmnist_f0.5_s0_lr0.003")                                      # the planning experiment's own
+    folder("trials", "deit-tiny_fmnist_f0.5_s0_lr0.003", status="fitted")                      # a trial, never tested
+    outside = folder("elsewhere", "deit-tiny_fmnist_f0.5_s0_lr0.003", root=tmp_path / "outside")
+    (runs / "linked").symlink_to(outside.parent)                                               # a link out of the runs
     assert same_configuration(planned) == [] and home(planned) == planned
-    mine = folder("datascale", "deit-tiny_fmnist_f0.5_s0_lr0.003", ident)
+    mine = folder("datascale", "deit-tiny_fmnist_f0.5_s0_lr0.003")
     assert same_configuration(planned) == [mine] and home(planned) == mine
+    # one way only: a run named without a variant does not take a variant's finished folder
+    variant_only = tmp_path / "reverse"
+    folder("distill", "deit-tiny_fmnist_f0.5_s0_lr0.003_hard-resnet", root=variant_only)
+    plain = variant_only / "datascale" / f"deit-tiny_fmnist_f0.5_s0_lr0.003_{digest}"
+    assert same_configuration(plain) == [] and home(plain) == plain
+    args = ("fit", "--experiment", "distill", "--runs_dir", str(runs), "--run_name", planned.name[:-9], "--seed_everything", "0")
+    run = share(Run(index=0, name=planned.name[:-9], family="deit", fraction=0.5, seed=0, variant="hard-resnet",
+                    args=args, run_dir=planned))
+    assert run.run_dir == mine and run.args[run.args.index("--experiment") + 1] == "datascale"
+    assert run.args[run.args.index("--run_name") + 1] == "deit-tiny_fmnist_f0.5_s0_lr0.003"   # a fit of it writes there

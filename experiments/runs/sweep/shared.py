@@ -7,8 +7,9 @@ name exists under datascale/: the planned run takes that folder instead of train
 and its command names that experiment and folder, so a resumed or retried fit writes there too.
 A spec may name the same configuration differently: exp-distill's hard/resnet student is
 exp-datascale's DeiT (distilled hard from the ResNet of its subset and seed by default), named with
-its variant. The hash is of the whole configuration, so a folder of the same hash whose readable
-name is this one's without its variant (or with one) is the same run, and is taken too.
+its variant. The hash is of the whole configuration, so a finished run of the same hash whose
+readable name is this one's without its variant is the same run, and is taken too (one way only:
+exp-datascale does not take exp-distill's students, whose records carry their variant).
 
 An experiment's record names its own runs by folder name and a shared one as
 "<experiment>/<folder>" (`entry`); the tables read both through `located`.
@@ -26,33 +27,35 @@ from experiments.runs.run.run_folder import IDENTITY_FILE, SUMMARY_FILE, RunFold
 
 def home(run_dir: Path) -> Path:
     """Where the run of `run_dir` (<runs_dir>/<experiment>/<folder>) lives: its own folder once it
-    exists, else the same folder of another experiment that holds a run (finished ones first),
-    else its own (it trains there)."""
+    exists, else the same folder of another experiment that holds a run (finished ones first, then
+    a finished run of the same configuration under its name without the variant), else its own (it
+    trains there)."""
     if run_dir.exists():
         return run_dir
-    others = sorted(run_dir.parent.parent.glob(f"*/{run_dir.name}")) or same_configuration(run_dir)
-    started = [d for d in others if RunFolder(d).is_run()]
+    started = [d for d in sorted(run_dir.parent.parent.glob(f"*/{run_dir.name}")) if RunFolder(d).is_run()]
     done = [d for d in started if RunFolder(d).status() == "done"]
-    return (done or started or [run_dir])[0]
+    return (done or same_configuration(run_dir) or started or [run_dir])[0]
 
 
 def same_configuration(run_dir: Path) -> list[Path]:
-    """Folders of other experiments that hold `run_dir`'s configuration under a readable name that is
-    its name without a variant, or with one (see the module's docstring): the same hash, and an
-    identity.json that hashes to it."""
+    """Finished runs of other experiments that hold `run_dir`'s configuration under its readable name
+    without the variant (see the module's docstring): the same hash, an identity.json that hashes to
+    it, and a summary that says done. Only finished ones: a tuning trial another experiment did not
+    choose is fitted, never tested, and testing it there would add it to that experiment's tables."""
     if not RUN_FOLDER.fullmatch(run_dir.name):
         return []
+    root = run_dir.parent.parent
     readable, digest = run_dir.name[:-(HASH_CHARS + 1)], run_dir.name[-HASH_CHARS:]
     out = []
-    for d in sorted(run_dir.parent.parent.glob(f"*/*_{digest}")):
-        other = d.name[:-(HASH_CHARS + 1)]
-        if d.parent == run_dir.parent or not (readable.startswith(other + "_") or other.startswith(readable + "_")):
+    for d in sorted(root.glob(f"*/*_{digest}")):
+        if d.parent == run_dir.parent or not readable.startswith(d.name[:-(HASH_CHARS + 1)] + "_"):
             continue
         try:
+            inside(root, d)
             ident = json.loads((d / IDENTITY_FILE).read_text())["identity"]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue
-        if isinstance(ident, dict) and config_hash(ident) == digest:
+        if isinstance(ident, dict) and config_hash(ident) == digest and RunFolder(d).status() == "done":
             out.append(d)
     return out
 
