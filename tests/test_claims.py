@@ -95,6 +95,9 @@ def test_a_claim_s_verdict_passes_its_one_converged_check_in_every_form():
     assert improving.silence() == "not read, 2 of the 6 runs behind it still improving (†)"
     assert improving.not_read_at("100 images") == (
         "Not read at 100 images: 2 of the runs there were still improving at their last validation (†).")
+    # the Findings row shows the number, marked while a run behind it still improved
+    assert improving.row("vit − resnet", "here").ours == "vit − resnet: +0.0500 ± 0.0100 (3 pairs) †"
+    assert Claim(filled, up, runs=6).row("vit − resnet", "here").ours == "vit − resnet: +0.0500 ± 0.0100 (3 pairs)"
 
 
 def test_several_claims_read_together_agree_only_when_every_one_reads_the_published_direction():

@@ -322,6 +322,13 @@ def test_a_run_still_improving_silences_the_readings_that_rest_on_it(made):
     on_it = [d for d in ours if " at 0.05: " in d]   # each difference beside DeiT's effects carries the dagger of its run
     assert on_it and all(d.endswith(" †") for d in on_it)
     assert all(not d.endswith("†") for d in ours if d not in on_it)
+    for name in ("Agreement with each teacher", "Class and distillation tokens"):  # the probes of that run too
+        table = {ln.split(" | ")[0][2:]: ln.strip("|").split(" | ")[1:] for ln in section(made["md"], name).splitlines()
+                 if ln.startswith("| ") and not ln.startswith("| student")}
+        head = next(ln for ln in section(made["md"], name).splitlines() if ln.startswith("| student")).strip("|").split(" | ")[1:]
+        marked = {(s, h.strip()) for s, cells in table.items() for h, c in zip(head, cells) if "†" in c}
+        assert marked and all(s == "hard/vit" and h.endswith("0.05") for s, h in marked), (name, marked)
+        assert "†: a run behind the cell was still improving" in section(made["md"], name)
     from experiments.distill.tables import findings
     rows = {f.question: f for f in findings(made["exp"])}
     assert rows["Does a CNN teacher beat a transformer teacher?"].verdict == "not read: 1 of 12 runs still improving (†)"

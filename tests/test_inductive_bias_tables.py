@@ -309,6 +309,11 @@ def test_a_family_still_improving_is_in_no_robustness_pair(converged, tmp_path):
     assert reading.startswith("- Not read: resnet at 1, where a run was still improving")
     robust = [line for line in reading.splitlines() if line.startswith("- **Robustness to")]
     assert robust and not any("resnet" in line.split("CNNs?")[1] for line in robust)
+    # its row of probes is marked as a whole, the others are not
+    family_rows = [ln for ln in (out / f"{NAME}.md").read_text().split("### Probes per family", 1)[1]
+                   .split("###", 1)[0].splitlines() if ln.startswith("| ") and not ln.startswith("| family")]
+    marked = [ln.split(" | ")[:2] for ln in family_rows if ln.startswith("| resnet †")]
+    assert marked == [["| resnet †", "1"]] and sum("†" in ln for ln in family_rows) == 1
 
 
 def test_a_verdict_says_at_how_many_sizes_it_was_measured(converged):

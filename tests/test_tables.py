@@ -627,3 +627,21 @@ def test_tables_name_the_cells_the_spec_plans_that_never_ran(tmp_path):
         "pool_size": 59_000, "main_runs": plan}}}))
     md = make_tables(exp, tmp_path / "out")[1].read_text()
     assert "not run yet" not in md and "not finished yet" not in md
+
+
+def test_deit_s_heads_are_marked_where_its_run_still_improved(tmp_path):
+    """The per-run list of DeiT's heads on test shows each run's numbers, a run still improving with
+    its dagger like every other number resting on it."""
+    exp = tmp_path / "runs" / "hand"
+    names = {}
+    for seed, acc in enumerate([0.70, 0.72, 0.71]):
+        _run(exp, "resnet", 0.01, seed, acc, steps=400, plateaued=True)
+        names[seed] = _run(exp, "deit", 0.01, seed, acc - 0.05, steps=400, plateaued=seed != 1)
+        summary = json.loads((exp / names[seed] / "summary.json").read_text())
+        summary["test"] = {"acc": acc - 0.05, "acc_cls": acc - 0.04, "acc_dist": acc - 0.06}
+        (exp / names[seed] / "summary.json").write_text(json.dumps(summary))
+    md = make_tables(exp, tmp_path / "out")[1].read_text()
+    heads = md.split("DeiT's heads on test", 1)[1].split("##", 1)[0]
+    lines = {seed: next(ln for ln in heads.splitlines() if ln.startswith(f"- {name}:")) for seed, name in names.items()}
+    assert lines[1].endswith(" †") and not lines[0].endswith("†") and not lines[2].endswith("†")
+    assert lines[0] == f"- {names[0]}: 0.6600 / 0.6400 / 0.6500"

@@ -406,7 +406,8 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
     if deit:
         out += ["", "DeiT's heads on test (cls / distillation / the head the table reports):", ""]
         out += [f"- {r.run}: {r.summary.test.get('acc_cls', float('nan')):.4f} / "
-                f"{r.summary.test.get('acc_dist', float('nan')):.4f} / {r.summary.test['acc']:.4f}" for r in deit]
+                f"{r.summary.test.get('acc_dist', float('nan')):.4f} / {r.summary.test['acc']:.4f}"
+                + (f" {STILL_IMPROVING}" if still_improving(r.summary) else "") for r in deit]
     out += ["", "## What the numbers say", "", *(f"{p}\n" for p in scaling_reading(rows))]
     slopes = error_slopes(rows) if len({r["train_size"] for r in rows}) > 1 else []  # one size: no slope
     out += [] if not slopes else ["## Slope of log test error vs log n", "",

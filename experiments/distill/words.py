@@ -184,15 +184,25 @@ def claims_tables(cl: list[dict]) -> list[str]:
     return out
 
 
+def _on_improving(p: Profile, student: str, fraction: float, teacher: str | None = None) -> str:
+    """The dagger of a probe's cell whose student runs (or teacher runs) include one still improving."""
+    cells = [p.students.get((student, fraction)) or {}, *([p.teachers.get((teacher, fraction)) or {}] if teacher else [])]
+    return f" {STILL_IMPROVING}" if any(improving_runs(c) for c in cells) else ""
+
+
+MARKED_PROBES = f"{STILL_IMPROVING}: a run behind the cell was still improving at its last validation: shown, not read."
+
+
 def agreement_section(p: Profile) -> list[str]:
     head = ["student", *(f"{t}, {f:g}" for f in p.fractions for t in p.teacher_families)]
-    rows = [[s, *(_est_text(estimate_of(agreement(p, s, f, t, reported(s))), False)
+    rows = [[s, *(_est_text(estimate_of(agreement(p, s, f, t, reported(s))), False) + _on_improving(p, s, f, t)
                   for f in p.fractions for t in p.teacher_families)] for s in p.student_names]
     images = sorted({probes.get("images") for cell in p.probes.values() for probes in cell.values()
                      if probes.get("images")})
     out = [f"Share of {'/'.join(f'{n:,}' for n in images) or 'the'} test images on which the student's reported head "
            f"(cls+dist{'; cls for none' if p.trains_alone else ''}) predicts the same class as the teacher run of its "
            "fraction and seed; mean over seeds ± 95% CI.", "", *markdown_table(head, rows), ""]
+    out += [MARKED_PROBES, ""] if any(STILL_IMPROVING in c for r in rows for c in r[1:]) else []
     gate = unsettled(p)
     return out + ([f"- {gate}"] if gate else agreement_reading(p))
 
@@ -224,13 +234,14 @@ def cosine_section(p: Profile) -> list[str]:
         cells = []
         for f in p.fractions:
             curve = token_cosine(p, s, f)
-            cells += [f"{curve[b - 1]:.4f}" if len(curve) == depth else MISSING for b in blocks]
+            cells += [f"{curve[b - 1]:.4f}{_on_improving(p, s, f)}" if len(curve) == depth else MISSING for b in blocks]
         rows.append([s, *cells])
     first, last = DEIT_PUBLISHED["token_cosine"]
+    marked = ["", MARKED_PROBES] if any(STILL_IMPROVING in c for r in rows for c in r[1:]) else []
     return [f"cos(class token, distillation token) after blocks 1, {blocks[len(blocks) // 2]} and {depth}, mean over "
             f"images and seeds (DeiT-B: {first} between the learned tokens at the input, {last} after the last block)."
             + (" none's distillation token exists but no loss trains it." if p.trains_alone else ""),
-            "", *markdown_table(head, rows)]
+            "", *markdown_table(head, rows), *marked]
 
 
 def unsettled(p: Profile) -> str | None:

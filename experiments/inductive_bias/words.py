@@ -135,8 +135,8 @@ def family_section(p: Profile, rows: list[dict]) -> list[str]:
             "pos table grid corr", "CKA last vs ResNet last"]
     table = []
     for r in rows:
-        table.append([r["name"], f"{r['fraction']:g}",
-                      _pm(r["acc"]) + (f" {STILL_IMPROVING}" if r["still_improving"] else ""),
+        table.append([r["name"] + (f" {STILL_IMPROVING}" if r["still_improving"] else ""), f"{r['fraction']:g}",
+                      _pm(r["acc"]),
                       _pm(r["patchdrop"]), _pm(r["shuffle4"]), _pm(r["shift_patch"]), _pm(r["consistency"]),
                       _with_uniform(r["dist_first"], r["uniform_first"]), _with_uniform(r["dist_last"], r["uniform_last"]),
                       _pm(r["dist_growth"], 1, signed=True),
@@ -151,7 +151,9 @@ def family_section(p: Profile, rows: list[dict]) -> list[str]:
             f"{patch} pixels get the same class. Attention distance in input pixels (Swin: within its windows, so "
             "its stages are not comparable with a global ViT's layers), in brackets what uniform attention over "
             "the same keys gives (a head that has learned nothing); grid corr: Pearson correlation of the "
-            "position table's patch-to-patch cosine similarity with minus their grid distance.", "",
+            "position table's patch-to-patch cosine similarity with minus their grid distance. "
+            f"{STILL_IMPROVING} after a family: a run of the row was still improving at its last validation, so "
+            "every number of the row is shown, not read.", "",
             *markdown_table(head, table, 2), "", *not_probed_line(p, rows)]
 
 

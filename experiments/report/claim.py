@@ -173,9 +173,11 @@ class Claim:
         return self.category == self.wording.expected
 
     def row(self, ours: str, source: str) -> Finding:
-        """The README's Findings row: `ours` names what was estimated (its estimate follows)."""
-        return Finding(self.wording.question, self.wording.published, f"{ours}: {estimate_text(self.estimate)}",
-                       self.cell(), source)
+        """The README's Findings row: `ours` names what was estimated (its estimate follows, marked
+        while a run behind it still improved)."""
+        marked = f" {STILL_IMPROVING}" if self.estimate is not None and not self.converged else ""
+        return Finding(self.wording.question, self.wording.published,
+                       f"{ours}: {estimate_text(self.estimate)}{marked}", self.cell(), source)
 
 
 def read_together(claims: list[Claim]) -> str:
