@@ -153,12 +153,7 @@ def main_table(p: Profile) -> list[str]:
 def _claim_text(c: dict) -> str:
     """A claim's paired difference, marked where a run behind it was still improving."""
     read = c["read"]
-    return _est_text(read.estimate) + _marked(read)
-
-
-def _marked(claim) -> str:
-    """The dagger of a difference that rests on a run still improving."""
-    return f" {STILL_IMPROVING}" if claim.estimate is not None and not claim.converged else ""
+    return _est_text(read.estimate) + read.dagger()
 
 
 def _pairs(c: dict) -> str:
@@ -315,7 +310,7 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
 
     for what, published, ours in published_effects(p, cl):
         pub_text = " / ".join(f"{x:+.1f}" for x in published)
-        said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(claim.estimate)}" + _marked(claim)
+        said = "; ".join(f"{c['label']} at {c['fraction']:g}: {_est_text(claim.estimate)}" + claim.dagger()
                          + ("" if gate else f" ({claim.against_published()})") for c, claim in ours) or "not run here"
         out.append(f"- {what}: published {pub_text} points; ours: {said}")
     return out

@@ -175,9 +175,12 @@ class Claim:
     def row(self, ours: str, source: str) -> Finding:
         """The README's Findings row: `ours` names what was estimated (its estimate follows, marked
         while a run behind it still improved)."""
-        marked = f" {STILL_IMPROVING}" if self.estimate is not None and not self.converged else ""
         return Finding(self.wording.question, self.wording.published,
-                       f"{ours}: {estimate_text(self.estimate)}{marked}", self.cell(), source)
+                       f"{ours}: {estimate_text(self.estimate)}{self.dagger()}", self.cell(), source)
+
+    def dagger(self) -> str:
+        """" †" after a shown estimate while a run behind it still improved, else ""."""
+        return f" {STILL_IMPROVING}" if self.estimate is not None and not self.converged else ""
 
 
 def read_together(claims: list[Claim]) -> str:
