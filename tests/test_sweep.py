@@ -576,7 +576,7 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
     assert out[-1].startswith("## the whole profile: no step time") and out[-1].endswith("so no estimate")
 
 
-def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device(tmp_path):
+def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device(tmp_path, monkeypatch):
     """Steps x the measured ms per step of the run's model configuration (family, budget, FLOPs per
     image) and batch on this device, over the runs at a time; finished runs cost nothing; no guess
     for what was never measured here (a ViT at patch 2 is not priced as one at patch 4)."""
@@ -637,6 +637,10 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     done = Run(9, "vit_f0.1_s0", "vit", 0.1, 0, "default", (), run_dir=tmp_path / "x" / "vit_f0.1_s0", steps=6000)
     assert estimate([done], 1, CPU, table) == "; nothing left to train"
     # the dry run's last line: once a run of the plan has finished, what it prices is what is left
+    # the dry run's device and step times, as this test's table measured them (whatever machine runs it)
+    import experiments.runs.sweep.estimate as est
+    monkeypatch.setattr(est, "run_hardware", lambda jobs: CPU)
+    monkeypatch.setattr(est, "read_step_times", lambda path=None: table)
     assert whole_left([runs[0]], 1).startswith("## the whole profile: about ")  # nothing finished: all of it
     assert whole_left([done, runs[0]], 1).startswith("## the whole profile, what is left (1 of 2 runs finished): about ")
     # the same run planned twice (a trial and its main run), once in another folder not trained: one finished run
