@@ -70,7 +70,7 @@ FAMILY_ORDER = $(shell $(PY) -m experiments families --names)
 
 .DEFAULT_GOAL := help
 .PHONY: help install data wheelhouse wheels-folder offline-install-check test training-digests exp-all exp-datascale-commands tables tensorboard families \
-	fit-families bench bench-levers bench-profile bench-stage bench-packed-cpu gpu-check safety reference clean-venv
+	fit-families bench bench-levers bench-profile bench-stage bench-packed-cpu bench-steps gpu-check safety reference clean-venv
 
 # each description wrapped under its target's column, so that the list fits in 100 columns
 help: ## list the targets
@@ -190,6 +190,9 @@ bench-stage: install ## the packed engine on a miniature gpu stage: compilations
 bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs them on this CPU: eager, one thread a run (the default jobs), 3 steps per family but DeiT (no teacher inside) at 8/6/4 members x batch 128, minutes on 2 cores: its seconds are in the file (-> results/packed_steps_cpu.json: the gpu profile's dry run here prices its groups from them)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_check.py --device cpu --mode eager --parts compile --steps 3 \
 	  --families resnet vit swin convnext hybrid --part_limit 3000 --total_limit 3600
+
+bench-steps: install ## one training step of each family on this machine as a sweep trains a run (batch 32, one run per core, DeiT with its teacher), for the dry run's estimate where no record measured one (a machine the reference never ran on; about a minute on 2 cores; -> results/step_times_bench.json, a section per machine)
+	$(PY) benchmarks/step_times.py
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \

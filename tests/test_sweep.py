@@ -562,6 +562,7 @@ def test_dry_run_lists_every_command(fmnist_dir, monkeypatch, capsys, tmp_path):
     # no packed step measured anywhere (results/packed_steps_cpu.json prices them on the CPU that made it)
     monkeypatch.setattr(est, "COMPILE_TIMES", tmp_path / "none.json")
     monkeypatch.setattr(est, "CPU_GROUP_TIMES", tmp_path / "none.json")
+    monkeypatch.setattr(est, "BENCH_STEP_TIMES", tmp_path / "none.json")
     spec = load_spec("datascale")
     spec["profiles"]["gpu"]["val_size"] = 100  # the test data has 600 training images
     (tmp_path / "datascale.yaml").write_text(yaml.safe_dump(spec))

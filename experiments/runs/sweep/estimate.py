@@ -13,6 +13,11 @@ them as the sweep trains them: `jobs` at a time, each on the first job to free, 
 the DeiT students after every teacher and a main stage after its tuning (wall, ordered_phases). A device, model configuration or group size with no measured step time gets that
 said, never a guess.
 
+On a machine no record was trained on (a laptop, a node of another kind), `make bench-steps` times one
+training step of each family there, as the sweep trains a run, into results/step_times_bench.json
+(benchmarks/step_times.py, a section per machine): those price the runs alone that no record has,
+and the estimate says so, since they count the step alone, not its validations, loader or loop.
+
 Where the engine compiles a packed group's step (on a GPU: packed_loop.GroupLoop, compile auto), the
 estimate adds its compiling, from the compile times results/gpu_check.json measured (`make
 gpu-check`: the packed step per device, family, member count and batch, compiled by inductor in the
@@ -46,7 +51,9 @@ STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
 COMPILE_TIMES = STEP_TIMES.parent / "gpu_check.json"
 CPU_GROUP_TIMES = STEP_TIMES.parent / "packed_steps_cpu.json"  # gpu-check's compile part timed eager on a CPU
+BENCH_STEP_TIMES = STEP_TIMES.parent / "step_times_bench.json"  # `make bench-steps`: a run's step, on machines no record measured
 STEP_SOURCE = f"results/{STEP_TIMES.name}"
+BENCH_SOURCE = f"results/{BENCH_STEP_TIMES.name}"
 COLUMNS = ("device", "family", "budget", "flops_per_image", "batch_size", "members", "ms_per_step", "runs", "experiments")
 DONE = ("done", "fitted")  # a stage has nothing left to train of these
 
@@ -97,6 +104,20 @@ def read_step_times(path: Path | None = None) -> dict[tuple, float]:
         # a row without FLOPs (a table from before they keyed it) prices nothing until `make tables` rebuilds it
         return {(r["device"], r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch_size"]),
                  int(r.get("members") or 1)): float(r["ms_per_step"]) for r in csv.DictReader(f) if r.get("flops_per_image")}
+
+
+def priced(table: dict[tuple, float], group_times: dict[tuple, float], bench_times: dict[tuple, float]) -> dict[tuple, float]:
+    """One step-time table from the three sources: a sweep's own runs and groups first (their step
+    times count everything), then gpu-check's steps for packed groups only, make bench-steps' for runs
+    alone only (both the step alone)."""
+    return {**{k: v for k, v in bench_times.items() if k[5] == 1},
+            **{k: v for k, v in group_times.items() if k[5] > 1}, **table}
+
+
+def every_step_time(jobs: int) -> dict[tuple, float]:
+    """What the dry run prices `jobs` processes at a time from, read from every source (priced)."""
+    threads = job_threads(jobs)
+    return priced(read_step_times(), read_group_step_times(threads=threads), read_bench_step_times(threads=threads))
 
 
 MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
@@ -156,12 +177,13 @@ def configuration(run) -> str:
 
 def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple, float] | None = None,
              pack: int = 1, compile_times: dict[tuple, float] | None = None,
-             group_times: dict[tuple, float] | None = None) -> str:
+             group_times: dict[tuple, float] | None = None, bench_times: dict[tuple, float] | None = None) -> str:
     """'; about 12 min on this device (2 at a time)' for the runs still to train (packed up to `pack`
     to a group, as the sweep packs them), each at its own batch size, or what is missing; with the
     minutes of it compiling where the engine compiles packed steps (on a GPU). A compiled group with
-    no step time from a sweep's own groups (`table`) is priced from gpu-check's (`group_times`), and
-    the estimate says so: those count the step alone."""
+    no step time from a sweep's own groups (`table`) is priced from gpu-check's (`group_times`), a run
+    alone with none from a record from `make bench-steps` (`bench_times`), and the estimate says so:
+    those count the step alone."""
     device = device or run_hardware(jobs)
     table = read_step_times() if table is None else table
     if not runs:
@@ -176,12 +198,15 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
     # groups no sweep has measured: gpu-check's compiled steps on a GPU, its eager ones on a CPU
     group_times = read_group_step_times(threads=job_threads(jobs)) if group_times is None else group_times
+    # runs alone no record has measured (a machine the reference never ran on): make bench-steps' steps
+    bench_times = read_bench_step_times(threads=job_threads(jobs)) if bench_times is None else bench_times
     own = [u for u in units if unit_key(u, device) in table]
     checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
-    # a sweep's own groups and runs first (their step times count everything); gpu-check's price groups only
-    table = {**{k: v for k, v in group_times.items() if k[5] > 1}, **table}
+    benched = [u for u in units if len(u) == 1 and unit_key(u, device) not in table and unit_key(u, device) in bench_times]
+    table = priced(table, group_times, bench_times)
     if not any(k[0] == device for k in table):
-        return (f"; no step times measured on {device} (results/step_times.csv)"
+        return (f"; no step times measured on {device} (results/step_times.csv"
+                + ("; make bench-steps times them here" if _cpu(device) else "") + ")"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
     each, missing = unit_minutes(units, device, table)
     if not each:
@@ -197,11 +222,13 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     text = f"; about {total:.0f} min on this device ({jobs} at a time{gpu_sharing(jobs)})"
     sources = ([STEP_SOURCE] if own else []) + (
         [f"{group_source(device)} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
-        if checked else [])
+        if checked else []) + (
+        [f"{BENCH_SOURCE} for {len(benched)} run{'' if len(benched) == 1 else 's'}, the step alone (validation, tests, loader and Lightning's loop "
+         "not counted)"] if benched else [])
     if c_each:
         text += (f", of which about {total - phased_wall(steps, jobs):.0f} min compiling "
                  f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: {' and '.join(sources)})")
-    elif checked:
+    elif checked or benched:
         text += f" (step times: {' and '.join(sources)})"
     if _cpu(device):  # a run per core, each at the speed measured here
         text += "".join(f", about {phased_wall(steps, cores):.0f} min with {cores} such cores"
@@ -305,6 +332,29 @@ def read_group_step_times(path: Path | None = None, threads: int | None = None) 
                       int(r["members"])] = float(r["step_ms"])
         except (KeyError, TypeError, ValueError):
             continue
+    return times
+
+
+def read_bench_step_times(path: Path | None = None, threads: int | None = None) -> dict[tuple, float]:
+    """(device, family, budget, FLOPs per image, batch size, 1) -> ms per step of a run alone, from
+    `make bench-steps` (benchmarks/step_times.py: the step alone, its validations, tests, loader and
+    Lightning's loop not counted); {} without the file. With `threads`, rows timed at another thread
+    count are left out, as read_group_step_times leaves them."""
+    try:
+        devices = json.loads((path or BENCH_STEP_TIMES).read_text())["devices"]
+        entries = [(d, e) for d, es in devices.items() for e in es]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    times = {}
+    for device, e in entries:
+        if not isinstance(e, dict) or (threads is not None and e.get("threads") != threads):
+            continue
+        for r in e.get("rows") or []:
+            try:
+                if float(r["step_ms"]) > 0 and int(r["members"]) == 1:
+                    times[device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]), 1] = float(r["step_ms"])
+            except (KeyError, TypeError, ValueError):
+                continue
     return times
 
 

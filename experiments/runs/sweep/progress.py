@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from experiments.runs.sweep.estimate import DONE, ordered_phases, phased_wall, read_step_times, unit_minutes
+from experiments.runs.sweep.estimate import DONE, every_step_time, ordered_phases, phased_wall, unit_minutes
 from experiments.runs.sweep.execute import finished, run_hardware, run_status
 from experiments.runs.run.record import read_progress
 from experiments.runs.run.run_folder import RunFolder
@@ -45,7 +45,7 @@ class SweepProgress:
         self.jobs, self.pack, self.clock = jobs, pack, clock
         self.started_at = clock()
         # read here, once: the display asks every second, and a run's estimate must not delay its start
-        self._device, self._table = device or run_hardware(jobs), read_step_times() if table is None else table
+        self._device, self._table = device or run_hardware(jobs), every_step_time(jobs) if table is None else table
         # run name -> (run, when it started on `clock`, when on the wall clock, its estimated seconds or None;
         # queued: it waits in a stage process, shown once it writes its progress)
         self.running: dict[str, tuple[Run, float, float, float | None, bool]] = {}
