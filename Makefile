@@ -191,7 +191,7 @@ bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs t
 	OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_check.py --device cpu --mode eager --parts compile --steps 3 \
 	  --families resnet vit swin convnext hybrid --part_limit 3000 --total_limit 3600
 
-bench-steps: install ## one training step of each family on this machine as a sweep trains a run (batch 32, one run per core, DeiT with its teacher), for the dry run's estimate where no record measured one (a machine the reference never ran on; about a minute on 2 cores; -> results/step_times_bench.json, a section per machine)
+bench-steps: install ## one training step of each family on this machine as a sweep trains a run (batch 32, one run per core, DeiT with its teacher), for the dry run's estimate where no record measured one (a machine the reference never ran on; -> results/step_times_bench.json, a section per machine, with its seconds)
 	$(PY) benchmarks/step_times.py
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)

@@ -28,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--family", nargs="+", default=list(FAMILIES), choices=FAMILIES, help="families (default all)")
     p.add_argument("--budget", default="tiny", choices=BUDGET_TARGETS, help="model budget (default tiny, the cpu profiles')")
     p.add_argument("--batch", type=int, default=32, help="images a step (default 32, the cpu profiles')")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per process (default 20)")
+    p.add_argument("--steps", type=int, default=50, help="timed steps per process (default 50)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--jobs", type=int, default=default_jobs(),
                    help="processes timing a family at once, as a sweep's --jobs (default: one per core)")
@@ -129,10 +130,12 @@ def main(argv: list[str] | None = None) -> None:
     device = hardware()
     print(f"hardware: {device}; one training step a run, {a.budget} budget, batch {a.batch}, "
           f"{a.steps} timed steps after {a.warmup}", flush=True)
+    started = time.perf_counter()
     rows = measure(a.family, a.budget, a.batch, a.steps, a.warmup, a.jobs)
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip() or None
-    entry = {"threads": rows[0]["threads"], "jobs": a.jobs, "commit": commit, "versions": versions(), "rows": rows}
+    entry = {"threads": rows[0]["threads"], "jobs": a.jobs, "commit": commit, "versions": versions(),
+             "seconds": round(time.perf_counter() - started), "rows": rows}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(merged(old, device, entry), indent=1) + "\n")
     print(f"-> {a.out}")
