@@ -24,6 +24,7 @@ from PIL import Image
 import datasets
 from datasets import Array3D, ClassLabel, Dataset, DatasetDict, Features
 from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
+from modules.files import parse_json
 
 FASHION_MNIST = "fashion_mnist"
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian: dataset-fashion-mnist
@@ -81,7 +82,7 @@ def _read_cache(path: Path) -> DatasetDict:
     """The cached DatasetDict, checked whole: Arrow reads a file cut at a record boundary as fewer
     rows without a word (cut elsewhere, it raises), so each split must hold the rows it was saved
     with."""
-    saved = json.loads((path / CACHE_ROWS).read_text())
+    saved = parse_json((path / CACHE_ROWS).read_text())
     decoded = datasets.load_from_disk(str(path))
     found = {split: len(decoded[split]) for split in decoded}
     if found != saved:

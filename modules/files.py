@@ -1,4 +1,5 @@
-"""How the suite writes in a folder it owns (a run's, an experiment's): in place, never through a link.
+"""How the suite writes in a folder it owns (a run's, an experiment's): in place, never through a link;
+and how it parses what it reads back, which may come from anywhere.
 
 A run folder may come from elsewhere (a colleague's, a cluster's, an archive), and a symbolic link
 in it named like a file the suite writes (config.yaml, summary.json.tmp, checkpoints/last.ckpt.tmp,
@@ -11,6 +12,10 @@ in it named like a file the suite writes (config.yaml, summary.json.tmp, checkpo
   plain file; a link or anything else there is refused in one line naming it.
 - refuse_links is for the writers that are not the suite's own (Lightning's config.yaml and
   hparams.yaml, TensorBoard's event files): the folder they write in holds no link at all.
+- parse_json and parse_yaml read data only, and raise for any text they cannot read the error their
+  parser raises for malformed text: nesting deeper than Python's stack (a file of 200,000 '[')
+  makes json and yaml raise RecursionError, which no reader's "malformed" branch caught, so one
+  such file in a runs folder stopped a dry run with a traceback.
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ import os
 import stat
 from contextlib import suppress
 from pathlib import Path
+
+import yaml
 
 
 def write_atomic(path, data: bytes | str, durable: bool = False) -> None:
@@ -97,3 +104,20 @@ def linked(path) -> str:
     return (f"{str(path)!r} is a symbolic link{target}: the suite's folders hold plain files and folders only (a "
             "write through a link would land in what it points at, a copy would copy that); allowed plain files and "
             "folders: remove the link, or put a copy of the file in its place")
+
+
+def parse_json(text: str | bytes):
+    """json.loads; a ValueError for any text it cannot read, nesting too deep included."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
+def parse_yaml(text: str):
+    """yaml.safe_load (data only: nothing in it runs); a yaml.YAMLError for any text it cannot read,
+    nesting too deep included."""
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None

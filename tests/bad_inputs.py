@@ -140,6 +140,7 @@ FIT = [
     fit("--data.dataset", "{badimg}", "--data.train_size", "2", "--data.val_size", "1",
         expect=("is not a readable image", "{badimg}/dog/0.png")),
     fit("--config", "{yaml}", expect="{yaml}"),
+    fit("--config", "{deep}", expect=("--config '{deep}' is not valid YAML: nested too deeply to read",)),
     # a checkpoint that would run code when unpickled: refused, named, and never run
     fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil}", expect=("{evil}", "is refused")),
     fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil_raw}", expect="{evil_raw}"),
@@ -186,6 +187,7 @@ SWEEP = [
     Case("sweep", ("--jobs", "-3"), ("--jobs -3: allowed integers >= 1",)),
     Case("sweep", ("--jobs", "abc"), ("argument --jobs: invalid int value: 'abc'",)),
     Case("sweep", ("--seeds", "-1"), ("seed -1 is negative: allowed integers >= 0",)),
+    Case("sweep", ("--spec", "{deep}"), ("spec '{deep}' is not valid YAML: nested too deeply to read",)),
     Case("sweep", ("--runs_dir", "{file}/runs"), ("cannot write to runs_dir '{file}/runs'", "is not a folder")),
     Case("sweep", ("--runs_dir", ""), ("runs_dir='': allowed a folder path",)),
     # the launcher (experiments/runs/sweep/slurm.py)
@@ -207,7 +209,7 @@ class Scene:
 
     def __init__(self, root: Path, fmnist: Path | None = None):
         self.root = root
-        self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml",
+        self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml", "deep": root / "deep.yaml",
                       "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
                       "out": root / "outside", "plants": root / "plants", "run": root / "elsewhere" / "r_0a1b2c3d",
                       "victim": root / "victims" / "victim.txt", "victim_dir": root / "victims" / "folder"}
@@ -218,6 +220,7 @@ class Scene:
         self.paths["lonely"] = self._image_folder(root / "lonely", dog=((8, 8),))
         self.paths["file"].write_text("a file, not a folder")
         self.paths["yaml"].write_text("model: [unclosed\n")
+        self.paths["deep"].write_text("[" * 200_000 + "]" * 200_000)  # deeper than the parser's recursion goes
         self.paths["victim_dir"].mkdir(parents=True)
         self.paths["victim"].write_text("a file outside runs: a write through a link must not reach it\n")
         (self.paths["victim_dir"] / "kept.txt").write_text("a file in a folder outside runs\n")

@@ -123,7 +123,7 @@ def test_every_json_record_is_written_through_the_atomic_write():
             if json_dump or writes and dumps:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     # the decoded-data cache's row counts: the user's own cache folder, not a record (docs/safety.md)
-    assert offenders == ["datamodules/sources.py:69"], offenders
+    assert offenders == ["datamodules/sources.py:70"], offenders
 
 
 def test_sweep_tuning_and_members_records_replace_a_planted_link(tmp_path):

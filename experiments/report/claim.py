@@ -25,6 +25,7 @@ from experiments.report.statistics import Estimate
 from experiments.runs.sweep.spec import spec_path
 from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, side, size_against,
                                          verdict, were_improving)
+from modules.files import parse_yaml
 
 CLAIMS_FILE = "claims.yaml"
 AS_PUBLISHED = ", as published"  # after a direction the paper found, in the Findings
@@ -239,7 +240,7 @@ def claims_path(experiment: str) -> Path:
 
 def _read(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ValueError(f"claims {path.as_posix()!r} are not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):

@@ -21,6 +21,7 @@ from experiments.runs.run.record import read_json
 from experiments.runs.run.run_folder import IDENTITY_FILE, RunFolder
 from experiments.runs.run.summary import TEACHER_KEYS, Summary, migrate
 from experiments.runs.sweep.shared import located, shared_entries
+from modules.files import parse_json
 
 
 LARGEST = 1e18  # beyond any count or time the suite records; a float holds it (a longer JSON integer overflows one)
@@ -183,7 +184,7 @@ def _load(path: Path):
     if path.is_dir():
         raise BadRecord("a folder, not a file")
     try:
-        return json.loads(path.read_text())
+        return parse_json(path.read_text())
     except UnicodeDecodeError:
         raise BadRecord("not UTF-8 text") from None
     except ValueError as e:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 
 from datamodules.splits import resolve_train_size
 from modules.budgets import FAMILIES
@@ -18,6 +17,7 @@ from modules.budgets import FAMILIES
 from experiments.report.records import read_record, read_runs
 from experiments.report.table_format import markdown_table, plural, replaced_rows
 from experiments.runs.sweep.reference import whose
+from modules.files import parse_yaml
 
 RECORDS = ("sweep.json", "distill.json", "inductive_bias.json")  # a runner's record: profiles.<p>.last_invocation
 MEASUREMENTS = "measurements_*.json"                                # exp-complexity's, one per profile
@@ -95,7 +95,7 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours:
     """The README's sentence: what `make exp-datascale`'s default profile compares (from its spec), its
     measured time (from the runs' records, naming the families measured where they differ) and, with
     `hours` (training_hours), how long all of its runs trained, family by family."""
-    spec = yaml.safe_load((SPECS / "datascale" / "spec.yaml").read_text())
+    spec = parse_yaml((SPECS / "datascale" / "spec.yaml").read_text())
     axes = spec["profiles"][profile]
     families = axes.get("families") or spec["families"]
     measured = (record.get("profiles") or {}).get(profile) or {}

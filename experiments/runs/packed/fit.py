@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import traceback
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from datamodules import ImageClassificationDataModule
 from modules import ImageClassifier, PackedClassifier
 from modules.checkpoint_io import read_checkpoint
 from modules.budgets import distils
-from modules.files import refuse_links, write_json
+from modules.files import parse_json, refuse_links, write_json
 from modules.registry import use_fused_attention
 
 from experiments.runs.run.identity import config_hash, evaluation_identity
@@ -271,7 +270,7 @@ def main(argv: list[str]) -> int:
 
 def _members_file(path: str) -> list[list[str]]:
     try:
-        return json.loads(Path(path).read_text())["members"]
+        return parse_json(Path(path).read_text())["members"]
     except FileNotFoundError:
         raise ValueError(f"fit_packed: {path!r} does not exist") from None
     except (ValueError, KeyError, TypeError) as e:

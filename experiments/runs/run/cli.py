@@ -28,7 +28,7 @@ from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
-from modules.files import refuse_links
+from modules.files import parse_json, refuse_links
 from modules.registry import check_options
 
 from experiments.runs.run.checkpoint import FinalCheckpoint, RunCheckpoint, TargetGap
@@ -399,7 +399,7 @@ def check_folder_identity(run_dir: Path, ident: dict, write: bool = True) -> Non
     path = folder.identity_file
     if path.exists():
         try:
-            stored = json.loads(path.read_text())["identity"]
+            stored = parse_json(path.read_text())["identity"]
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path} is unreadable: this folder's configuration is unknown; "
                              "use another --run_name or delete the folder") from None

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import yaml
+from modules.files import parse_yaml
 
 
 def one_line(message: str, argv: list[str], parser) -> str:
@@ -45,7 +46,7 @@ def bad_config_file(argv: list[str]) -> str | None:
         + [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
     for path in paths:
         try:
-            yaml.safe_load(Path(path).read_text())
+            parse_yaml(Path(path).read_text())
         except (OSError, yaml.YAMLError) as e:
             mark = getattr(e, "problem_mark", None)
             return (f"--config {path!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")

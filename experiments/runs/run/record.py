@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modules.files import write_atomic, write_json
+from modules.files import parse_json, write_atomic, write_json
 
 from experiments.runs.run.convergence import plateau
 from experiments.runs.run.provenance import hardware, versions
@@ -25,7 +25,7 @@ def read_json(path: Path, hint: str = "") -> dict:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        return parse_json(path.read_text())
     except ValueError as e:
         raise ValueError(f"{path} is not valid JSON: {e}{hint}") from None
 
@@ -61,7 +61,7 @@ def read_progress(run_dir: Path) -> dict | None:
     """{step, steps, val_acc} as write_progress wrote them, or None (absent, being replaced, or not
     of those types: it is shown, so only numbers pass)."""
     try:
-        p = json.loads(RunFolder(run_dir).progress_file.read_text())
+        p = parse_json(RunFolder(run_dir).progress_file.read_text())
     except (OSError, ValueError):
         return None
     number = (int, float)

@@ -28,6 +28,7 @@ import yaml
 
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.trained import FIT
+from modules.files import parse_yaml
 
 SECTIONS = ("trainer", "model", "data")
 # trainer settings an evaluation takes from its run: its arithmetic, which batches, how it is shown
@@ -106,7 +107,7 @@ def _note(text: str) -> None:
 def _entries(path: Path):
     """(dotted key, value) of every option in the file; sections must be mappings."""
     try:
-        cfg = yaml.safe_load(path.read_text())
+        cfg = parse_yaml(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         cfg = None
     if not isinstance(cfg, dict) or "data" not in cfg:

@@ -14,11 +14,10 @@ needs no torch or Lightning: a scheduler's task process reads these records.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path, PurePath
 
-from modules.files import write_atomic, write_json
+from modules.files import parse_json, write_atomic, write_json
 
 from experiments.runs.run.identity import RUN_FOLDER
 from experiments.runs.run.lock import held, lock_run_folder
@@ -40,7 +39,7 @@ RUN_FILES = (SUMMARY_FILE, IDENTITY_FILE, TRAIN_INDICES_FILE, CONFIG_FILE, f"{CH
 
 def _read_json(path: Path):
     try:
-        return json.loads(Path(path).read_text())
+        return parse_json(Path(path).read_text())
     except (OSError, ValueError):
         return None
 

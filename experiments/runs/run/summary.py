@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePath
 
 from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, run_variant
+from modules.files import parse_json
 
 # 3: a run records its own variant ("variant": its spec's variant, "default" for none), and a DeiT
 #    student's teacher structure takes the teacher's variant from the teacher's record.
@@ -117,7 +118,7 @@ class Summary:
     @classmethod
     def from_json(cls, text: str | bytes) -> Summary:
         """summary.json's text read: a ValueError for one that is not JSON or not a mapping."""
-        return cls.from_record(json.loads(text))
+        return cls.from_record(parse_json(text))
 
     def updated(self, **values) -> Summary:
         """The summary with these keys set, as a dict's update sets them: a None is recorded as null;

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import csv
 import heapq
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -46,6 +45,7 @@ from experiments.runs.sweep.execute import (Workers, family_phases, flops_per_im
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
 from modules.budgets import distils
+from modules.files import parse_json
 
 STEP_TIMES = Path(__file__).resolve().parents[3] / "results" / "step_times.csv"
 YOUR_STEP_TIMES = STEP_TIMES.parent / "runs" / STEP_TIMES.name
@@ -273,7 +273,7 @@ def _engine_rows(path: Path | None) -> list[tuple[str, dict]]:
     out = []
     for source in ((COMPILE_TIMES, CPU_GROUP_TIMES) if path is None else (path,)):
         try:
-            summary = json.loads(source.read_text())
+            summary = parse_json(source.read_text())
             device, rows = summary["hardware"], summary["parts"]["compile"]["result"]["rows"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -341,7 +341,7 @@ def read_bench_step_times(path: Path | None = None, threads: int | None = None) 
     Lightning's loop not counted); {} without the file. With `threads`, rows timed at another thread
     count are left out, as read_group_step_times leaves them."""
     try:
-        devices = json.loads((path or BENCH_STEP_TIMES).read_text())["devices"]
+        devices = parse_json((path or BENCH_STEP_TIMES).read_text())["devices"]
         entries = [(d, e) for d, es in devices.items() for e in es]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}

@@ -16,13 +16,13 @@ An experiment's record names its own runs by folder name and a shared one as
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from experiments.runs.run.identity import HASH_CHARS, RUN_FOLDER, config_hash
 from experiments.runs.run.names import checked_name, inside
-from experiments.runs.run.run_folder import IDENTITY_FILE, SUMMARY_FILE, RunFolder
+from experiments.runs.run.run_folder import SUMMARY_FILE, RunFolder
+from modules.files import parse_json
 
 
 def home(run_dir: Path) -> Path:
@@ -52,10 +52,10 @@ def same_configuration(run_dir: Path) -> list[Path]:
             continue
         try:
             inside(root, d)
-            ident = json.loads((d / IDENTITY_FILE).read_text())["identity"]
-        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        except (OSError, RuntimeError, ValueError):  # outside the runs folder, or a link that loops
             continue
-        if isinstance(ident, dict) and config_hash(ident) == digest and RunFolder(d).status() == "done":
+        ident = RunFolder(d).identity()
+        if ident is not None and config_hash(ident) == digest and RunFolder(d).status() == "done":
             out.append(d)
     return out
 
@@ -100,7 +100,7 @@ def shared_entries(exp_dir: Path) -> list[str]:
     named = set()
     for path in sorted(exp_dir.glob("*.json")):
         try:
-            named |= _texts(json.loads(path.read_text(errors="replace")))
+            named |= _texts(parse_json(path.read_text(errors="replace")))
         except (OSError, ValueError):
             continue
     return sorted(f"{d.parent.name}/{d.name}" for d in (s.parent for s in exp_dir.parent.glob(f"*/*/{SUMMARY_FILE}"))

@@ -33,6 +33,7 @@ from experiments.runs.run.names import checked_name, runs_dir_option
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.cluster import add_options, check_cluster
 from experiments.runs.sweep.shared import entry, share
+from modules.files import parse_yaml
 
 EXPERIMENTS = Path(__file__).resolve().parents[2]  # one folder per experiment, each holding its spec.yaml
 SWEEP = "sweep"  # the runner of a spec that names none
@@ -199,7 +200,7 @@ class Schema:
 def read_spec(path: Path):
     """A spec file's YAML, or one line saying where it is not valid."""
     try:
-        return yaml.safe_load(path.read_text())
+        return parse_yaml(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ValueError(f"spec {str(path)!r} is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")

@@ -19,7 +19,6 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 import argparse
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +33,7 @@ from rich.markup import escape
 from datamodules import ImageClassificationDataModule
 from datamodules.splits import resolve_train_size
 from modules.budgets import TEACHER, distils
-from modules.files import write_json
+from modules.files import parse_json, write_json
 
 from experiments.runs.run.identity import plan_key
 from experiments.runs.run.convergence import TIE, judged
@@ -255,7 +254,7 @@ def write_tuning_record(exp_dir: Path, spec: dict, axes: dict, trials: list[Run]
                     pass
     path = exp_dir / "tuning.json"
     try:
-        record = json.loads(path.read_text())
+        record = parse_json(path.read_text())
     except (OSError, ValueError):
         record = {}
     old = record.get("profiles", {}).get(axes["profile"])
@@ -518,7 +517,7 @@ def run_stages(a: argparse.Namespace, spec: dict, axes: dict, runs_dir: Path, po
     code = 0 if all(s in FINAL + TUNED for s in results.values()) else 1
     # per profile: the axes asked for and, for a whole sweep, its wall time (read by the tables)
     sweep_file = exp_dir / "sweep.json"
-    record = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
+    record = parse_json(sweep_file.read_text()) if sweep_file.exists() else {}
     if not ran and profile in record.get("profiles", {}):
         return code  # found everything finished: the record (the last wall time that trained) stays
     record = {"spec": spec["name"], "profiles": record.get("profiles", {})}
