@@ -218,6 +218,9 @@ def test_the_same_configuration_under_a_variant_s_name_is_taken_only_when_it_is_
     folder("trials", "deit-tiny_fmnist_f0.5_s0_lr0.003", status="fitted")                      # a trial, never tested
     outside = folder("elsewhere", "deit-tiny_fmnist_f0.5_s0_lr0.003", root=tmp_path / "outside")
     (runs / "linked").symlink_to(outside.parent)                                               # a link out of the runs
+    loop = runs / "looped" / f"deit-tiny_fmnist_f0.5_s0_lr0.003_{digest}"
+    loop.parent.mkdir()
+    loop.symlink_to(loop)                                                                      # a link to itself
     assert same_configuration(planned) == [] and home(planned) == planned
     mine = folder("datascale", "deit-tiny_fmnist_f0.5_s0_lr0.003")
     assert same_configuration(planned) == [mine] and home(planned) == mine
