@@ -147,7 +147,7 @@ exp-all: install ## the experiments' cpu profiles in their specs' order, a depen
 	echo "== exp-all: $$(( ($$(date +%s) - all + 30) / 60 )) min$$( [ $$failed = 0 ] || echo ', some runs failed (see above)')"; \
 	exit $$failed
 
-exp-datascale-commands: install ## print each run's exact command and each stage's estimated wall time on this device (from results/step_times.csv); runs nothing
+exp-datascale-commands: install ## print each run's exact command and each stage's estimated wall time on this device (from the measured step times: results/step_times.csv, else make bench-steps'); runs nothing
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run
 
 tables: install ## regenerate results/*.csv, *.md and *.png, results/step_times.csv and the README's Findings from the run folders alone: yours in results/runs, else the committed results/reference
@@ -191,8 +191,8 @@ bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs t
 	OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_check.py --device cpu --mode eager --parts compile --steps 3 \
 	  --families resnet vit swin convnext hybrid --part_limit 3000 --total_limit 3600
 
-bench-steps: install ## one training step of each family on this machine as a sweep trains a run (batch 32, one run per core, DeiT with its teacher), for the dry run's estimate where no record measured one (a machine the reference never ran on; -> results/step_times_bench.json, a section per machine, with its seconds)
-	$(PY) benchmarks/step_times.py
+bench-steps: install ## one training step of each family on this machine as a sweep trains a run (batch 32, JOBS= processes at once, default one per core; DeiT with its teacher), for the dry run's estimate where no record measured one (a machine the reference never ran on; -> results/step_times_bench.json, a section per machine, with its seconds)
+	$(PY) benchmarks/step_times.py $(if $(JOBS),--jobs $(JOBS))
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \

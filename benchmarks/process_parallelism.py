@@ -21,12 +21,18 @@ import torch
 from experiments.runs.run.cli import default_precision
 from experiments.runs.run.provenance import hardware, versions
 from family_throughput import single_step  # benchmarks/ is on the path of the script and of its spawned workers
-from modules import FAMILIES
+from modules import FAMILIES, ImageClassifier
+from modules.budgets import TEACHER
+from modules.classifier import freeze
 
 
-def worker(family: str, budget: str, batch: int, threads: int, steps: int, barrier, out) -> None:
+def worker(family: str, budget: str, batch: int, threads: int, steps: int, barrier, out, teacher: bool = False) -> None:
+    """`teacher`: a DeiT step with the forward of its frozen ResNet teacher inside, as the sweep trains
+    DeiT (random weights: the cost is the same)."""
     torch.set_num_threads(threads)
-    _, step = single_step(family, budget, batch, torch.device("cpu"), default_precision(), steps + 2, False)
+    clf, step = single_step(family, budget, batch, torch.device("cpu"), default_precision(), steps + 2, False)
+    if teacher:
+        clf.__dict__["teacher"] = freeze(ImageClassifier(TEACHER, budget).model)
     for _ in range(2):
         step()
     barrier.wait()
@@ -36,12 +42,15 @@ def worker(family: str, budget: str, batch: int, threads: int, steps: int, barri
     out.put(batch * steps / (time.perf_counter() - t))
 
 
-def measure(family: str, budget: str, batch: int, procs: int, steps: int) -> list[float]:
-    """images/s of each of `procs` processes training side by side with cpu_count // procs threads"""
+def measure(family: str, budget: str, batch: int, procs: int, steps: int, threads: int | None = None,
+            teacher: bool = False) -> list[float]:
+    """images/s of each of `procs` processes training side by side with `threads` threads each
+    (default cpu_count // procs)"""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(procs), ctx.Queue()
-    threads = max(1, (os.cpu_count() or 1) // procs)
-    ps = [ctx.Process(target=worker, args=(family, budget, batch, threads, steps, barrier, out)) for _ in range(procs)]
+    threads = threads or max(1, (os.cpu_count() or 1) // procs)
+    ps = [ctx.Process(target=worker, args=(family, budget, batch, threads, steps, barrier, out, teacher))
+          for _ in range(procs)]
     for p in ps:
         p.start()
     rates = [out.get() for _ in ps]

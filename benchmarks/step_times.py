@@ -12,11 +12,15 @@ warmup and cosine) of each family at its budget (default tiny), batch 32 (the cp
 synthetic 28x28x1 images already in memory, with the attention kernel the suite trains with, in the
 precision a fit trains in here (cli.default_precision: bf16 autocast where the cores run bf16 matmuls
 natively, else fp32). DeiT runs its frozen ResNet teacher's forward inside each step, as the sweep
-trains it (the teacher's weights are random: the cost is the same). `jobs` processes time the same
-family at once, each on its share of the cores (execute.Workers: one thread each, one process per
-core by default), because a sweep trains a family's runs side by side and they contend for memory.
+trains it (the teacher's weights are random: the cost is the same). `jobs` processes (the sweep's
+default jobs, or JOBS=) time the same family at once, each with the threads a sweep's run process
+gets (cpu_count / jobs; one process per core by default), after warming up and one barrier
+(benchmarks/process_parallelism.measure): a sweep trains a family's runs side by side, and they
+contend for memory.
 Not timed, and the dry run says so: validations, tests, the loader's augmentation and Lightning's
-own loop, which a record's step time counts.
+own loop, which a record's step time counts. Its rows are keyed by machine, threads and jobs; a run
+replaces those of its own key only, and writes the file (atomically) after each family, so an
+interrupted one keeps what it timed.
 
     make bench-steps     # or: python benchmarks/step_times.py --family vit resnet --steps 10 --jobs 2
 """
@@ -24,68 +28,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
+
+from modules.files import parse_json, write_atomic
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "step_times_bench.json"
 
 
-def _threads(n: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    import torch
-    torch.set_num_threads(n)
-
-
-def step_ms(family: str, budget: str, batch: int, steps: int, warmup: int) -> float:
-    """Milliseconds per training step of one run of `family`, after `warmup` untimed steps."""
-    import torch
-
-    from experiments.runs.run.cli import default_precision
-    from family_throughput import single_step, timed
-    from modules import ImageClassifier
-    from modules.budgets import TEACHER, distils
-    from modules.classifier import freeze
-    device = torch.device("cpu")
-    clf, step = single_step(family, budget, batch, device, default_precision(), warmup + steps, fused=False)
-    if distils(family):  # the sweep's DeiT distils from the ResNet of its subset: its forward runs every step
-        clf.__dict__["teacher"] = freeze(ImageClassifier(TEACHER, budget).model)
-    seconds, _ = timed(step, steps, warmup, device)
-    return 1000.0 * seconds / steps
-
-
-def measure(families: list[str], budget: str, batch: int, steps: int, warmup: int, jobs: int) -> list[dict]:
-    """A row per family: its step time here, the median over `jobs` processes timing it at once."""
-    from experiments.runs.run.cli import default_precision
+def row(family: str, budget: str, batch: int, steps: int, jobs: int, threads: int) -> dict:
+    """One family's step time here: the median over `jobs` processes timing it at once."""
     from datamodules.sources import FASHION_MNIST
-    from experiments.runs.sweep.estimate import job_threads
+    from experiments.runs.run.cli import default_precision
     from experiments.runs.sweep.execute import model_flops
-    threads = job_threads(jobs)  # as each of a sweep's `jobs` run processes computes, and the estimate reads
-    rows = []
-    # spawn: each worker starts its own torch with `threads` threads before any model is built
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_threads, initargs=(threads,)) as pool:
-        for family in families:
-            times = [f.result() for f in [pool.submit(step_ms, family, budget, batch, steps, warmup)
-                                          for _ in range(jobs)]]
-            ms = statistics.median(times)
-            rows.append({"family": family, "budget": budget, "flops_per_image": model_flops(family, budget, FASHION_MNIST),
-                         "batch": batch, "members": 1, "precision": default_precision(), "threads": threads,
-                         "jobs": jobs, "steps": steps, "step_ms": round(ms, 1), "images_per_s": round(batch * 1000 / ms)})
-            print(f"{family:9} {ms:8.1f} ms/step  {batch * 1000 / ms:7,.0f} img/s a run  "
-                  f"({jobs} at a time, {threads} thread(s) each, {default_precision()})", flush=True)
-    return rows
+    from modules.budgets import distils
+    from process_parallelism import measure
+    rate = statistics.median(measure(family, budget, batch, jobs, steps, threads=threads, teacher=distils(family)))
+    return {"family": family, "budget": budget, "flops_per_image": model_flops(family, budget, FASHION_MNIST),
+            "batch": batch, "members": 1, "precision": default_precision(), "threads": threads, "jobs": jobs,
+            "steps": steps, "step_ms": round(1000 * batch / rate, 1), "images_per_s": round(rate)}
 
 
 def merged(old: dict, device: str, entry: dict) -> dict:
-    """The file with this device's entry at its thread count replaced, every other machine's kept."""
+    """The file with this device's entry of the same threads and jobs replaced, every other kept."""
     devices = old.get("devices", {})
-    mine = [e for e in devices.get(device, []) if e.get("threads") != entry["threads"]]
-    return {"devices": {**devices, device: sorted(mine + [entry], key=lambda e: e["threads"])}}
+    key = (entry["threads"], entry["jobs"])
+    mine = [e for e in devices.get(device, []) if (e["threads"], e["jobs"]) != key]
+    return {"devices": {**devices, device: sorted(mine + [entry], key=lambda e: (e["threads"], e["jobs"]))}}
 
 
 def existing(path: Path) -> dict:
@@ -94,19 +66,21 @@ def existing(path: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        old = json.loads(path.read_text())
+        old = parse_json(path.read_text())
     except (OSError, ValueError) as e:
         sys.exit(f"--out {str(path)!r} is not a step-time file this can add to ({e}): move it, or name another")
     devices = old.get("devices", {}) if isinstance(old, dict) else None
-    if not isinstance(devices, dict) or not all(isinstance(es, list) and all(isinstance(e, dict) for e in es)
-                                                for es in devices.values()):
-        sys.exit(f"--out {str(path)!r} is not a step-time file this can add to (not {{\"devices\": {{machine: "
-                 "[entries]}}): move it, or name another")
+    if not isinstance(devices, dict) or not all(
+            isinstance(es, list) and all(isinstance(e, dict) and type(e.get("threads")) is int and type(e.get("jobs")) is int
+                                         for e in es) for es in devices.values()):
+        sys.exit(f"--out {str(path)!r} is not a step-time file this can add to (allowed {{\"devices\": {{machine: "
+                 "[{\"threads\": int, \"jobs\": int, \"rows\": [...]}, ...]}}): move it, or name another")
     return old
 
 
 def main(argv: list[str] | None = None) -> None:
     from experiments.runs.run.provenance import hardware, versions
+    from experiments.runs.sweep.estimate import job_threads
     from experiments.runs.sweep.spec import default_jobs
     from modules import FAMILIES
     from modules.budgets import BUDGET_TARGETS
@@ -114,11 +88,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--family", nargs="+", default=list(FAMILIES), choices=FAMILIES, help="families (default all)")
     p.add_argument("--budget", default="tiny", choices=BUDGET_TARGETS, help="model budget (default tiny, the cpu profiles')")
     p.add_argument("--batch", type=int, default=32, help="images a step (default 32, the cpu profiles')")
-    p.add_argument("--steps", type=int, default=50, help="timed steps per process (default 50)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--steps", type=int, default=50, help="timed steps per process, after 2 untimed (default 50)")
     p.add_argument("--jobs", type=int, default=default_jobs(),
-                   help="processes timing a family at once, as a sweep's --jobs (default: one per core)")
+                   help="processes timing a family at once, as a sweep's --jobs (default: the sweep's, one per core)")
     p.add_argument("--out", type=Path, default=OUT, help=f"the file the rows merge into (default {OUT.parent.name}/{OUT.name})")
+    p.error = lambda message: sys.exit(f"{message} (python benchmarks/step_times.py --help lists the options)")
     a = p.parse_args(argv)
     for name, value in (("--batch", a.batch), ("--steps", a.steps), ("--jobs", a.jobs)):
         if value < 1:
@@ -127,17 +101,20 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     if torch.cuda.is_available():  # a run here trains on the GPU: its steps are gpu-check's to time
         sys.exit("a GPU is visible: bench-steps times runs on a CPU; on a GPU `make gpu-check` measures the steps")
-    device = hardware()
-    print(f"hardware: {device}; one training step a run, {a.budget} budget, batch {a.batch}, "
-          f"{a.steps} timed steps after {a.warmup}", flush=True)
-    started = time.perf_counter()
-    rows = measure(a.family, a.budget, a.batch, a.steps, a.warmup, a.jobs)
+    device, threads = hardware(), job_threads(a.jobs)  # as each of a sweep's `jobs` run processes computes
+    print(f"hardware: {device}; one training step a run, {a.budget} budget, batch {a.batch}, {a.steps} timed steps, "
+          f"{a.jobs} at a time with {threads} thread(s) each", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip() or None
-    entry = {"threads": rows[0]["threads"], "jobs": a.jobs, "commit": commit, "versions": versions(),
-             "seconds": round(time.perf_counter() - started), "rows": rows}
+    entry = {"threads": threads, "jobs": a.jobs, "commit": commit, "versions": versions(), "seconds": 0, "rows": []}
+    started = time.perf_counter()
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(merged(old, device, entry), indent=1) + "\n")
+    for family in a.family:
+        r = row(family, a.budget, a.batch, a.steps, a.jobs, threads)
+        entry["rows"].append(r)
+        entry["seconds"] = round(time.perf_counter() - started)
+        write_atomic(a.out, json.dumps(merged(old, device, entry), indent=1) + "\n")  # kept if a later family fails
+        print(f"{family:9} {r['step_ms']:8.1f} ms/step  {r['images_per_s']:7,} img/s a run  ({r['precision']})", flush=True)
     print(f"-> {a.out}")
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import experiments.runs.sweep.estimate as est
+import torch
+
 from experiments.runs.sweep.estimate import estimate, read_bench_step_times
 from experiments.runs.sweep.execute import flops_per_image
 from experiments.runs.sweep.spec import Run
@@ -36,12 +37,14 @@ def _row(family: str, flops: int, ms: float, **kw) -> dict:
             "precision": "32-true", "threads": 1, "jobs": 2, "steps": 20, "step_ms": ms, **kw}
 
 
-def test_a_machines_rows_replace_only_its_own_at_the_same_thread_count():
-    old = {"devices": {"A": [_entry(1, [_row("vit", 1, 10.0)]), _entry(2, [_row("vit", 1, 8.0)])],
+def test_a_machines_rows_replace_only_its_own_of_the_same_threads_and_jobs():
+    old = {"devices": {"A": [_entry(1, [_row("vit", 1, 10.0)]), _entry(2, [_row("vit", 1, 8.0)]),
+                             {**_entry(1, [_row("vit", 1, 14.0)]), "jobs": 4}],
                        "B": [_entry(1, [_row("vit", 1, 50.0)])]}}
     new = merged(old, "A", _entry(1, [_row("vit", 1, 12.0)]))
     assert new["devices"]["B"] == old["devices"]["B"]
-    assert [(e["threads"], e["rows"][0]["step_ms"]) for e in new["devices"]["A"]] == [(1, 12.0), (2, 8.0)]
+    assert [(e["threads"], e["jobs"], e["rows"][0]["step_ms"]) for e in new["devices"]["A"]] == [
+        (1, 2, 12.0), (1, 4, 14.0), (2, 2, 8.0)]
     assert merged({}, "C", _entry(1, []))["devices"] == {"C": [_entry(1, [])]}
 
 
@@ -50,10 +53,11 @@ def test_the_rows_are_keyed_as_step_times_are_and_read_at_the_jobs_thread_count(
     path.write_text(json.dumps({"devices": {CPU: [
         _entry(1, [_row("vit", 52, 100.0), _row("swin", 9, 300.0), _row("resnet", 90, 0.0),
                    _row("hybrid", 7, 20.0, members=4), {"family": "convnext"}]),
-        _entry(2, [_row("vit", 52, 60.0, threads=2)])]}}))
-    assert read_bench_step_times(path, threads=1) == {(CPU, "vit", "tiny", 52, 32, 1): 100.0,
-                                                      (CPU, "swin", "tiny", 9, 32, 1): 300.0}
-    assert read_bench_step_times(path, threads=2) == {(CPU, "vit", "tiny", 52, 32, 1): 60.0}
+        _entry(2, [_row("vit", 52, 60.0, threads=2)]), {**_entry(1, [_row("vit", 52, 130.0)]), "jobs": 4}]}}))
+    assert read_bench_step_times(path, threads=1, jobs=2) == {(CPU, "vit", "tiny", 52, 32, 1): 100.0,
+                                                              (CPU, "swin", "tiny", 9, 32, 1): 300.0}
+    assert read_bench_step_times(path, threads=2, jobs=2) == {(CPU, "vit", "tiny", 52, 32, 1): 60.0}
+    assert read_bench_step_times(path, threads=1, jobs=4) == {(CPU, "vit", "tiny", 52, 32, 1): 130.0}
     for text in ("{not json", "[1, 2]", '{"devices": 3}'):
         path.write_text(text)
         assert read_bench_step_times(path) == {}
@@ -80,19 +84,21 @@ def test_bench_steps_price_the_runs_alone_no_record_measured_and_say_so(tmp_path
         "; no step time measured on this device for vit-tiny at batch 32 packed 2, so no estimate")
     # without any, the line names the target that measures them here (on a CPU; a GPU has make gpu-check)
     assert estimate(vits, 1, CPU, {}, group_times={}, bench_times={}) == (
-        f"; no step times measured on {CPU} (results/step_times.csv; make bench-steps times them here), so no estimate")
+        f"; no step times measured on {CPU} (results/step_times.csv; make bench-steps JOBS=1 times them here), so no "
+        "estimate")
     assert estimate(vits, 1, "an H200", {}, group_times={}, bench_times={}) == (
         "; no step times measured on an H200 (results/step_times.csv), so no estimate")
 
 
-def test_make_bench_steps_measures_what_the_dry_run_on_this_machine_then_prices(tmp_path, monkeypatch):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the runs are gpu-check's to time: the script refuses")
+def test_make_bench_steps_measures_what_the_dry_run_on_this_machine_then_prices(tmp_path):
     """The real script, each family's step in processes of its own, writes rows whose keys are the
     planned runs' on this machine (DeiT timed with its teacher inside); a second machine's rows stay."""
     from experiments.runs.run.provenance import hardware
     out = tmp_path / "step_times_bench.json"
     out.write_text(json.dumps({"devices": {"another machine": [_entry(1, [_row("vit", 52, 1.0)])]}}))
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_times.py"), "--family", "resnet", "deit",
-                           "--steps", "1", "--warmup", "0", "--jobs", "1", "--out", str(out)],
+                           "--steps", "1", "--jobs", "1", "--out", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     devices = json.loads(out.read_text())["devices"]
@@ -100,16 +106,18 @@ def test_make_bench_steps_measures_what_the_dry_run_on_this_machine_then_prices(
     (entry,) = devices[hardware()]
     assert entry["jobs"] == 1 and entry["versions"]["torch"]
     assert [r["family"] for r in entry["rows"]] == ["resnet", "deit"] and all(r["step_ms"] > 0 for r in entry["rows"])
-    monkeypatch.setattr(est, "BENCH_STEP_TIMES", out)
-    runs = _runs(tmp_path, "resnet", 1) + _runs(tmp_path, "deit", 1)
-    assert estimate(runs, 1, hardware(), {}, group_times={}).startswith(
-        "; about ") and "results/step_times_bench.json for 2 runs," in estimate(runs, 1, hardware(), {}, group_times={})
+    bench = read_bench_step_times(out, threads=entry["threads"], jobs=1)
+    runs = _runs(tmp_path, "resnet", 1) + _runs(tmp_path, "deit", 1)   # as the sweep plans them: the same keys
+    said = estimate(runs, 1, hardware(), {}, group_times={}, bench_times=bench)
+    assert said.startswith("; about ") and "results/step_times_bench.json for 2 runs," in said
 
 
 @pytest.mark.parametrize("args, said", [
     (["--jobs", "0"], "--jobs 0: allowed integers >= 1"),
     (["--steps", "-1"], "--steps -1: allowed integers >= 1"),
     (["--batch", "0"], "--batch 0: allowed integers >= 1"),
+    (["--family", "bogus"], "argument --family: invalid choice: 'bogus' (choose from 'vit', 'deit', 'swin', "
+                            "'convnext', 'hybrid', 'resnet') (python benchmarks/step_times.py --help lists the options)"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, said):
     out = tmp_path / "step_times_bench.json"
@@ -118,7 +126,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, said):
     assert done.returncode != 0 and done.stderr.strip() == said and not out.exists()
 
 
-@pytest.mark.parametrize("text", ["{half a file", "[1, 2]", '{"devices": {"a machine": [3]}}'])
+@pytest.mark.parametrize("text", ["{half a file", "[1, 2]", '{"devices": {"a machine": [3]}}',
+                                  '{"devices": {"a machine": [{}]}}', '{"devices": {"M": [{"threads": "1", "jobs": 2}]}}',
+                                  "[" * 200_000 + "]" * 200_000])
 def test_a_file_it_cannot_add_to_is_left_as_it_was(tmp_path, text):
     out = tmp_path / "step_times_bench.json"
     out.write_text(text)

@@ -36,6 +36,7 @@ import csv
 import heapq
 import statistics
 from collections import defaultdict
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
@@ -117,7 +118,7 @@ def priced(table: dict[tuple, float], group_times: dict[tuple, float], bench_tim
 def every_step_time(jobs: int) -> dict[tuple, float]:
     """What the dry run prices `jobs` processes at a time from, read from every source (priced)."""
     threads = job_threads(jobs)
-    return priced(read_step_times(), read_group_step_times(threads=threads), read_bench_step_times(threads=threads))
+    return priced(read_step_times(), read_group_step_times(threads=threads), read_bench_step_times(threads=threads, jobs=jobs))
 
 
 MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
@@ -199,14 +200,14 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     # groups no sweep has measured: gpu-check's compiled steps on a GPU, its eager ones on a CPU
     group_times = read_group_step_times(threads=job_threads(jobs)) if group_times is None else group_times
     # runs alone no record has measured (a machine the reference never ran on): make bench-steps' steps
-    bench_times = read_bench_step_times(threads=job_threads(jobs)) if bench_times is None else bench_times
+    bench_times = read_bench_step_times(threads=job_threads(jobs), jobs=jobs) if bench_times is None else bench_times
     own = [u for u in units if unit_key(u, device) in table]
     checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
     benched = [u for u in units if len(u) == 1 and unit_key(u, device) not in table and unit_key(u, device) in bench_times]
     table = priced(table, group_times, bench_times)
     if not any(k[0] == device for k in table):
         return (f"; no step times measured on {device} (results/step_times.csv"
-                + ("; make bench-steps times them here" if _cpu(device) else "") + ")"
+                + (f"; make bench-steps JOBS={jobs} times them here" if _cpu(device) else "") + ")"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
     each, missing = unit_minutes(units, device, table)
     if not each:
@@ -326,20 +327,18 @@ def read_group_step_times(path: Path | None = None, threads: int | None = None) 
     for device, r in _engine_rows(path):
         if threads is not None and _cpu(device) and r.get("threads") not in (None, threads):
             continue
-        try:
+        with suppress(KeyError, TypeError, ValueError):
             if float(r["step_ms"]) > 0:
-                times[device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]),
-                      int(r["members"])] = float(r["step_ms"])
-        except (KeyError, TypeError, ValueError):
-            continue
+                times[_row_key(device, r)] = float(r["step_ms"])
     return times
 
 
-def read_bench_step_times(path: Path | None = None, threads: int | None = None) -> dict[tuple, float]:
+def read_bench_step_times(path: Path | None = None, threads: int | None = None,
+                          jobs: int | None = None) -> dict[tuple, float]:
     """(device, family, budget, FLOPs per image, batch size, 1) -> ms per step of a run alone, from
     `make bench-steps` (benchmarks/step_times.py: the step alone, its validations, tests, loader and
-    Lightning's loop not counted); {} without the file. With `threads`, rows timed at another thread
-    count are left out, as read_group_step_times leaves them."""
+    Lightning's loop not counted); {} without the file. With `threads` and `jobs`, rows timed with
+    other threads or beside another number of processes are left out: both change a step's time."""
     try:
         devices = parse_json((path or BENCH_STEP_TIMES).read_text())["devices"]
         entries = [(d, e) for d, es in devices.items() for e in es]
@@ -347,15 +346,20 @@ def read_bench_step_times(path: Path | None = None, threads: int | None = None) 
         return {}
     times = {}
     for device, e in entries:
-        if not isinstance(e, dict) or (threads is not None and e.get("threads") != threads):
+        if not isinstance(e, dict) or any(want is not None and e.get(k) != want for k, want in
+                                          (("threads", threads), ("jobs", jobs))):
             continue
         for r in e.get("rows") or []:
-            try:
+            with suppress(KeyError, TypeError, ValueError):
                 if float(r["step_ms"]) > 0 and int(r["members"]) == 1:
-                    times[device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]), 1] = float(r["step_ms"])
-            except (KeyError, TypeError, ValueError):
-                continue
+                    times[_row_key(device, r)] = float(r["step_ms"])
     return times
+
+
+def _row_key(device: str, r: dict) -> tuple:
+    """A benchmark row's key in a step-time table (unit_key's); a KeyError, TypeError or ValueError
+    for a row without those fields."""
+    return device, r["family"], r["budget"], int(r["flops_per_image"]), int(r["batch"]), int(r["members"])
 
 
 def compilations(units: list[list], jobs: int) -> list[tuple]:
