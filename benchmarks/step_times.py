@@ -10,9 +10,11 @@ the runs no record has measured from them, and says so (experiments/runs/sweep/e
 What is timed: benchmarks/family_throughput.single_step (forward, loss, backward, clipping, AdamW with
 warmup and cosine) of each family at its budget (default tiny), batch 32 (the cpu profiles') of
 synthetic 28x28x1 images already in memory, with the attention kernel the suite trains with, in the
-precision a fit trains in here (cli.default_precision: bf16 autocast where the cores run bf16 matmuls
-natively, else fp32). DeiT runs its frozen ResNet teacher's forward inside each step, as the sweep
-trains it (the teacher's weights are random: the cost is the same). `jobs` processes (the sweep's
+precision a fit trains in here (cli.default_precision: bf16 autocast where the cores run bf16
+matmuls natively, else fp32), with its MFU: 3 x the student's forward FLOPs an image against this
+machine's matmul peak in that precision, measured with a process's threads. DeiT runs its frozen
+ResNet teacher's forward inside each step, as the sweep trains it (the teacher's weights are
+random: the cost is the same). `jobs` processes (the sweep's
 default jobs, or JOBS=) time the same family at once, each with the threads a sweep's run process
 gets (cpu_count / jobs; one process per core by default), after warming up and one barrier
 (benchmarks/process_parallelism.measure): a sweep trains a family's runs side by side, and they
@@ -39,17 +41,20 @@ from modules.files import parse_json, write_atomic
 OUT = Path(__file__).resolve().parents[1] / "results" / "step_times_bench.json"
 
 
-def row(family: str, budget: str, batch: int, steps: int, jobs: int, threads: int) -> dict:
-    """One family's step time here: the median over `jobs` processes timing it at once."""
+def row(family: str, budget: str, batch: int, steps: int, jobs: int, threads: int, peak: float) -> dict:
+    """One family's step time here: the median over `jobs` processes timing it at once; its MFU
+    against `peak` (FLOP/s of one process's matmul), counting the student's 3 x forward FLOPs only."""
     from datamodules.sources import FASHION_MNIST
     from experiments.runs.run.cli import default_precision
     from experiments.runs.sweep.execute import model_flops
     from modules.budgets import distils
     from process_parallelism import measure
     rate = statistics.median(measure(family, budget, batch, jobs, steps, threads=threads, teacher=distils(family)))
-    return {"family": family, "budget": budget, "flops_per_image": model_flops(family, budget, FASHION_MNIST),
-            "batch": batch, "members": 1, "precision": default_precision(), "threads": threads, "jobs": jobs,
-            "steps": steps, "step_ms": round(1000 * batch / rate, 1), "images_per_s": round(rate)}
+    flops = model_flops(family, budget, FASHION_MNIST)
+    return {"family": family, "budget": budget, "flops_per_image": flops, "batch": batch, "members": 1,
+            "precision": default_precision(), "threads": threads, "jobs": jobs, "steps": steps,
+            "step_ms": round(1000 * batch / rate, 1), "images_per_s": round(rate),
+            "mfu": round(3 * flops * rate / peak, 3) if flops else None}
 
 
 def merged(old: dict, device: str, entry: dict) -> dict:
@@ -101,20 +106,28 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     if torch.cuda.is_available():  # a run here trains on the GPU: its steps are gpu-check's to time
         sys.exit("a GPU is visible: bench-steps times runs on a CPU; on a GPU `make gpu-check` measures the steps")
+    from experiments.runs.run.cli import default_precision
+    from family_throughput import matmul_peak
     device, threads = hardware(), job_threads(a.jobs)  # as each of a sweep's `jobs` run processes computes
+    torch.set_num_threads(threads)
+    peak, how = matmul_peak(torch.device("cpu"), default_precision())
     print(f"hardware: {device}; one training step a run, {a.budget} budget, batch {a.batch}, {a.steps} timed steps, "
-          f"{a.jobs} at a time with {threads} thread(s) each", flush=True)
+          f"{a.jobs} at a time with {threads} thread(s) each; MFU against {peak / 1e9:,.1f} GFLOP/s ({how}, "
+          f"{threads} thread(s))", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip() or None
-    entry = {"threads": threads, "jobs": a.jobs, "commit": commit, "versions": versions(), "seconds": 0, "rows": []}
+    entry = {"threads": threads, "jobs": a.jobs, "commit": commit, "versions": versions(), "seconds": 0,
+             "peak_flops": round(peak), "peak": how, "rows": []}
     started = time.perf_counter()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     for family in a.family:
-        r = row(family, a.budget, a.batch, a.steps, a.jobs, threads)
+        r = row(family, a.budget, a.batch, a.steps, a.jobs, threads, peak)
         entry["rows"].append(r)
         entry["seconds"] = round(time.perf_counter() - started)
         write_atomic(a.out, json.dumps(merged(old, device, entry), indent=1) + "\n")  # kept if a later family fails
-        print(f"{family:9} {r['step_ms']:8.1f} ms/step  {r['images_per_s']:7,} img/s a run  ({r['precision']})", flush=True)
+        mfu = f"{100 * r['mfu']:5.1f}% MFU" if r["mfu"] is not None else "  n/a MFU"
+        print(f"{family:9} {r['step_ms']:8.1f} ms/step  {r['images_per_s']:7,} img/s a run  {mfu}  ({r['precision']})",
+              flush=True)
     print(f"-> {a.out}")
 
 

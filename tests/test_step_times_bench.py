@@ -105,7 +105,7 @@ def test_make_bench_steps_measures_what_the_dry_run_on_this_machine_then_prices(
     assert set(devices) == {"another machine", hardware()}
     (entry,) = devices[hardware()]
     assert entry["jobs"] == 1 and entry["versions"]["torch"]
-    assert [r["family"] for r in entry["rows"]] == ["resnet", "deit"] and all(r["step_ms"] > 0 for r in entry["rows"])
+    assert [r["family"] for r in entry["rows"]] == ["resnet", "deit"] and all(r["step_ms"] > 0 and 0 < r["mfu"] < 1 for r in entry["rows"])
     bench = read_bench_step_times(out, threads=entry["threads"], jobs=1)
     runs = _runs(tmp_path, "resnet", 1) + _runs(tmp_path, "deit", 1)   # as the sweep plans them: the same keys
     said = estimate(runs, 1, hardware(), {}, group_times={}, bench_times=bench)
