@@ -183,7 +183,7 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     to a group, as the sweep packs them), each at its own batch size, or what is missing; with the
     minutes of it compiling where the engine compiles packed steps (on a GPU). A compiled group with
     no step time from a sweep's own groups (`table`) is priced from gpu-check's (`group_times`), a run
-    alone with none from a record from `make bench-steps` (`bench_times`), and the estimate says so:
+    alone that no record has timed from `make bench-steps`' (`bench_times`), and the estimate says so:
     those count the step alone."""
     device = device or run_hardware(jobs)
     table = read_step_times() if table is None else table
