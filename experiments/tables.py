@@ -138,8 +138,9 @@ def write_runtimes(roots: list[Path], out: Path, readme: Path | None, only: list
     measured = next((r for r in roots if any(row["experiment"] == "datascale" for row in rows[r])), None)
     record = read_record(measured / "datascale" / "sweep.json") if measured else {}
     hours = runtimes.training_hours(measured / "datascale", record) if measured else {}
+    precisions = runtimes.trained_precisions(measured / "datascale", record) if measured else []
     if readme and update_block(readme, "default-profile", runtimes.default_profile(rows.get(measured, []), record,
-                                                                                  hours=hours)):
+                                                                                  hours=hours, precisions=precisions)):
         print(f"wrote {readme}")
 
 

@@ -7,7 +7,7 @@ import json
 import yaml
 
 from modules.budgets import FAMILIES
-from experiments.report.runtimes import SPECS, default_profile, render, runtime_rows, training_hours
+from experiments.report.runtimes import SPECS, default_profile, render, runtime_rows, trained_precisions, training_hours
 
 from .test_tables import _run
 
@@ -56,8 +56,8 @@ def test_an_invocation_that_found_runs_finished_says_how_many_it_trained(tmp_pat
     (row,) = runtime_rows(exp)
     assert row["ran"] == "11 of its 20 runs (18 done, 2 fitted); 2 at a time"
     text = default_profile([row], json.loads((exp / "sweep.json").read_text()))
-    assert ("Its last measured invocation trained or tested 11 of its 20 runs (the others had finished before) in "
-            "**64 minutes**; its runs were trained on test machine, at commit abc (your runs; ") in text
+    assert ("Its last measured invocation planned 20 runs and trained or tested 11 of them (the others had finished "
+            "before) in **64 minutes**; its runs were trained on test machine, at commit abc (your runs; ") in text
 
 
 def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_family(tmp_path):
@@ -86,3 +86,12 @@ def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_fam
     assert all(f"{FAMILIES[f].title} 60.0" in text for f in trained)
     assert text.endswith(f" hours; {FAMILIES[last].title} not trained yet.")
     assert "on record" not in default_profile(runtime_rows(exp), record)
+    # the precision of the plan's runs (a configuration of its own: a CPU without native bf16 trains
+    # in fp32), said beside their hours; a run outside the plan says nothing
+    assert trained_precisions(exp, record) == []
+    for name, precision in (("resnet_f0.01_s0_lr0.003", "bf16-mixed"), ("vit_f0.02_s0_lr0.003", "32-true")):
+        summary = json.loads((exp / name / "summary.json").read_text())
+        (exp / name / "summary.json").write_text(json.dumps({**summary, "precision": precision}))
+    assert trained_precisions(exp, record) == ["bf16-mixed"]
+    text = default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained}, precisions=["bf16-mixed"])
+    assert " All of its runs on record, 2 at a time, in bf16-mixed, trained for **" in text

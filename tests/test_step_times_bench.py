@@ -70,7 +70,7 @@ def test_bench_steps_price_the_runs_alone_no_record_measured_and_say_so(tmp_path
     swin_key = (CPU, "swin", "tiny", flops_per_image(swin[0]), 32, 1)
     bench = {vit_key: 100.0, swin_key: 300.0}   # 6,000 steps: a ViT 10 min, the Swin 30 min
     said = ("(step times: results/step_times_bench.json for {} runs, the step alone (validation, tests, loader and "
-            "Lightning's loop not counted))")
+            "Lightning's loop not counted: a lower bound))")
     assert estimate(vits + swin, 2, CPU, {}, group_times={}, bench_times=bench) == (
         "; about 40 min on this device (2 at a time) " + said.format(3)
         + ", about 30 min with 8 such cores, about 30 min with 16 such cores")
@@ -78,7 +78,7 @@ def test_bench_steps_price_the_runs_alone_no_record_measured_and_say_so(tmp_path
     assert estimate(vits + swin, 2, CPU, {vit_key: 200.0}, group_times={}, bench_times=bench) == (
         "; about 50 min on this device (2 at a time) (step times: results/step_times.csv and "
         "results/step_times_bench.json for 1 run, the step alone (validation, tests, loader and Lightning's loop "
-        "not counted)), about 30 min with 8 such cores, about 30 min with 16 such cores")
+        "not counted: a lower bound)), about 30 min with 8 such cores, about 30 min with 16 such cores")
     # a packed group is not a run alone: its step is never priced from one
     assert estimate(vits, 1, CPU, {}, pack=2, group_times={}, bench_times=bench) == (
         "; no step time measured on this device for vit-tiny at batch 32 packed 2, so no estimate")

@@ -78,23 +78,36 @@ def render(rows: list[dict], rebuilt: list[str] | None = None, before: str = "")
                       "machine from the measured step times (results/step_times.csv).", "", *table, ""])
 
 
-def training_hours(exp_dir: Path, record: dict, profile: str = "cpu") -> dict[str, float]:
-    """Per family, the hours its runs of the profile's plan trained, each run's wall time summed: the
-    main runs the record names and the learning-rate trials of their cells. Unlike an invocation's
-    minutes, it counts runs trained by earlier invocations and in pieces (`FAMILIES=`)."""
+def _plan_summaries(exp_dir: Path, record: dict, profile: str) -> list:
+    """The summaries of the runs of the profile's plan: the main runs the record names and the
+    learning-rate trials of their cells."""
     cells = ((record.get("profiles") or {}).get(profile) or {}).get("main_runs") or {}
+    return [run.summary for name, run in read_runs(exp_dir)[0].items()
+            if any(name.startswith(f"{cell}_lr") for cell in cells)]
+
+
+def training_hours(exp_dir: Path, record: dict, profile: str = "cpu") -> dict[str, float]:
+    """Per family, the hours its runs of the profile's plan trained, each run's wall time summed.
+    Unlike an invocation's minutes, it counts runs trained by earlier invocations and in pieces
+    (`FAMILIES=`)."""
     hours: dict[str, float] = {}
-    for name, run in read_runs(exp_dir)[0].items():
-        s = run.summary
-        if s.wall_time_s and s.family and any(name.startswith(f"{cell}_lr") for cell in cells):
+    for s in _plan_summaries(exp_dir, record, profile):
+        if s.wall_time_s and s.family:
             hours[s.family] = hours.get(s.family, 0.0) + s.wall_time_s / 3600
     return hours
 
 
-def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours: dict[str, float] | None = None) -> str:
+def trained_precisions(exp_dir: Path, record: dict, profile: str = "cpu") -> list[str]:
+    """The precisions the runs of the profile's plan trained in (part of each run's configuration)."""
+    return sorted({s.precision for s in _plan_summaries(exp_dir, record, profile) if s.precision})
+
+
+def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours: dict[str, float] | None = None,
+                    precisions: list[str] | None = None) -> str:
     """The README's sentence: what `make exp-datascale`'s default profile compares (from its spec), its
     measured time (from the runs' records, naming the families measured where they differ) and, with
-    `hours` (training_hours), how long all of its runs trained, family by family."""
+    `hours` (training_hours), how long all of its runs trained, family by family, in `precisions`
+    (trained_precisions: a CPU without native bf16 trains another configuration)."""
     spec = parse_yaml((SPECS / "datascale" / "spec.yaml").read_text())
     axes = spec["profiles"][profile]
     families = axes.get("families") or spec["families"]
@@ -111,8 +124,8 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours:
     which = "" if list(ran) == list(families) else f" (with {_names(ran)})"
     if row.get("part"):  # the others had finished before it: its time is theirs only
         trained, runs = row["part"]
-        text += (f" Its last measured invocation{which} trained or tested {trained} of its {runs} runs (the "
-                 f"others had finished before) in **{row['minutes']:.0f} minutes**; its runs were trained on "
+        text += (f" Its last measured invocation{which} planned {runs} runs and trained or tested {trained} of them "
+                 f"(the others had finished before) in **{row['minutes']:.0f} minutes**; its runs were trained on "
                  f"{row['hardware']}, at commit {row['commit']} ({row['whose']}; "
                  "[every measured runtime](results/runtimes.md)).")
     else:
@@ -122,7 +135,9 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours:
     if hours:
         shares = [f"{FAMILIES[f].title if f in FAMILIES else f} {hours[f] / jobs:.1f}" for f in families if f in hours]
         missing = [f for f in families if f not in hours]
-        text += (f" All of its runs on record, {jobs} at a time, trained for **{sum(hours.values()) / jobs:.1f} "
+        text += (f" All of its runs on record, {jobs} at a time"
+                 + (f", in {_and(precisions)}" if precisions else "")
+                 + f", trained for **{sum(hours.values()) / jobs:.1f} "
                  f"hours** (the runs' wall times summed, over {jobs}): {_and(shares)} hours"
                  + (f"; {_names(missing)} not trained yet." if missing else "."))
     return text

@@ -225,7 +225,7 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
         [f"{group_source(device)} for {len(checked)} packed groups, the step alone (validation and tests not counted)"]
         if checked else []) + (
         [f"{BENCH_SOURCE} for {len(benched)} run{'' if len(benched) == 1 else 's'}, the step alone (validation, tests, loader and Lightning's loop "
-         "not counted)"] if benched else [])
+         "not counted: a lower bound)"] if benched else [])
     if c_each:
         text += (f", of which about {total - phased_wall(steps, jobs):.0f} min compiling "
                  f"{len(c_each)} packed steps (compile times: {COMPILE_SOURCE}; step times: {' and '.join(sources)})")

@@ -341,8 +341,9 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-t
 
 def precision_of(profile: dict, where: str) -> str | None:
     """A profile's trainer precision, or None for the machine's default (cli.default_precision: bf16
-    where the hardware runs it natively). A cpu profile pins 32-true so that a record made on any
-    CPU is the same configuration (the identity records the precision a run trained in)."""
+    where the hardware runs it natively). A profile that pins 32-true makes a record made on any CPU
+    the same configuration (the identity records the precision a run trained in); the cpu profiles
+    leave it unset, so a CPU without native bf16 trains another configuration."""
     value = profile.get("precision")
     if value is not None and value not in PRECISIONS:
         raise ValueError(f"precision={value!r} in {where}: allowed {', '.join(PRECISIONS)}")

@@ -433,8 +433,9 @@ def main(argv: list[str]) -> int:
                 new = sum(r.steps for r in pending if r not in tuned)
                 rest = [r for r in pending if r not in tuned]
                 stages.append(("main, not yet planned", rest))
-                print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({len(tuned)} of them tuning "
-                      f"trials, then only tested), {new:,} more optimisation steps"
+                trials = "1 of them a tuning trial" if len(tuned) == 1 else f"{len(tuned)} of them tuning trials"
+                print(f"## main stage of {', '.join(waiting)}: {len(pending)} runs ({trials}, then only tested), "
+                      f"{new:,} more optimisation steps"
                       + packed_cost(rest, pack) + estimate(rest, jobs, pack=pack)
                       + "; their commands are known once their tuning is done")
         if a.status:
