@@ -648,6 +648,8 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     elsewhere = replace(done, run_dir=tmp_path / "not-trained")
     assert whole_left([done, elsewhere], 1).startswith("## the whole profile, what is left (1 of 1 runs finished): ")
     assert whole_left([done, done], 1) == "## the whole profile, what is left (1 of 1 runs finished): nothing left to train"
+    # a piece (FAMILIES=, FRACTIONS=, ...) is not read as the whole profile
+    assert whole_left([runs[0]], 1, piece=True).startswith("## this piece of the profile: about ")
     # the table make tables writes: the median ms per step over a device's single runs of one configuration
     exp = tmp_path / "runs" / "exp"
     for seed, (wall, steps) in enumerate(((60, 600), (90, 600), (300, 1000))):

@@ -317,14 +317,16 @@ def whole_profile(runs: list[Run], axes: dict, jobs: int, pack: int = 1) -> None
           "steps): " + (estimate(every, jobs, pack=pack).lstrip("; ") or "nothing planned"))
 
 
-def whole_left(runs: list[Run], jobs: int, pack: int = 1) -> str:
+def whole_left(runs: list[Run], jobs: int, pack: int = 1, piece: bool = False) -> str:
     """The dry run's last line: what the planned runs still take; once some have finished it says how
     many, so that what is left is not read as the whole profile's cost (a fresh machine's dry run
-    prices all of it)."""
+    prices all of it); `piece`: the runs are a piece of the profile (FAMILIES=, FRACTIONS=, SEEDS=,
+    VARIANTS= or one stage), and it says so."""
     names = {r.name for r in runs}  # a tuning trial is also its stage's main run: one run
     finished = len({r.name for r in runs if run_status(r) in DONE})
     label = f", what is left ({finished} of {len(names)} runs finished)" if finished else ""
-    return f"## the whole profile{label}: " + estimate(runs, jobs, pack=pack).lstrip("; ")
+    return (f"## {'this piece of the profile' if piece else 'the whole profile'}{label}: "
+            + estimate(runs, jobs, pack=pack).lstrip("; "))
 
 
 def _runnable_families(axes: dict, choices: dict) -> list[str]:
@@ -440,7 +442,8 @@ def main(argv: list[str]) -> int:
                       + "; their commands are known once their tuning is done")
         if a.status:
             return print_status([s for s in stages if s[0] != "main, not yet planned"], waiting_note, exp_dir)
-        print(whole_left([r for _, runs in stages for r in runs], jobs, pack))
+        piece = any((a.families, a.fractions, a.seeds, a.variants)) or a.stage != "all"
+        print(whole_left([r for _, runs in stages for r in runs], jobs, pack, piece=piece))
         return 0
     try:
         with hold_experiment(exp_dir):
