@@ -2,7 +2,7 @@
 against a plain PyTorch loop over the same model, batches, optimiser, schedule, clipping and
 precision, interleaved in one run. Goal: Lightning's overhead under 5%.
 
-    make bench          # or: python benchmarks/module_overhead.py --family vit --steps 60
+    make bench          # or: python benchmarks/module_overhead.py --family vit --steps 60 --batch 32
 """
 from __future__ import annotations
 
@@ -93,9 +93,11 @@ def main() -> None:
     p.add_argument("--family", default="vit", help="family to time (default vit)")
     p.add_argument("--steps", type=int, default=60, help="optimisation steps per timed run (default 60)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each (default 3)")
+    p.add_argument("--batch", type=int, default=128,
+                   help="images a step (default 128; the cpu profiles train at 32, where a step's fixed cost weighs more)")
     a = p.parse_args()
     precision = default_precision()
-    dm = ImageClassificationDataModule("fashion_mnist", batch_size=128)
+    dm = ImageClassificationDataModule("fashion_mnist", batch_size=a.batch)
     dm.setup("fit")
     plain, lit = [], []
     for _ in range(a.repeats):
@@ -103,7 +105,7 @@ def main() -> None:
         lit.append(lightning_run(a.family, dm, a.steps, precision))
     p_med, l_med = statistics.median(plain), statistics.median(lit)
     print(f"hardware: {hardware()}; torch {versions()['torch']}, lightning {versions()['lightning']}")
-    print(f"{a.family}-tiny, batch 128, {precision}, {a.steps - WARMUP} timed steps x {a.repeats} interleaved repeats")
+    print(f"{a.family}-tiny, batch {a.batch}, {precision}, {a.steps - WARMUP} timed steps x {a.repeats} interleaved repeats")
     print(f"plain PyTorch loop : {p_med:8.1f} images/s  (runs: {', '.join(f'{v:.0f}' for v in plain)})")
     print(f"LightningModule    : {l_med:8.1f} images/s  (runs: {', '.join(f'{v:.0f}' for v in lit)})")
     print(f"overhead           : {(p_med - l_med) / p_med:8.1%}  (goal: under 5%)")
