@@ -141,7 +141,7 @@ def write_runtimes(roots: list[Path], out: Path, readme: Path | None, only: list
     precisions = runtimes.trained_precisions(measured / "datascale", record) if measured else []
     if readme and update_block(readme, "default-profile", runtimes.default_profile(rows.get(measured, []), record,
                                                                                   hours=hours, precisions=precisions)):
-        print(f"wrote {readme}")
+        print(f"wrote {readme}: its first screen's default-profile block")
 
 
 def write_step_times(roots: list[Path], out: Path) -> None:
@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
     only = names if a.experiment else None
     readme = Path(a.readme) if a.readme else None
     if readme and update_block(readme, "findings", findings_block(roots, order, only, read_block(readme, "findings"))):
-        print(f"wrote {a.readme}")
+        print(f"wrote {a.readme}: its Findings")
     write_runtimes(roots, Path(a.out), readme, only)
     if only is None:  # step times are a measure over whole runs folders
         write_step_times(roots, Path(a.out))
