@@ -115,10 +115,16 @@ def priced(table: dict[tuple, float], group_times: dict[tuple, float], bench_tim
             **{k: v for k, v in group_times.items() if k[5] > 1}, **table}
 
 
+def step_time_sources(jobs: int) -> tuple[dict[tuple, float], dict[tuple, float], dict[tuple, float]]:
+    """The three step-time tables for `jobs` processes at a time: the records', gpu-check's groups'
+    and bench-steps' runs', each read at the threads such a process has."""
+    threads = job_threads(jobs)
+    return read_step_times(), read_group_step_times(threads=threads), read_bench_step_times(threads=threads, jobs=jobs)
+
+
 def every_step_time(jobs: int) -> dict[tuple, float]:
     """What the dry run prices `jobs` processes at a time from, read from every source (priced)."""
-    threads = job_threads(jobs)
-    return priced(read_step_times(), read_group_step_times(threads=threads), read_bench_step_times(threads=threads, jobs=jobs))
+    return priced(*step_time_sources(jobs))
 
 
 MORE_CORES = (8, 16)  # the dry run also says what machines with this many cores of this kind would take
@@ -186,7 +192,8 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     alone that no record has timed from `make bench-steps`' (`bench_times`), and the estimate says so:
     those count the step alone."""
     device = device or run_hardware(jobs)
-    table = read_step_times() if table is None else table
+    records, groups, benched_runs = step_time_sources(jobs) if None in (table, group_times, bench_times) else ({}, {}, {})
+    table = records if table is None else table
     if not runs:
         return ""
     todo = [r for r in runs if run_status(r) not in DONE]
@@ -198,9 +205,9 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     compile_times = (read_compile_times() if compile_times is None else compile_times) if compiled else {}
     c_each, c_missing = compile_minutes(compiled, device, compile_times)
     # groups no sweep has measured: gpu-check's compiled steps on a GPU, its eager ones on a CPU
-    group_times = read_group_step_times(threads=job_threads(jobs)) if group_times is None else group_times
+    group_times = groups if group_times is None else group_times
     # runs alone no record has measured (a machine the reference never ran on): make bench-steps' steps
-    bench_times = read_bench_step_times(threads=job_threads(jobs), jobs=jobs) if bench_times is None else bench_times
+    bench_times = benched_runs if bench_times is None else bench_times
     own = [u for u in units if unit_key(u, device) in table]
     checked = [u for u in units if len(u) > 1 and unit_key(u, device) not in table and unit_key(u, device) in group_times]
     benched = [u for u in units if len(u) == 1 and unit_key(u, device) not in table and unit_key(u, device) in bench_times]
