@@ -7,7 +7,7 @@ import pytest
 
 from experiments.report.claim import (CLAIMS_FILE, Claim, Wording, claims_path, load_claims, load_figures,
                                      read_together)
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.verdicts import MARGINS
 
 WORDS = Wording("Is A above B?", "yes (a paper)", "A above", "A below", expected="higher", margin="accuracy", size=0.02)

@@ -19,7 +19,7 @@ from experiments.distill.numbers import CLAIMS, NAME, RECORD
 from experiments.distill.tables import make_tables
 from experiments.distill.words import judge
 from experiments.report.claim import Claim
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.verdicts import size_against
 
 from .test_tensorboard import events

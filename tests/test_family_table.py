@@ -86,7 +86,7 @@ def test_a_registered_family_trains_and_the_dry_run_prices_it(gapvit, cli, monke
 def test_a_registered_family_is_in_every_report(gapvit, capsys):
     from experiments.datascale.words import scaling_reading
     from experiments.families import main as families
-    from experiments.report.figures import family_colour
+    from experiments.figures import family_colour
     from experiments.report.runtimes import _names
     from tests.test_tables import _rows
     families(["--names"])

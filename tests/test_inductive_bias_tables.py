@@ -20,7 +20,7 @@ from experiments.inductive_bias.figures import verdict
 from experiments.inductive_bias.numbers import (FIGURES, NAME, RECORD, family_rows, growth_claim,
                                                 robustness_claims)
 from experiments.inductive_bias.tables import make_tables
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.runs.run.summary import Summary
 from modules.probes import pos_embed_2d_structure
 from .conftest import val_curve
@@ -365,7 +365,7 @@ def test_a_profile_with_several_budgets_gets_a_section_and_figures_each(experime
 def test_robustness_is_chance_corrected_and_a_model_answering_one_class_is_named():
     from experiments.inductive_bias.numbers import kept, single_class
     from experiments.inductive_bias.words import _single_class_text
-    from experiments.report.statistics import Estimate
+    from experiments.statistics import Estimate
 
     def e(v):
         return Estimate(v, 0.01, 3)
@@ -439,7 +439,7 @@ def test_uniform_attention_caveat_names_each_family_once_with_its_sizes():
     """Rows are one per family and size: a family flat at two sizes is named once, with both sizes;
     at one size only, without sizes."""
     from experiments.inductive_bias.numbers import still_uniform
-    from experiments.report.statistics import Estimate
+    from experiments.statistics import Estimate
 
     def row(name, size, rel):
         est = Estimate(rel, None, 1) if rel is not None else None

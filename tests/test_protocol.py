@@ -189,7 +189,7 @@ def test_plateau_rule_fails_the_rising_committed_curves(run):
 def test_plateau_rule_passes_the_flat_committed_curves():
     """Flat by any reading: the last half's slope interval holds 0 and the last quarter's mean is
     within half a point of the quarter before (computed here without the rule's thresholds)."""
-    from experiments.report.statistics import ols_slope
+    from experiments.statistics import ols_slope
     flat = []
     for run, c in CURVES.items():
         half = [(s, a) for s, a in c["val_history"] if s > c["steps"] / 2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.report.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
+from experiments.statistics import loglog_error_slope, mean_ci, ols_slope, paired_difference, t_quantile
 from experiments.datascale.numbers import Result, aggregate, collect, gap_trend, winner_claim
 from experiments.runs.run.summary import Summary
 from experiments.datascale.tables import make_tables

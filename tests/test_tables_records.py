@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiments.__main__ import main
-from experiments.report.records import BadRecord, checked_summary
+from experiments.runs.run.summary_check import BadRecord, checked_summary
 from experiments.report.table_format import plain
 from experiments.runs.sweep.reference import REFERENCE
 

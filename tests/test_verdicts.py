@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.verdicts import MARGIN, equivalent, side, verdict
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.verdicts import MARGINS, legend, misread, verdict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,8 +22,8 @@ from experiments.report.records import read_record
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
 from experiments.complexity.paper_models import PAPER_MODELS
 from experiments.report.findings import Finding
-from experiments.report.statistics import ols_slope
-from experiments.report.figures import log_figures, pyplot, save_png
+from experiments.statistics import ols_slope
+from experiments.figures import log_figures, pyplot, save_png
 from experiments.report.table_format import write_csv
 
 MEASUREMENTS = "measurements_*.json"

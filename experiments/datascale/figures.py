@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from experiments.datascale.numbers import Result
 from experiments.datascale.words import common_settings
-from experiments.report.figures import family_colour, pyplot, save_png
+from experiments.figures import family_colour, pyplot, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

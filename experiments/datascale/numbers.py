@@ -2,7 +2,7 @@
 the paired differences to the ResNet, the slopes of log test error against log training images, the
 learning-rate tuning, and the claims the reading and the Findings read (the gap between the best
 transformer and the best CNN, and its change with data: GapTrend). No sentence is made here
-(words.py); the statistics are experiments/report/statistics.py's.
+(words.py); the statistics are experiments/statistics.py's.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from modules.budgets import FAMILIES, kind_of
 
 from experiments.report.claim import Claim, load_claims
 from experiments.report.records import Run, read_runs
-from experiments.report.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
+from experiments.statistics import Estimate, loglog_error_slope, mean_ci, paired_difference
 from experiments.report.table_format import fmt, write_csv
 from experiments.runs.run.convergence import judged, plateau_unknown, still_improving
 from experiments.runs.run.summary import Summary, Teacher

@@ -14,8 +14,8 @@ improving at its last validation. Below it: the slope of log test error against 
 images per family (results/<experiment>_slopes.csv), a generated reading of who wins and whether
 the transformer-CNN gap narrows, and the learning-rate tuning (results/<experiment>_tuning.csv).
 The numbers are numbers.py's, the words words.py's (the claims' fixed words claims.yaml's), the plot
-figures.py's; the statistics are experiments/report/statistics.py's. The plot is also an image in TensorBoard
-(<runs_dir>/<experiment>/tensorboard; every experiment's tables do so: report/figures.log_figures).
+figures.py's; the statistics are experiments/statistics.py's. The plot is also an image in TensorBoard
+(<runs_dir>/<experiment>/tensorboard; every experiment's tables do so: experiments/figures.py, log_figures).
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from experiments.datascale.numbers import (CLAIMS, REFERENCE, aggregate, by_seed
                                            write_tuning_csv)
 from experiments.datascale.words import render_markdown
 from experiments.report.claim import Claim
-from experiments.report.figures import log_figures
+from experiments.figures import log_figures
 from experiments.report.findings import Finding, source
 from experiments.report.records import read_record, read_runs
-from experiments.report.statistics import paired_difference
+from experiments.statistics import paired_difference
 from experiments.runs.sweep.reference import NothingFinished, whose
 from modules.budgets import FAMILIES, kind_of
 

@@ -16,7 +16,7 @@ from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapT
                                            shared_value, short_key, tuning_trials, values_of, varying_keys,
                                            varying_settings, winner_claim)
 from experiments.report.records import LeftOut, left_out_line
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
 from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, marked_runs
 from experiments.runs.run.convergence import TIE, still_improving

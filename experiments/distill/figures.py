@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from experiments.distill.numbers import (DEIT_PUBLISHED, NAME, Profile, estimate_of, reported, student_accs, teacher_accs,
                                          token_cosine)
-from experiments.report.figures import pyplot, save_png
+from experiments.figures import pyplot, save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

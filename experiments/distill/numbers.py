@@ -14,7 +14,7 @@ from modules.budgets import kind_of
 from experiments.distill import family_of
 from experiments.report.claim import Claim, load_claims, load_published
 from experiments.report.records import read_record, read_runs
-from experiments.report.statistics import Estimate, mean_ci, paired_difference
+from experiments.statistics import Estimate, mean_ci, paired_difference
 from experiments.report.table_format import fmt
 from experiments.runs.run.convergence import still_improving
 from experiments.runs.run.summary import Summary

@@ -8,7 +8,7 @@ transfers more than a transformer teacher of similar accuracy. A student is `non
 or `variant/teacher` (soft/resnet, hard/vit, ...); each is tested by its class head (cls), its
 distillation head (dist) and the mean of their logits (both, printed cls+dist). Every number is a
 mean over seeds ± the half-width of its 95% Student-t interval, and every comparison is paired by
-seed (the same training subset): experiments/report/statistics.py. Only the runs the record lists for
+seed (the same training subset): experiments/statistics.py. Only the runs the record lists for
 a profile are in its tables; the record alone says which folder is which. The numbers are
 numbers.py's, the words words.py's, the plot figures.py's; each claim's fixed words and DeiT's
 published numbers are claims.yaml's (experiments/report/claim.py).
@@ -23,7 +23,7 @@ from experiments.distill.figures import plot
 from experiments.distill.numbers import (COLUMNS, NAME, claims, csv_rows, csv_value, label_copies, left_out, load,
                                         variant_of)
 from experiments.distill.words import render_markdown
-from experiments.report.figures import log_figures
+from experiments.figures import log_figures
 from experiments.report.findings import Finding, estimate_text, source
 from experiments.report.table_format import write_csv
 from experiments.runs.sweep.reference import whose

@@ -16,7 +16,7 @@ from experiments.distill.numbers import (CLAIMS, label_rates, DEIT_PUBLISHED, HE
                                          teacher_accs_runs, teacher_of, token_cosine, variant_of, published_effects)
 from experiments.report.claim import Claim
 from experiments.report.records import left_out_line, read_runs
-from experiments.report.statistics import Estimate, paired_difference
+from experiments.statistics import Estimate, paired_difference
 from experiments.report.table_format import count, fmt, markdown_table, plural, plus_minus
 from experiments.report.verdicts import (MARGIN, STILL_IMPROVING, marked_runs, not_read)
 from experiments.runs.run.convergence import still_improving

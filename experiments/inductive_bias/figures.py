@@ -14,8 +14,8 @@ from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
                                               robustness_text, robustness_verdict, structure_text, unsettled)
 from experiments.report.claim import load_figures
-from experiments.report.figures import family_colour
-from experiments.report.statistics import mean_ci
+from experiments.figures import family_colour
+from experiments.statistics import mean_ci
 from experiments.report.verdicts import size_against
 
 FIGURE_TEXT = load_figures("inductive_bias")  # caption, what it measures, what the literature found (claims.yaml)

@@ -13,7 +13,7 @@ from modules.budgets import kind_of, reading_order
 
 from experiments.report.claim import Claim, load_claims, load_published
 from experiments.report.records import read_record, read_runs
-from experiments.report.statistics import Estimate, mean_ci, paired_difference
+from experiments.statistics import Estimate, mean_ci, paired_difference
 from experiments.runs.run.convergence import still_improving
 from experiments.runs.run.summary import Summary
 from experiments.runs.sweep.reference import NothingFinished

@@ -8,7 +8,7 @@ global average pooling instead of the class token, and at patch sizes 2 and 7, e
 with the `learn` ViT of the same subset. The probes: per family, occlusion (PatchDrop), patch
 shuffling, shifts and shift consistency, mean attention distance per layer, the position table's 2D
 structure, and CKA against the ResNet. Every number is a mean over seeds ± the half-width of its
-95% Student-t interval (experiments/report/statistics.py); the probes measure the test split only.
+95% Student-t interval (experiments/statistics.py); the probes measure the test split only.
 Figures (results/*.png, also logged to TensorBoard under <runs_dir>/inductive_bias/tensorboard):
 ablation, attention_distance, pos_embed_similarity, occlusion, shuffle, shift, cka, attention_maps.
 """
@@ -22,7 +22,7 @@ from experiments.inductive_bias.numbers import (COLUMNS, FIGURES, NAME, Profile,
                                                 position_behind, position_claims)
 from experiments.inductive_bias.words import (_left_out, _size_label, ablation_section, family_section,
                                               pos_table_section, provenance, reading)
-from experiments.report.figures import log_figures, save_png
+from experiments.figures import log_figures, save_png
 from experiments.report.findings import Finding, source
 from experiments.report.table_format import write_csv
 from experiments.runs.sweep.reference import whose, whose_runs

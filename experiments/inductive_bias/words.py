@@ -13,7 +13,7 @@ from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, NAME,
                                                 still_uniform)
 from experiments.report.claim import Claim, read_together
 from experiments.report.records import left_out_line, read_runs
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.table_format import fmt, markdown_table, plus_minus
 from experiments.report.verdicts import STILL_IMPROVING, not_read, size_against
 from experiments.runs.run.convergence import still_improving

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from experiments.report.findings import Finding, estimate_text
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.runs.sweep.spec import spec_path
 from experiments.report.verdicts import (MARGINS, STILL_IMPROVING, category, not_read, side, size_against,
                                          verdict, were_improving)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from experiments.report.records import LeftOut, left_out_line
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.table_format import markdown_table, plus_minus, plural
 from experiments.report.verdicts import legend
 from experiments.runs.run.summary import Summary

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from experiments.report.statistics import Estimate
+from experiments.statistics import Estimate
 from experiments.report.table_format import plural
 from experiments.runs.run.convergence import RULE_SAID, how_it_climbed, plateau_unknown
 

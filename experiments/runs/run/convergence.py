@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 
-from experiments.report.statistics import ols_slope
+from experiments.statistics import ols_slope
 from experiments.runs.run.summary import Summary
 
 TOLERANCE = 0.01   # mean accuracy gained by the last quarter over the one before that still counts as a plateau

@@ -31,7 +31,7 @@ from modules.files import write_json
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.run_config import load_config
 from experiments.runs.run.trained import load_classifier, test_images
-from experiments.report.figures import log_figures, save_png
+from experiments.figures import log_figures, save_png
 
 RESULT = "probes.json"
 FIGURES = "probes"

@@ -15,7 +15,7 @@
   layout (every family's val/acc, one chart per size) and the hparams experiment: which hparams
   (marked `differs` where the sweep's runs differ: TensorBoard 2.21 puts those first, then sorts
   by name) and which metrics (val/acc_best, and test/acc when the sweep tests).
-- The tables' figures are images in TensorBoard too: experiments/report/figures.py.
+- The tables' figures are images in TensorBoard too: experiments/figures.py.
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Callable
 
-from experiments.report.records import BadRecord, checked_summary
+from experiments.runs.run.summary_check import BadRecord, checked_summary
 from experiments.runs.sweep.execute import (Workers, family_phases, flops_per_image, gpu_sharing, phase_units,
                                             queue_order, run_hardware, run_status)
 from experiments.runs.run.run_folder import RunFolder
@@ -85,8 +85,8 @@ def measured(exp_dirs: list[Path]) -> list[dict]:
 
 
 def _typed(summary: Summary) -> bool:
-    """Whether the summary holds what the suite writes (a wrongly typed one is left out, and `tables`
-    names it: report/records.py)."""
+    """Whether the summary holds what the suite writes (run/summary_check.py): a wrongly typed one is
+    left out here, as `tables` leaves it out and names it."""
     try:
         checked_summary(summary.to_record(), finished=())  # a step time needs no fraction or training-set size
     except BadRecord:
