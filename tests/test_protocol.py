@@ -3,8 +3,10 @@ chooses learning rates on validation accuracy without ever loading the test spli
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -141,6 +143,24 @@ def test_plateau_rule():
     assert plateau(flat[-3:], 80) is None    # three validations in the last half: too few for a slope
 
 
+def test_a_gain_of_exactly_one_point_is_not_less_than_one_point():
+    """Validation accuracies are counts of 1,000 images stored through float32. A last quarter whose
+    mean is exactly one point above the quarter before (ConvNeXt and the Hybrid at 2,950 images
+    read +1.00) computes as 0.00999999... in floats, and the rule reads the counts: not a plateau.
+    Half a count less is one."""
+    early = [(10, 0.5), (20, 0.8), (30, 0.85), (40, 0.87), (50, 0.875), (60, 0.878)]  # a 120-step run
+
+    def read(last_half):  # validations at steps 70-120: its quarters are 70-90 and 100-120
+        f32 = [float(np.float32(a)) for a in last_half]
+        return plateau(early + list(zip(range(70, 130, 10), f32)), 120), statistics.fmean(f32[3:]) - statistics.fmean(f32[:3])
+
+    p, float_gain = read((0.879, 0.880, 0.881, 0.889, 0.890, 0.891))
+    assert float_gain < 0.01  # what a comparison of the floats read
+    assert p["tail_gain"] == 0.01 and p["climb_low"] < 0.005 and not p["plateaued"]  # it fails the gain alone
+    p, _ = read((0.879, 0.880, 0.881, 0.8885, 0.890, 0.891))
+    assert p["tail_gain"] == 0.0098 and p["plateaued"]  # 0.009833, recorded to 4 decimals
+
+
 def test_plateau_rule_sees_a_steady_climb_behind_an_early_peak():
     """The climb the old rule (best of the last quarter against the best before it) let through: a
     lucky early peak, then a steady rise of 0.8 points per quarter whose tail still gains under a
@@ -249,6 +269,17 @@ def test_choice_within_a_point_prefers_the_plateaued_trial(tmp_path):
     assert choice([(0.001, 0.689, 0.0), (0.003, 0.701, 0.03)]) == (0.003, [True, False])
     assert choice([(0.001, 0.689, 0.0), (0.003, 0.691, 0.0)]) == (0.003, [True, True])
     assert choice([(0.001, 0.691, 0.0), (0.003, 0.691, 0.0)]) == (0.001, [True, True])
+
+
+def test_a_tie_is_within_one_point_in_counts_of_images_not_in_float32():
+    """DeiT at 118 images: 0.688 (lr 1e-3, plateaued) against 0.698 (lr 3e-3), exactly one point
+    apart, a tie as the tuning report says ("within 1 point"), whatever float32 makes of the two;
+    a count of one image more apart is no tie."""
+    from experiments.runs.sweep.sweep import tie_broken
+    f32 = lambda a: float(np.float32(a))  # noqa: E731
+    assert tie_broken([(f32(0.688), True, 0.001), (f32(0.698), False, 0.003)]) == 0.001
+    assert tie_broken([(0.688, True, 0.001), (0.698, False, 0.003)]) == 0.001  # the same in exact floats
+    assert tie_broken([(f32(0.687), True, 0.001), (f32(0.698), False, 0.003)]) == 0.003
 
 
 def test_tuning_stage_never_loads_the_test_split(fmnist_dir, tmp_path, monkeypatch):

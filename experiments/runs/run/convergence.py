@@ -28,8 +28,16 @@ from experiments.runs.run.summary import Summary
 
 TOLERANCE = 0.01   # mean accuracy gained by the last quarter over the one before that still counts as a plateau
 CLIMB = 0.005      # accuracy per quarter of the run: a last-half slope surely (95%) above this is a climb
-TIE = TOLERANCE    # validation accuracies closer than this to the best are a tie (sweep.choose_lrs)
+TIE = TOLERANCE    # validation accuracies within this of the best (this much below it included) are a tie (sweep.choose_lrs)
 MIN_HALF = 4       # validations in the last half (and one in each of its quarters) for the rule to tell
+
+
+def exact(accuracy: float) -> float:
+    """An accuracy, or a difference of mean accuracies, as the counts of validation images behind it
+    give it: a validation accuracy is stored through float32 (0.688 as 0.68800002...), so a gain of
+    exactly one point reads 0.00999999... and would pass "less than one point"; six decimals hold
+    every count over up to a million images and drop that error."""
+    return round(accuracy, 6)
 
 
 def _points(accuracy: float) -> str:
@@ -44,8 +52,8 @@ RULE_SAID = (f"a plateau: its last quarter's mean less than {_points(TOLERANCE)}
 
 
 def _last_half(history: list[tuple[int, float]], steps: int) -> tuple[float, float, float] | None:
-    """(gain, slope, slope's 95% low end) of a run's last half of validations, unrounded: the last
-    quarter's mean over the previous quarter's, and the least-squares slope per quarter of the run.
+    """(gain, slope, slope's 95% low end) of a run's last half of validations: the last quarter's
+    mean over the previous quarter's (exact), and the least-squares slope per quarter of the run (unrounded).
     None with too few validations in the last half to tell (fewer than MIN_HALF, or a quarter empty)."""
     half = [(s, a) for s, a in history if s > steps / 2]
     last = [a for s, a in half if s > steps * 3 / 4]
@@ -55,7 +63,7 @@ def _last_half(history: list[tuple[int, float]], steps: int) -> tuple[float, flo
     slope = ols_slope([s / steps * 4 for s, _ in half], [a for _, a in half])  # x in quarters of the run
     if slope is None or slope.ci95 is None:
         return None
-    return statistics.fmean(last) - statistics.fmean(before), slope.value, slope.value - slope.ci95
+    return exact(statistics.fmean(last) - statistics.fmean(before)), slope.value, slope.value - slope.ci95
 
 
 def plateau(history: list[tuple[int, float]], steps: int) -> dict | None:

@@ -36,7 +36,7 @@ from modules.budgets import TEACHER, distils
 from modules.files import parse_json, write_json
 
 from experiments.runs.run.identity import plan_key
-from experiments.runs.run.convergence import TIE, judged
+from experiments.runs.run.convergence import TIE, exact, judged
 from experiments.runs.run.lock import hold_experiment
 from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
@@ -195,7 +195,7 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
 def tie_broken(trials: list[tuple[float, bool, float]]) -> float:
     """The lr of [(val_acc_best, plateaued, lr), ...] that choose_lrs takes."""
     best = max(acc for acc, _, _ in trials)
-    tied = [t for t in trials if t[0] > best - TIE]
+    tied = [t for t in trials if exact(best - t[0]) <= TIE]  # in counts of images: float32 decides no tie
     return max(tied, key=lambda t: (t[1], t[0], -t[2]))[2]
 
 
