@@ -575,13 +575,18 @@ def test_what_each_teacher_can_hand_on_is_shown_where_recorded():
     assert ("- hard/resnet at 590 images: the teacher's hard label differs from the true label on 15.0% of the "
             "augmented training images (mean over 2 seeds); not recorded for 1 more") in lines
     assert "- hard/vit at 590 images: not recorded" in lines and not any(ln.startswith("- none") for ln in lines)
+    p.students[("hard/vit", 0.01)] = {0: run(0, 0.03), 1: Summary(train_size=590, seed=1, teacher_labels={
+        "differs": 0, "images": 1000, "rate": 0.0})}
+    assert ("- hard/vit at 590 images: the teacher's hard label differs from the true label on 1.5% of the "
+            "augmented training images (mean over 2 seeds); none in seed 1") in teacher_labels(p)
 
 
 def test_a_claim_whose_teacher_gave_only_the_true_labels_says_so(tmp_path):
     """A teacher trained on the students' images may give the true label on every augmented training
     image (the cpu profile's fully trained ResNet and ViT at 118 images did: teacher_labels rate 0):
-    the Findings row of a claim resting on its student says it had nothing to hand on; a student
-    whose teacher's labels differed, or whose rate was not recorded in every seed, is not named."""
+    the Findings row of a claim resting on its student says it had nothing to hand on, in every seed,
+    or in the seeds where it did (the cpu profile's ViT teacher in 2 of 3); a student whose teacher's
+    labels differed in every seed is not named, nor a seed whose rate was not recorded."""
     from experiments.distill.tables import findings
     exp = tmp_path / "runs" / "distill"
     write_experiment(exp, None, students_run=("hard/resnet", "hard/vit"), student_lr_of="vit")
@@ -597,7 +602,20 @@ def test_a_claim_whose_teacher_gave_only_the_true_labels_says_so(tmp_path):
     assert teacher.endswith("; the teacher of hard/vit gave the true label on every augmented training image: "
                             "nothing to hand on beyond the labels")
     assert "gave the true label" not in alone   # hard/resnet's teacher differed on 12%
-    path = exp / next(s["run"] for s in record["profiles"]["cpu"]["students"]
-                      if s["student"] == "hard/vit" and s["fraction"] == FRACTIONS[-1]) / "summary.json"
+    largest = {s["seed"]: exp / s["run"] / "summary.json" for s in record["profiles"]["cpu"]["students"]
+               if s["student"] == "hard/vit" and s["fraction"] == FRACTIONS[-1]}
+    path = largest[2]
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "teacher_labels": {"differs": 18, "images": 1000, "rate": 0.018}}))
+    assert {f.question: f for f in findings(exp)}[CLAIMS["teacher"].question].ours.endswith(
+        "; the teacher of hard/vit gave the true label on every augmented training image in seeds 0 and 1: "
+        "nothing to hand on beyond the labels there")
+    path = largest[1]
     path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "teacher_labels"}))
+    assert {f.question: f for f in findings(exp)}[CLAIMS["teacher"].question].ours.endswith(
+        "; the teacher of hard/vit gave the true label on every augmented training image in seed 0: "
+        "nothing to hand on beyond the labels there")
+    for path in largest.values():
+        path.write_text(json.dumps({**json.loads(path.read_text()),
+                                    "teacher_labels": {"differs": 5, "images": 1000, "rate": 0.005}}))
     assert "gave the true label" not in {f.question: f for f in findings(exp)}[CLAIMS["teacher"].question].ours

@@ -55,3 +55,17 @@ def test_no_interval_or_no_pair_cannot_tell():
     assert verdict(one, "widens", "narrows") == "cannot tell: one seed, no interval"
     assert verdict(Estimate(0.0, None, 1)) == "cannot tell: one seed, no interval"   # not "no difference"
     assert verdict(None) == "cannot tell: no pair"
+
+
+def test_a_size_is_consistent_only_where_the_interval_also_excludes_zero():
+    """The README's teacher row: [-0.0425, +0.0667] holds DeiT's +0.008 to +0.012 and 0 alike, so it
+    cannot tell the published size from no effect; an interval off 0 that holds it is consistent;
+    one wholly beside it disagrees."""
+    from experiments.report.verdicts import misread, size_against
+    wide = size_against(Estimate(0.0121, 0.0546, 3), (0.008, 0.012))
+    assert wide == ("in size: cannot tell: the 95% interval [-0.0425, +0.0667] holds both 0 and the published "
+                    "+0.0080 to +0.0120")
+    assert not misread(wide)  # the vocabulary's "cannot tell" comes with its interval
+    assert size_against(Estimate(0.0100, 0.0050, 3), (0.008, 0.012)).startswith("in size: consistent")
+    assert size_against(Estimate(0.0500, 0.0100, 3), (0.008, 0.012)).startswith("in size: disagrees")
+    assert size_against(Estimate(-0.0050, 0.0100, 3), -0.028).startswith("in size: disagrees")

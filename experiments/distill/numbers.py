@@ -313,13 +313,17 @@ def label_rates(p: Profile, student: str, fraction: float) -> list[float]:
     return [r.teacher_labels["rate"] for r in runs if isinstance(r.teacher_labels, dict)]
 
 
-def label_copies(p: Profile, students: list[str], fraction: float) -> list[str]:
+def label_copies(p: Profile, students: list[str], fraction: float) -> dict[str, list]:
     """Of `students`, those whose teacher's hard labels were the true labels on every augmented
-    training image in every seed (each recorded it): distilling them hands on nothing beyond the
-    labels, so a claim about what a teacher hands on cannot rest on them."""
-    return [s for s in students if p.students.get((s, fraction))
-            and len(label_rates(p, s, fraction)) == len(p.students[(s, fraction)])
-            and not any(label_rates(p, s, fraction))]
+    training image in one seed or more, with those seeds: distilling them there hands on nothing
+    beyond the labels, so a claim about what a teacher hands on cannot rest on those seeds."""
+    out = {}
+    for s in students:
+        seeds = [seed for seed, r in sorted(p.students.get((s, fraction), {}).items(), key=lambda kv: str(kv[0]))
+                 if isinstance(r.teacher_labels, dict) and r.teacher_labels["rate"] == 0]
+        if seeds:
+            out[s] = seeds
+    return out
 
 
 def claims(p: Profile) -> list[dict]:

@@ -47,10 +47,17 @@ def findings(exp_dir: Path) -> list[Finding]:
                     row = replace(row, ours=f"{row.ours}; teachers differ by {estimate_text(c['teachers'].estimate)}")
                 copies = label_copies(p, _students(c), f)
                 if copies:  # what the claim's verdict cannot say: no teacher label differed from the truth
-                    row = replace(row, ours=f"{row.ours}; the teacher of {' and '.join(copies)} gave the true label on "
-                                            "every augmented training image: nothing to hand on beyond the labels")
+                    row = replace(row, ours=f"{row.ours}; " + "; ".join(
+                        f"the teacher of {s} gave the true label on every augmented training image"
+                        + ("" if len(seeds) == len(p.students[(s, f)]) else f" in {_seeds(seeds)}")
+                        + ": nothing to hand on beyond the labels" + ("" if len(seeds) == len(p.students[(s, f)]) else " there")
+                        for s, seeds in copies.items()))
                 out.append(row)
     return out
+
+
+def _seeds(seeds: list) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + " and ".join(map(str, seeds))
 
 
 def _students(c: dict) -> list[str]:

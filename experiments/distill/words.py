@@ -10,7 +10,7 @@ from pathlib import Path
 from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.distill import MATCHED, family_of
-from experiments.distill.numbers import (CLAIMS, label_rates, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
+from experiments.distill.numbers import (CLAIMS, label_copies, label_rates, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
                                          Profile, agreement, claims, estimate_of, heads_of,
                                          improving_runs, reported, shared_value, student_accs, teacher_accs,
                                          teacher_accs_runs, teacher_of, token_cosine, variant_of, published_effects)
@@ -41,9 +41,12 @@ def teacher_labels(p: Profile) -> list[str]:
             rates = label_rates(p, s, f)
             said = (f"the teacher's hard label differs from the true label on {statistics.fmean(rates):.1%} of the "
                     f"augmented training images (mean over {plural(len(rates), 'seed')})" if rates else "not recorded")
+            copied = label_copies(p, [s], f).get(s, [])
             out.append(f"- {s} at {p.size_label(f)}: {said}"
                        + (f"; not recorded for {len(runs) - len(rates)} more" if rates and len(rates) < len(runs)
-                          else ""))
+                          else "")
+                       + (f"; none in seed{'s' if len(copied) > 1 else ''} {' and '.join(map(str, copied))}"
+                          if 0 < len(copied) < len(rates) else ""))
     return ["### What each teacher can hand on", "",
             "How often the teacher's hard label differs from the true label on the students' augmented training "
             "batches: a teacher that agrees with every label has nothing to hand on beyond them.", "", *out, ""] \
@@ -303,7 +306,8 @@ def published_section(p: Profile, cl: list[dict]) -> list[str]:
             f"Direction: ours reads \"no difference\" when our whole 95% interval lies within ±{MARGIN:.4f}, else "
             "a direction when it excludes 0, else \"cannot tell\"; it agrees with an effect DeiT finds when it "
             "points the same way, and with an effect of 0 when it reads \"no difference\". Size: whether DeiT's "
-            "effects (points / 100) lie inside our interval, or our whole interval lies above or below them.", ""]
+            "effects (points / 100) lie inside our interval, or our whole interval lies above or below them; an "
+            "interval that holds 0 as well reads \"cannot tell\", since it holds no effect too.", ""]
     gate = unsettled(p)
     if gate:
         out += [gate, ""]

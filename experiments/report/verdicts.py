@@ -139,7 +139,8 @@ def verdict(est: Estimate | None, higher: str = "higher", lower: str = "lower", 
 def size_against(est: Estimate | None, published: float | tuple[float, ...]) -> str:
     """Agreement in size, apart from direction: whether a published difference (or the range of
     several, one per published model) meets our 95% interval, or our whole interval lies above or
-    below it."""
+    below it. An interval that holds 0 as well as the published size cannot tell the two apart: it
+    is consistent with no effect too, so it says "cannot tell", not "consistent"."""
     pub = tuple(published) if isinstance(published, tuple) else (published,)
     low, high = min(pub), max(pub)
     said = f"{low:+.4f}" if low == high else f"{low:+.4f} to {high:+.4f}"
@@ -147,6 +148,8 @@ def size_against(est: Estimate | None, published: float | tuple[float, ...]) -> 
         return f"in size: not comparable with the published {said} (no interval)"
     lo, hi = est.value - est.ci95, est.value + est.ci95
     if _r(lo) <= _r(high) and _r(low) <= _r(hi):
+        if _r(lo) <= 0 <= _r(hi):
+            return f"in size: cannot tell: the 95% interval {interval(est)} holds both 0 and the published {said}"
         return f"in size: consistent, the published {said} lies within our interval {interval(est)}"
     where = "above" if _r(lo) > _r(high) else "below"
     return f"in size: disagrees, our interval {interval(est)} lies wholly {where} the published {said}"
