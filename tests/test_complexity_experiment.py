@@ -144,3 +144,32 @@ def test_exponents_are_fitted_over_window_aligned_sizes_and_read_from_every_loca
     bent = [x ** 3 * f for x, f in zip(sizes, (1, 1, 1, 0.5, 2.0, 0.6))]  # local exponents 5.48 and -6.02
     assert regime(exponent("DeiT-S", sizes, bent)).startswith("cannot tell: its local exponents -")
     assert regime(exponent("DeiT-S", [512, 1024], [1.0, 4.0])).startswith("cannot tell: fewer than 3 sizes")
+
+
+def test_the_interpolation_study_is_marked_where_its_source_run_is_not_known_to_have_plateaued(tmp_path):
+    """Every number of the study rests on its source run: one trained an epoch with a single
+    validation (the committed cpu record's) is marked †, its numbers shown and nothing concluded; a
+    plateaued source is not marked; a source_run naming no plain folder of the experiment is not read."""
+    from experiments.complexity.tables import render_interpolation, source_summary
+    rows = [{"method": "source", "phase": "source", "resolution": 28, "val_acc": 0.71, "test_acc": 0.70,
+             "val_images": 1500, "test_images": 1500},
+            *({"method": m, "phase": ph, "resolution": 56, "val_acc": 0.6, "test_acc": 0.6, "val_images": 1500,
+               "test_images": 1500} for m in ("bicubic", "native") for ph in ("before fine-tune", "after fine-tune"))]
+    part = {"rows": rows, "source_run": "vit_src", "target_size": 56, "finetune_steps": 40, "lr": 1e-4, "batch_size": 64}
+
+    def source(history, steps):
+        d = tmp_path / "vit_src"
+        d.mkdir(exist_ok=True)
+        (d / "summary.json").write_text(json.dumps({"family": "vit", "status": "done", "fraction": 1.0, "train_size": 100,
+                                                    "steps": steps, "val_history": history}))
+        return "\n".join(render_interpolation(part, source_summary(tmp_path, part)))
+
+    one = source([[429, 0.721]], 429)
+    assert "val 0.7100 †, test 0.7000 †" in one and "no conclusion is drawn from them" in one
+    assert "† too few validations to tell whether it plateaued: 1 run (vit_src)" in one
+    flat = source([[s, 0.72] for s in range(100, 2100, 100)], 2000)
+    assert "†" not in flat and "val 0.7100, test 0.7000" in flat and "not compared" in flat
+    for bad in ("../vit_src", "/etc", "..", ""):
+        assert source_summary(tmp_path, {**part, "source_run": bad}) is None
+    unknown = "\n".join(render_interpolation(part, None))
+    assert "whether it plateaued is not known" in unknown

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 from experiments.complexity.runner import PARTS
 from experiments.complexity.pos_embed_interpolation import NATIVE
 from experiments.runs.sweep.reference import NothingFinished, whose, whose_runs
-from experiments.report.verdicts import MARGINS
-from experiments.report.records import read_record
+from experiments.report.verdicts import MARGINS, STILL_IMPROVING, marked_runs
+from experiments.report.records import Run, read_record, read_run
+from experiments.runs.run.convergence import still_improving
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
 from experiments.complexity.paper_models import PAPER_MODELS
 from experiments.report.findings import Finding
@@ -326,12 +327,17 @@ INTERPOLATION_COLUMNS = ("method", "phase", "resolution", "val_acc", "test_acc",
                          "finetune_steps")
 
 
-def render_interpolation(part: dict) -> list[str]:
+def render_interpolation(part: dict, source_summary=None) -> list[str]:
+    """The study's table; `source_summary`: the source run's record, whose numbers and the study's
+    are marked † where it was still improving, or had too few validations to tell (None: its folder
+    is not in the runs read, and the report says so)."""
     rows = part["rows"]
     source = next(r for r in rows if r["phase"] == "source")
+    improving = source_summary is not None and still_improving(source_summary)
+    mark = f" {STILL_IMPROVING}" if improving else ""
     lines = ["### Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
              f"Source: run `{part['source_run']}` (trained by the suite at {source['resolution']}x{source['resolution']}), "
-             f"val {source['val_acc']:.4f}, test {source['test_acc']:.4f} at its own size "
+             f"val {source['val_acc']:.4f}{mark}, test {source['test_acc']:.4f}{mark} at its own size "
              f"({source['val_images']:,} / {source['test_images']:,} images). At {part['target_size']}x{part['target_size']} "
              f"the patch stays, so the grid doubles per side; the position table is resized by each method, then "
              f"fine-tuned {part['finetune_steps']} steps (AdamW, lr {part['lr']:g}, batch {part['batch_size']}; the same "
@@ -345,8 +351,27 @@ def render_interpolation(part: dict) -> list[str]:
         lines.append(f"| {label} | {before['val_acc']:.4f} | {before['test_acc']:.4f} | "
                      f"{_num(after and after['val_acc'], '{:.4f}')} | {_num(after and after['test_acc'], '{:.4f}')} |")
     half = 1.96 * math.sqrt(0.25 / source["test_images"])
-    lines += ["", f"One seed; a binomial 95% interval on {source['test_images']:,} test images is at most ±{half:.3f}.", ""]
+    lines += ["", f"One seed; a binomial 95% interval on {source['test_images']:,} test images is at most ±{half:.3f}: "
+              "the methods are shown side by side, not compared (that takes three seeds at least).", ""]
+    if source_summary is None:
+        lines += ["The source run's record is not among the runs read, so whether it plateaued is not known: "
+                  "the numbers are shown, and no conclusion is drawn from them.", ""]
+    elif improving:
+        lines += [f"Every number of this study rests on its source run, marked {STILL_IMPROVING} (not known to have "
+                  "plateaued): the numbers are shown, and no conclusion is drawn from them.", ""]
+        for paragraph in marked_runs([(part["source_run"], source_summary)]):
+            lines += [*paragraph, ""]
     return lines
+
+
+def source_summary(exp_dir: Path, part: dict):
+    """The interpolation study's source run's record, from its folder in exp_dir (None where the
+    record names no plain folder there, or the folder holds no readable record)."""
+    name = part.get("source_run")
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+        return None
+    run = read_run(exp_dir / name)
+    return run.summary if isinstance(run, Run) else None
 
 
 # ---------------- files ----------------
@@ -405,7 +430,7 @@ def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
                 scaling_rows += [{"profile": prof, "group": key, **r} for r in points]
         log_figures(figs, Path(exp_dir) / "tensorboard" / prof, NAME)
         if "interpolation" in parts:
-            text += render_interpolation(parts["interpolation"])
+            text += render_interpolation(parts["interpolation"], source_summary(Path(exp_dir), parts["interpolation"]))
             interp_rows += [{"profile": prof, **r} for r in parts["interpolation"]["rows"]]
     md = out_dir / f"{NAME}.md"
     md.write_text("\n".join(text).rstrip() + "\n")
