@@ -511,3 +511,18 @@ def test_the_report_names_the_spec_s_families_not_probed_yet(converged, tmp_path
     spec["profiles"]["cpu"]["families"] = ["resnet", "vit", "swin"]
     make_tables(converged, out)
     assert "Not probed yet" not in (out / f"{NAME}.md").read_text()
+
+
+def test_each_findings_row_states_the_steps_of_the_runs_it_compares():
+    """A claim compares like with like, or runs each trained to its own plateau with the steps
+    stated: the committed rows compare none (12,000 steps) with learned 1D (8,000), and ViT at 295
+    images (14,760) with ViT at 118 (8,000)."""
+    from experiments.inductive_bias.tables import _steps, findings
+    rows = findings(Path(__file__).resolve().parents[1] / "results" / "reference" / "inductive_bias")
+    assert rows and all("(steps: " in r.ours for r in rows)
+    position = next(r for r in rows if r.ours.startswith("none − learned 1D"))
+    assert "(steps: none 12,000, learned 1D 8,000)" in position.ours
+    locality = next(r for r in rows if r.ours.startswith("attention distance"))
+    assert "(steps: ViT 14,760 / 8,000)" in locality.ours
+    assert _steps({"none": 8000, "learned 1D": 8000}) == "steps: 8,000 each"
+    assert _steps({"none": "varies", "learned 1D": 8000}) == "steps: none varies, learned 1D 8,000"

@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.inductive_bias.figures import draw_figures, figures_section
-from experiments.inductive_bias.numbers import (COLUMNS, FIGURES, NAME, Profile, ablation_rows, csv_rows, family_rows,
-                                                load, locality, locality_claim, locality_settled,
+from experiments.inductive_bias.numbers import (BASELINE, COLUMNS, FIGURES, NAME, Profile, _one, ablation_rows, csv_rows,
+                                                family_rows, load, locality, locality_claim, locality_settled,
                                                 position_behind, position_claims)
 from experiments.inductive_bias.words import (_left_out, _size_label, ablation_section, family_section,
                                               pos_table_section, provenance, reading)
@@ -26,6 +26,7 @@ from experiments.figures import log_figures, save_png
 from experiments.report.findings import Finding, source
 from experiments.report.table_format import write_csv
 from experiments.runs.sweep.reference import whose, whose_runs
+from modules import FAMILIES
 
 
 def render_profile(p: Profile, pngs: dict[str, str]) -> list[str]:
@@ -42,18 +43,33 @@ def findings(exp_dir: Path) -> list[Finding]:
     out = []
     for p in load(exp_dir):
         # converged or silent per reading: each finding counts the runs behind its own numbers
-        claims = position_claims(p, ablation_rows(p))
+        rows = ablation_rows(p)
+        claims = position_claims(p, rows)
         if claims:
             r, claim = max(claims, key=lambda rc: rc[0]["fraction"])
-            out.append(claim.row(f"none − learned 1D at {_size_label(p, r['fraction'])}", source(
+            learn = next((b for b in rows if b["name"] == BASELINE and b["fraction"] == r["fraction"]), {})
+            out.append(claim.row(f"none − learned 1D at {_size_label(p, r['fraction'])} "
+                                 f"({_steps({'none': r.get('steps'), 'learned 1D': learn.get('steps')})})", source(
                 "inductive_bias", p.key, position_behind(p, r["fraction"]), whose(exp_dir))))
         loc = locality(p)
         if loc and loc["change"] is not None:
             claim = locality_claim(p, loc)
+            steps = [_one(s.steps for s in p.cell("families", "family", loc["family"], f).values())
+                     for f in (loc["large"], loc["small"])]
+            said = " / ".join(f"{n:,}" if isinstance(n, int) else (n or "unknown") for n in steps)
             out.append(claim.row(f"attention distance / uniform, {_size_label(p, loc['large'])} − "
-                                 f"{_size_label(p, loc['small'])}", source(
+                                 f"{_size_label(p, loc['small'])} (steps: {FAMILIES[loc['family']].title} {said})", source(
                                      "inductive_bias", p.key, locality_settled(p, loc)[1], whose(exp_dir))))
     return out
+
+
+def _steps(by: dict) -> str:
+    """'steps: none 12,000, learned 1D 8,000', each variant's steps as trained (to its own plateau),
+    or 'steps: 8,000 each' where they are the same."""
+    said = {k: f"{v:,}" if isinstance(v, int) else (v or "unknown") for k, v in by.items()}
+    if len(set(said.values())) == 1:
+        return f"steps: {next(iter(said.values()))} each"
+    return "steps: " + ", ".join(f"{k} {v}" for k, v in said.items())
 
 
 def make_tables(exp_dir: Path, out_dir: Path) -> list[Path]:
