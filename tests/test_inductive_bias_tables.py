@@ -526,3 +526,15 @@ def test_each_findings_row_states_the_steps_of_the_runs_it_compares():
     assert "(steps: ViT 14,760 / 8,000)" in locality.ours
     assert _steps({"none": 8000, "learned 1D": 8000}) == "steps: 8,000 each"
     assert _steps({"none": "varies", "learned 1D": 8000}) == "steps: none varies, learned 1D 8,000"
+
+
+def test_the_steps_per_run_name_each_row_where_they_differ():
+    """'varies' told a reader nothing: the committed profile's rows trained 2,000 to 14,760 steps,
+    each to its own plateau, and the provenance names each family's and variant's."""
+    from experiments.inductive_bias.numbers import load
+    from experiments.inductive_bias.words import provenance
+    (p,) = load(Path(__file__).resolve().parents[1] / "results" / "reference" / "inductive_bias")
+    (line,) = [ln for ln in provenance(p) if ln.startswith("- steps per run: ")]
+    assert "varies" not in line
+    assert "at 0.002 (118 images): resnet 2,000, vit 8,000," in line and "none 12,000" in line
+    assert "at 0.005 (295 images): resnet 2,000, vit 14,760," in line

@@ -44,6 +44,23 @@ def _size_label(p: Profile, f: float) -> str:
 
 
 
+def _steps_at(p: Profile, fraction: float, runs: list) -> str:
+    """The steps of the finished runs at `fraction`: one number where they all trained the same,
+    else each family's and each ViT variant's (each row trained to its own plateau)."""
+    def said(steps) -> str:
+        return f"{steps:,}" if isinstance(steps, int) else fmt(steps)
+    every = _one(s.steps for s in runs if s.fraction == fraction)
+    if every != "varies":
+        return said(every)
+    rows = {}
+    for table, key in (("families", "family"), ("ablations", "variant")):
+        for e in p.entries(table):
+            s = p.runs.get(e["run"])
+            if e["fraction"] == fraction and s is not None and s.status == "done":
+                rows.setdefault(e[key], []).append(s.steps)
+    return ", ".join(f"{name} {said(_one(steps))}" for name, steps in rows.items())
+
+
 def provenance(p: Profile) -> list[str]:
     ax, runs = p.axes, [s for s in p.runs.values() if s.status == "done"]
     grid = sorted(ax.get("lrs") or [])
@@ -51,7 +68,7 @@ def provenance(p: Profile) -> list[str]:
     lrs = ", ".join(f"{c['family']} {c['lr']:g}{edge.get(c['lr'], '')} at {c['fraction']:g}"
                     for c in (p.rec.get("tuning") or {}).get("choices") or []
                     if c.get("tuned_at", c["fraction"]) == c["fraction"])
-    steps = "; ".join(f"{fmt(_one(s.steps for s in runs if s.fraction == f))} at {_size_label(p, f)}"
+    steps = "; ".join(f"at {_size_label(p, f)}: {_steps_at(p, f, runs)}"
                       for f in sorted({s.fraction for s in runs if s.fraction is not None}))
     hardware = sorted({s.hardware for s in runs if s.hardware})
     versions = sorted({", ".join(f"{k} {v}" for k, v in (s.versions or {}).items() if k in VERSIONS)
