@@ -192,6 +192,32 @@ def test_a_run_still_improving_is_listed_with_the_test_it_fails():
     assert [ln.split(":")[0] for ln in listed[2:]] == ["- a/dipped", "- b/climbed"]  # by the names given, sorted
 
 
+def test_the_report_says_how_many_plateaued_runs_still_rose_over_their_last_half():
+    """The rule asks for proof of a climb, so a noisy rise can pass it: a last half rising at every
+    validation, 0.700 to 0.708 and then 0.720 (slope +0.80 points a quarter, its 95% low end +0.40),
+    is read as plateaued. The datascale report says how many read runs rose, and how many by at
+    least the rule's half point a quarter; a flat run, a falling one and a run still improving
+    (not read) are not counted among them."""
+    from experiments.report.verdicts import tail_climbs
+    from experiments.runs.run.summary import Summary
+    first = [[400 * (i + 1), 0.70] for i in range(10)]
+    rises = [0.700, 0.701, 0.702, 0.703, 0.704, 0.705, 0.706, 0.707, 0.708, 0.720]
+    noisy = Summary(run="noisy", status="done", steps=8000, val_history=first + [[400 * (i + 11), a] for i, a in enumerate(rises)])
+    assert plateau([tuple(v) for v in noisy.val_history], 8000)["plateaued"]
+    flat = Summary(run="flat", status="done", steps=8000, val_history=[[400 * (i + 1), 0.70] for i in range(20)])
+    falling = Summary(run="falling", status="done", steps=8000,
+                      val_history=first + [[400 * (i + 11), 0.70 - 0.0002 * i] for i in range(10)])
+    climbing = Summary(run="climbing", status="done", steps=8000,
+                       val_history=first + [[400 * (i + 11), 0.70 + 0.004 * i] for i in range(10)])
+    assert tail_climbs([noisy, flat, falling, climbing]) == (
+        "How flat the plateaued runs are: of the 3 runs read as plateaued, 1 still rose over their last half by "
+        "its least-squares slope (mean +0.80 points a quarter), 1 of them by at least 0.5 points a quarter, passed "
+        "because their slope's 95% interval reached below it.")
+    assert tail_climbs([flat, falling]) == ("How flat the plateaued runs are: of the 2 runs read as plateaued, 0 "
+                                            "still rose over their last half by its least-squares slope.")
+    assert tail_climbs([climbing]) is None
+
+
 CURVES = json.loads((Path(__file__).parent / "plateau_curves.json").read_text())["curves"]
 # named in issue 41 as still rising (mean of the last 5 validations against the 5 before: +2.1, +1.8,
 # +1.3 points; the 1e-3 tuning trial still rising when 3e-3 was chosen)

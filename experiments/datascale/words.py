@@ -18,7 +18,7 @@ from experiments.datascale.numbers import (CLAIMS, REFERENCE, SHOWN_COMMON, GapT
 from experiments.report.records import LeftOut, left_out_line
 from experiments.statistics import Estimate
 from experiments.report.table_format import count, fmt, plural, plus_minus
-from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, marked_runs
+from experiments.report.verdicts import STILL_IMPROVING, cannot_tell, marked_runs, tail_climbs
 from experiments.runs.run.convergence import TIE, still_improving
 from experiments.runs.sweep.reference import whose_runs
 
@@ -401,6 +401,8 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
     notes = marked_runs([(x.run, x.summary) for r in rows for x in r["_runs"] if still_improving(x.summary)])
     if notes and any(r.get("_delta_improving") for r in rows):
         notes.append([f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is."])
+    flat = tail_climbs([x.summary for r in rows for x in r["_runs"]])
+    notes += [[flat]] if flat else []
     out += [line for note in notes for line in ("", *note)]
     deit = [r for r in runs if r.summary.family == "deit" and r.summary.status == "done" and r.summary.test]
     if deit:

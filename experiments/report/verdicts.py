@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 from experiments.statistics import Estimate
 from experiments.report.table_format import plural
-from experiments.runs.run.convergence import RULE_SAID, how_it_climbed, plateau_unknown
+from experiments.runs.run.convergence import (CLIMB, RULE_SAID, _points, how_it_climbed, judged, plateau_unknown,
+                                               still_improving)
 
 
 class Margin(NamedTuple):
@@ -63,6 +64,23 @@ def marked_runs(runs: list[tuple[str, object]]) -> list[list[str]]:
         out.append([f"{STILL_IMPROVING} too few validations to tell whether it plateaued: "
                     f"{plural(len(unknown), 'run')} ({', '.join(unknown)})"])
     return out
+
+
+def tail_climbs(summaries: list) -> str | None:
+    """What the plateau rule let through: of the finished runs read as plateaued, how many still rose
+    over their last half by its least-squares slope, and how many by at least CLIMB a quarter (the
+    rule passes those whose slope's 95% interval reaches below CLIMB), so a reader sees how flat
+    the readings' runs are (None without such runs)."""
+    read = [p for s in summaries if not still_improving(s) and not s.stopped and (p := judged(s))]
+    if not read:
+        return None
+    rising = [p["climb"] for p in read if p["climb"] > 0]
+    steep = sum(c >= CLIMB for c in rising)
+    return (f"How flat the plateaued runs are: of the {plural(len(read), 'run')} read as plateaued, {len(rising)} "
+            f"still rose over their last half by its least-squares slope"
+            + (f" (mean {100 * sum(rising) / len(rising):+.2f} points a quarter), {steep} of them by at least "
+               f"{_points(CLIMB)} a quarter, passed because their slope's 95% interval reached below it"
+               if rising else "") + ".")
 
 
 def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:
