@@ -157,19 +157,25 @@ def test_the_interpolation_study_is_marked_where_its_source_run_is_not_known_to_
                "test_images": 1500} for m in ("bicubic", "native") for ph in ("before fine-tune", "after fine-tune"))]
     part = {"rows": rows, "source_run": "vit_src", "target_size": 56, "finetune_steps": 40, "lr": 1e-4, "batch_size": 64}
 
+    exp = tmp_path / "runs" / "complexity"
+
+    def plant(folder, history, steps):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps({"family": "vit", "status": "done", "fraction": 1.0,
+                                                         "train_size": 100, "steps": steps, "val_history": history}))
+
     def source(history, steps):
-        d = tmp_path / "vit_src"
-        d.mkdir(exist_ok=True)
-        (d / "summary.json").write_text(json.dumps({"family": "vit", "status": "done", "fraction": 1.0, "train_size": 100,
-                                                    "steps": steps, "val_history": history}))
-        return "\n".join(render_interpolation(part, source_summary(tmp_path, part)))
+        plant(exp / "vit_src", history, steps)
+        return "\n".join(render_interpolation(part, source_summary(exp, part)))
 
     one = source([[429, 0.721]], 429)
     assert "val 0.7100 †, test 0.7000 †" in one and "no conclusion is drawn from them" in one
     assert "† too few validations to tell whether it plateaued: 1 run (vit_src)" in one
     flat = source([[s, 0.72] for s in range(100, 2100, 100)], 2000)
     assert "†" not in flat and "val 0.7100, test 0.7000" in flat and "not compared" in flat
-    for bad in ("../vit_src", "/etc", "..", ""):
-        assert source_summary(tmp_path, {**part, "source_run": bad}) is None
+    plant(tmp_path / "runs" / "elsewhere", [[429, 0.721]], 429)  # a readable record outside the experiment
+    for bad in ("../elsewhere", str(tmp_path / "runs" / "elsewhere"), "..", "", ["vit_src"], None):
+        assert source_summary(exp, {**part, "source_run": bad}) is None
+    assert source_summary(exp, part) is not None
     unknown = "\n".join(render_interpolation(part, None))
     assert "whether it plateaued is not known" in unknown

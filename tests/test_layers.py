@@ -30,19 +30,23 @@ FORBIDDEN = {
 HELPERS = ["experiments/statistics.py", "experiments/figures.py", "experiments/families.py"]
 
 
-def imports(path: Path) -> set[str]:
-    """Every module the file imports by name (`from a.b import c` gives a.b and a.b.c)."""
+def imports(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module the file imports by name (`from a.b import c` gives a.b and a.b.c); a relative
+    import by the absolute name it resolves to from the file's package under `root`."""
+    package = list(path.relative_to(root).parent.parts)
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out |= ({module} if node.module else set()) | {f"{module}.{a.name}" for a in node.names}
     return out
 
 
-def breaks(path: Path, forbidden: list[str]) -> list[str]:
-    return sorted(m for m in imports(path) for f in forbidden if m == f or m.startswith(f + "."))
+def breaks(path: Path, forbidden: list[str], root: Path = ROOT) -> list[str]:
+    return sorted(m for m in imports(path, root) for f in forbidden if m == f or m.startswith(f + "."))
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
@@ -59,9 +63,14 @@ def test_the_shared_helpers_import_no_layer_of_experiments(helper):
 
 
 def test_the_check_catches_an_import_back_up(tmp_path):
-    f = tmp_path / "convergence.py"
+    (tmp_path / "experiments" / "runs" / "run").mkdir(parents=True)
+    f = tmp_path / "experiments" / "runs" / "run" / "convergence.py"
     f.write_text("import math\nfrom experiments.report.statistics import ols_slope\n")
-    assert breaks(f, FORBIDDEN["experiments/runs"]) == ["experiments.report.statistics",
-                                                          "experiments.report.statistics.ols_slope"]
-    f.write_text("from experiments.statistics import ols_slope\nfrom experiments.runs.run import summary_check\n")
-    assert breaks(f, FORBIDDEN["experiments/runs"]) == []
+    assert breaks(f, FORBIDDEN["experiments/runs"], tmp_path) == ["experiments.report.statistics",
+                                                                    "experiments.report.statistics.ols_slope"]
+    f.write_text("from ...report.records import read_runs\nfrom ... import report\nfrom .summary import Summary\n")
+    assert breaks(f, FORBIDDEN["experiments/runs"], tmp_path) == ["experiments.report", "experiments.report.records",
+                                                                    "experiments.report.records.read_runs"]
+    f.write_text("from experiments.statistics import ols_slope\nfrom experiments.runs.run import summary_check\n"
+                 "from .summary import Summary\nfrom .. import sweep\n")
+    assert breaks(f, FORBIDDEN["experiments/runs"], tmp_path) == []

@@ -128,6 +128,12 @@ def test_plain_text_is_one_line_without_markup():
     ({"family": "vit", "status": "failed", "val_history": [[1, "x"]]},
      "val_history is [[1, \"x\"]]: allowed a list of (step, accuracy from 0 to 1) pairs"),
     ({"family": "vit", "status": "failed", "extra": {"a": [float("nan")]}}, "extra.a.0 is not a finite number"),
+    ({"family": "deit", "status": "failed", "teacher_labels": {"differs": 0, "images": 1000}},
+     "teacher_labels is {\"differs\": 0, \"images\": 1000}: allowed a mapping of counts 'differs' and 'images' "
+     "and a 'rate' from 0 to 1"),
+    ({"family": "deit", "status": "failed", "teacher_labels": {"differs": 0, "images": 1000, "rate": "0"}},
+     "teacher_labels is {\"differs\": 0, \"images\": 1000, \"rate\": \"0\"}: allowed a mapping of counts 'differs' "
+     "and 'images' and a 'rate' from 0 to 1"),
 ])
 def test_a_summary_is_read_as_the_suite_writes_it(summary, why):
     with pytest.raises(BadRecord) as e:

@@ -18,7 +18,7 @@ from experiments.complexity.runner import PARTS
 from experiments.complexity.pos_embed_interpolation import NATIVE
 from experiments.runs.sweep.reference import NothingFinished, whose, whose_runs
 from experiments.report.verdicts import MARGINS, STILL_IMPROVING, marked_runs
-from experiments.report.records import Run, read_record, read_run
+from experiments.report.records import read_record, read_runs
 from experiments.runs.run.convergence import still_improving
 from experiments.complexity.resolution_scaling import crossover, local_slope, loglog_slope
 from experiments.complexity.paper_models import PAPER_MODELS
@@ -327,13 +327,13 @@ INTERPOLATION_COLUMNS = ("method", "phase", "resolution", "val_acc", "test_acc",
                          "finetune_steps")
 
 
-def render_interpolation(part: dict, source_summary=None) -> list[str]:
-    """The study's table; `source_summary`: the source run's record, whose numbers and the study's
-    are marked † where it was still improving, or had too few validations to tell (None: its folder
-    is not in the runs read, and the report says so)."""
+def render_interpolation(part: dict, source_run=None) -> list[str]:
+    """The study's table; `source_run`: the source run's record (a Summary), whose numbers and the
+    study's are marked † where it was still improving, or had too few validations to tell (None: it
+    is not among the runs read, and the report says so)."""
     rows = part["rows"]
     source = next(r for r in rows if r["phase"] == "source")
-    improving = source_summary is not None and still_improving(source_summary)
+    improving = source_run is not None and still_improving(source_run)
     mark = f" {STILL_IMPROVING}" if improving else ""
     lines = ["### Resolution change by position-embedding interpolation (ViT paper Sec. 3.2)", "",
              f"Source: run `{part['source_run']}` (trained by the suite at {source['resolution']}x{source['resolution']}), "
@@ -353,25 +353,23 @@ def render_interpolation(part: dict, source_summary=None) -> list[str]:
     half = 1.96 * math.sqrt(0.25 / source["test_images"])
     lines += ["", f"One seed; a binomial 95% interval on {source['test_images']:,} test images is at most ±{half:.3f}: "
               "the methods are shown side by side, not compared (that takes three seeds at least).", ""]
-    if source_summary is None:
+    if source_run is None:
         lines += ["The source run's record is not among the runs read, so whether it plateaued is not known: "
                   "the numbers are shown, and no conclusion is drawn from them.", ""]
     elif improving:
         lines += [f"Every number of this study rests on its source run, marked {STILL_IMPROVING} (not known to have "
                   "plateaued): the numbers are shown, and no conclusion is drawn from them.", ""]
-        for paragraph in marked_runs([(part["source_run"], source_summary)]):
+        for paragraph in marked_runs([(part["source_run"], source_run)]):
             lines += [*paragraph, ""]
     return lines
 
 
 def source_summary(exp_dir: Path, part: dict):
-    """The interpolation study's source run's record, from its folder in exp_dir (None where the
-    record names no plain folder there, or the folder holds no readable record)."""
+    """The interpolation study's source run's record: the run of exp_dir (records.read_runs: its own
+    folders, named as the record names them) that the study names; None where it names none of them."""
     name = part.get("source_run")
-    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
-        return None
-    run = read_run(exp_dir / name)
-    return run.summary if isinstance(run, Run) else None
+    run = read_runs(exp_dir)[0].get(name) if isinstance(name, str) else None
+    return run.summary if run is not None else None
 
 
 # ---------------- files ----------------

@@ -313,14 +313,19 @@ def label_rates(p: Profile, student: str, fraction: float) -> list[float]:
     return [r.teacher_labels["rate"] for r in runs if isinstance(r.teacher_labels, dict)]
 
 
+def _seed_order(seed) -> tuple:
+    """Seeds in numeric order (2 before 10), any that are text after them."""
+    return (0, seed, "") if isinstance(seed, int) else (1, 0, str(seed))
+
+
 def label_copies(p: Profile, students: list[str], fraction: float) -> dict[str, list]:
     """Of `students`, those whose teacher's hard labels were the true labels on every augmented
     training image in one seed or more, with those seeds: distilling them there hands on nothing
     beyond the labels, so a claim about what a teacher hands on cannot rest on those seeds."""
     out = {}
     for s in students:
-        seeds = [seed for seed, r in sorted(p.students.get((s, fraction), {}).items(), key=lambda kv: str(kv[0]))
-                 if isinstance(r.teacher_labels, dict) and r.teacher_labels["rate"] == 0]
+        seeds = [seed for seed, r in sorted(p.students.get((s, fraction), {}).items(), key=lambda kv: _seed_order(kv[0]))
+                 if isinstance(r.teacher_labels, dict) and r.teacher_labels.get("rate") == 0]
         if seeds:
             out[s] = seeds
     return out

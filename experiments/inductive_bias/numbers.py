@@ -167,8 +167,8 @@ def ablation_rows(p: Profile) -> list[dict]:
             grid = _est(t.get("grid_correlation") for t in tables)
             rows.append({"profile": p.name, "table": "ablation", "name": v, "fraction": f,
                          "train_size": p.size(f), "val_size": p.size(f, "val_size"), "seeds": len(cell),
-                         "lr": _one(s.identity.get("model.lr") for s in cell.values()),
-                         "steps": _one(s.steps for s in cell.values()),
+                         "lr": one_value(s.identity.get("model.lr") for s in cell.values()),
+                         "steps": one_value(s.steps for s in cell.values()),
                          "acc": _est(mine.values()), "delta": None if v == BASELINE else paired_difference(mine, base),
                          "still_improving": sum(still_improving(s) for s in cell.values()), "grid": grid,
                          **{k: _est(t.get(k) for t in tables) for k in STRUCTURE},
@@ -176,7 +176,8 @@ def ablation_rows(p: Profile) -> list[dict]:
     return rows
 
 
-def _one(values):
+def one_value(values):
+    """The value all of `values` share (None ignored), "varies" where they differ, None without any."""
     vals = {v for v in values if v is not None}
     return vals.pop() if len(vals) == 1 else (None if not vals else "varies")
 
@@ -261,8 +262,8 @@ def family_rows(p: Profile) -> list[dict]:
                 return _est(x.get(key) for x in metrics)
             rows.append({"profile": p.name, "table": "family", "name": fam, "fraction": f, "train_size": p.size(f),
                          "val_size": p.size(f, "val_size"), "seeds": len(cell),
-                         "lr": _one(s.identity.get("model.lr") for s in cell.values()),
-                         "steps": _one(s.steps for s in cell.values()), "acc": _est(accs(cell).values()),
+                         "lr": one_value(s.identity.get("model.lr") for s in cell.values()),
+                         "steps": one_value(s.steps for s in cell.values()), "acc": _est(accs(cell).values()),
                          "still_improving": sum(still_improving(s) for s in cell.values()),
                          "clean": m("clean"), "majority": m("majority"), "top_share": m("top_share"),
                          "patchdrop": m("patchdrop"), "shuffle4": m("shuffle4"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.inductive_bias.figures import draw_figures, figures_section
-from experiments.inductive_bias.numbers import (BASELINE, COLUMNS, FIGURES, NAME, Profile, _one, ablation_rows, csv_rows,
+from experiments.inductive_bias.numbers import (BASELINE, COLUMNS, FIGURES, NAME, Profile, one_value, ablation_rows, csv_rows,
                                                 family_rows, load, locality, locality_claim, locality_settled,
                                                 position_behind, position_claims)
 from experiments.inductive_bias.words import (_left_out, _size_label, ablation_section, family_section,
@@ -54,7 +54,7 @@ def findings(exp_dir: Path) -> list[Finding]:
         loc = locality(p)
         if loc and loc["change"] is not None:
             claim = locality_claim(p, loc)
-            steps = [_one(s.steps for s in p.cell("families", "family", loc["family"], f).values())
+            steps = [one_value(s.steps for s in p.cell("families", "family", loc["family"], f).values())
                      for f in (loc["large"], loc["small"])]
             said = " / ".join(f"{n:,}" if isinstance(n, int) else (n or "unknown") for n in steps)
             out.append(claim.row(f"attention distance / uniform, {_size_label(p, loc['large'])} − "

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, NAME, SINGLE_CLASS, STRUCTURE_MIN_GAP,
-                                                TABLE8, TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration, _one,
+                                                TABLE8, TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration, one_value,
                                                 _test_acc, growth_claim, kept, locality, locality_claim,
                                                 position_claims, robustness_claims, settled_rows, single_class,
                                                 still_uniform)
@@ -48,8 +48,8 @@ def _steps_at(p: Profile, fraction: float, runs: list) -> str:
     """The steps of the finished runs at `fraction`: one number where they all trained the same,
     else each family's and each ViT variant's (each row trained to its own plateau)."""
     def said(steps) -> str:
-        return f"{steps:,}" if isinstance(steps, int) else fmt(steps)
-    every = _one(s.steps for s in runs if s.fraction == fraction)
+        return f"{steps:,}" if isinstance(steps, int) else "unknown" if steps is None else fmt(steps)
+    every = one_value(s.steps for s in runs if s.fraction == fraction)
     if every != "varies":
         return said(every)
     rows = {}
@@ -58,7 +58,7 @@ def _steps_at(p: Profile, fraction: float, runs: list) -> str:
             s = p.runs.get(e["run"])
             if e["fraction"] == fraction and s is not None and s.status == "done":
                 rows.setdefault(e[key], []).append(s.steps)
-    return ", ".join(f"{name} {said(_one(steps))}" for name, steps in rows.items())
+    return ", ".join(f"{name} {said(one_value(steps))}" for name, steps in rows.items())
 
 
 def provenance(p: Profile) -> list[str]:
@@ -76,7 +76,7 @@ def provenance(p: Profile) -> list[str]:
     commits = sorted({s.commit for s in runs if s.commit}
                      | {x.get("commit") for x in p.probes.values() if x.get("commit")})
     out = [f"- data: {ax.get('dataset')}, budget {p.budget}, batch {ax.get('batch_size')}, "
-           f"{_one(s.val_size for s in runs) or '?'} validation images; seeds {ax.get('seeds')}",
+           f"{one_value(s.val_size for s in runs) or '?'} validation images; seeds {ax.get('seeds')}",
            f"- steps per run: {steps or 'none finished'}",
            f"- learning rates chosen on validation (grid {ax.get('lrs')}, seed {(ax.get('seeds') or ['?'])[0]}): "
            f"{lrs or 'none yet'}; every ViT ablation uses ViT's lr of the nearest tuned fraction"

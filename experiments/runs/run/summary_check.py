@@ -77,6 +77,12 @@ def _teacher(v) -> str | None:
     return None if ok else f"a mapping of texts or nulls ({', '.join(TEACHER_KEYS)})"
 
 
+def _teacher_labels(v) -> str | None:
+    """teacher_labels: {differs, images, rate}, how often a distilled run's teacher label was not the true one."""
+    ok = isinstance(v, dict) and not COUNT(v.get("differs")) and not COUNT(v.get("images")) and not ACCURACY(v.get("rate"))
+    return None if ok else "a mapping of counts 'differs' and 'images' and a 'rate' from 0 to 1"
+
+
 NUMBER, INTEGER, ACCURACY, COUNT = _number(), _number(integer=True), _number(0, 1), _number(0, integer=True)
 # every key of summary.json that a table formats, compares or indexes, and what it must hold (null
 # allowed, as record_summary writes it where it knows nothing); other keys are kept as they are
@@ -88,7 +94,7 @@ SUMMARY_FIELDS = {
     "flops_per_image": _number(0), "devices": COUNT, "steps": COUNT, "epochs": COUNT, "max_steps": INTEGER,
     "wall_time_s": _number(0), "images_per_sec": _number(0), "val_acc_best": ACCURACY, "test_acc": ACCURACY,
     "test": _test, "val_history": _history, "plateau": _plateau, "engine": _engine, "identity": _mapping(),
-    "stopped": _mapping(), "schema": COUNT, "teacher": _teacher,
+    "stopped": _mapping(), "schema": COUNT, "teacher": _teacher, "teacher_labels": _teacher_labels,
 }
 REQUIRED = ("family", "status")                 # every table groups by them
 REQUIRED_DONE = ("fraction", "train_size")      # and places a finished run by them
