@@ -331,6 +331,11 @@ def label_copies(p: Profile, students: list[str], fraction: float) -> dict[str, 
     return out
 
 
+def seeds_said(seeds: list) -> str:
+    """'seed 0', 'seeds 0 and 1'."""
+    return ("seed " if len(seeds) == 1 else "seeds ") + " and ".join(map(str, seeds))
+
+
 def claims(p: Profile) -> list[dict]:
     """DeiT's three claims per fraction, each a paired difference by seed (its Claim, "read"): (a)
     each distilled student's cls+dist minus none's cls; (b) hard minus soft per teacher that has both;

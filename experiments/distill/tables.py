@@ -20,7 +20,7 @@ from pathlib import Path
 
 from experiments.distill import MATCHED
 from experiments.distill.figures import plot
-from experiments.distill.numbers import (COLUMNS, NAME, claims, csv_rows, csv_value, label_copies, left_out, load,
+from experiments.distill.numbers import (COLUMNS, NAME, claims, csv_rows, csv_value, label_copies, left_out, load, seeds_said,
                                         variant_of)
 from experiments.distill.words import render_markdown
 from experiments.figures import log_figures
@@ -48,16 +48,18 @@ def findings(exp_dir: Path) -> list[Finding]:
                 copies = label_copies(p, _students(c), f)
                 if copies:  # what the claim's verdict cannot say: no teacher label differed from the truth
                     row = replace(row, ours=f"{row.ours}; " + "; ".join(
-                        f"the teacher of {s} gave the true label on every augmented training image"
-                        + ("" if len(seeds) == len(p.students[(s, f)]) else f" in {_seeds(seeds)}")
-                        + ": nothing to hand on beyond the labels" + ("" if len(seeds) == len(p.students[(s, f)]) else " there")
+                        _nothing_handed_on(s, seeds, every=len(seeds) == len(p.students[(s, f)]))
                         for s, seeds in copies.items()))
                 out.append(row)
     return out
 
 
-def _seeds(seeds: list) -> str:
-    return ("seed " if len(seeds) == 1 else "seeds ") + " and ".join(map(str, seeds))
+def _nothing_handed_on(student: str, seeds: list, every: bool) -> str:
+    """The caveat of a claim resting on `student`, whose teacher gave only true labels in `seeds`
+    (`every`: in all of the student's seeds)."""
+    where = ("", "") if every else (f" in {seeds_said(seeds)}", " there")
+    return (f"the teacher of {student} gave the true label on every augmented training image{where[0]}: "
+            f"nothing to hand on beyond the labels{where[1]}")
 
 
 def _students(c: dict) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from datamodules.sources import FASHION_MNIST_CLASSES
 
 from experiments.distill import MATCHED, family_of
-from experiments.distill.numbers import (CLAIMS, label_copies, label_rates, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
+from experiments.distill.numbers import (CLAIMS, label_copies, label_rates, seeds_said, DEIT_PUBLISHED, HEAD_LABEL, HEADS, NAME, NO_TEACHER, RECORD, VERSIONS,
                                          Profile, agreement, claims, estimate_of, heads_of,
                                          improving_runs, reported, shared_value, student_accs, teacher_accs,
                                          teacher_accs_runs, teacher_of, token_cosine, variant_of, published_effects)
@@ -45,8 +45,7 @@ def teacher_labels(p: Profile) -> list[str]:
             out.append(f"- {s} at {p.size_label(f)}: {said}"
                        + (f"; not recorded for {len(runs) - len(rates)} more" if rates and len(rates) < len(runs)
                           else "")
-                       + (f"; none in seed{'s' if len(copied) > 1 else ''} {' and '.join(map(str, copied))}"
-                          if 0 < len(copied) < len(rates) else ""))
+                       + (f"; none in {seeds_said(copied)}" if 0 < len(copied) < len(rates) else ""))
     return ["### What each teacher can hand on", "",
             "How often the teacher's hard label differs from the true label on the students' augmented training "
             "batches: a teacher that agrees with every label has nothing to hand on beyond them.", "", *out, ""] \

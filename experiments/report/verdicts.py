@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from experiments.statistics import Estimate
 from experiments.report.table_format import plural
-from experiments.runs.run.convergence import (CLIMB, RULE_SAID, _points, how_it_climbed, judged, plateau_unknown,
+from experiments.runs.run.convergence import (CLIMB, RULE_SAID, how_it_climbed, judged, plateau_unknown, points_said,
                                                still_improving)
 
 
@@ -79,7 +79,7 @@ def tail_climbs(summaries: list) -> str | None:
     return (f"How flat the plateaued runs are: of the {plural(len(read), 'run')} read as plateaued, {len(rising)} "
             f"still rose over their last half by its least-squares slope"
             + (f" (mean {100 * sum(rising) / len(rising):+.2f} points a quarter), {steep} of them by at least "
-               f"{_points(CLIMB)} a quarter, passed because their slope's 95% interval reached below it"
+               f"{points_said(CLIMB)} a quarter, passed because their slope's 95% interval reached below it"
                if rising else "") + ".")
 
 

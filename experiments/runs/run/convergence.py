@@ -43,14 +43,14 @@ def exact(accuracy: float) -> float:
     return round(accuracy, 6)
 
 
-def _points(accuracy: float) -> str:
+def points_said(accuracy: float) -> str:
     n = round(100 * accuracy, 6)
     return f"{n:g} point" + ("" if n == 1 else "s")
 
 
 # the rule in the reports' words (a point is 0.01 of accuracy)
-RULE_SAID = (f"a plateau: its last quarter's mean less than {_points(TOLERANCE)} above the mean of the quarter "
-             f"before (its gain), and its last half's least-squares slope not surely (95%) above {_points(CLIMB)} "
+RULE_SAID = (f"a plateau: its last quarter's mean less than {points_said(TOLERANCE)} above the mean of the quarter "
+             f"before (its gain), and its last half's least-squares slope not surely (95%) above {points_said(CLIMB)} "
              "a quarter (its slope)")
 
 
