@@ -199,6 +199,7 @@ def test_the_report_says_how_many_plateaued_runs_still_rose_over_their_last_half
     least the rule's half point a quarter; a flat run, a falling one and a run still improving
     (not read) are not counted among them."""
     from experiments.report.verdicts import tail_climbs
+    from experiments.runs.run.convergence import scatter
     from experiments.runs.run.summary import Summary
     first = [[400 * (i + 1), 0.70] for i in range(10)]
     rises = [0.700, 0.701, 0.702, 0.703, 0.704, 0.705, 0.706, 0.707, 0.708, 0.720]
@@ -209,13 +210,39 @@ def test_the_report_says_how_many_plateaued_runs_still_rose_over_their_last_half
                       val_history=first + [[400 * (i + 11), 0.70 - 0.0002 * i] for i in range(10)])
     climbing = Summary(run="climbing", status="done", steps=8000,
                        val_history=first + [[400 * (i + 11), 0.70 + 0.004 * i] for i in range(10)])
+    noisy_sd = 100 * scatter(noisy)
     assert tail_climbs([noisy, flat, falling, climbing]) == (
         "How flat the plateaued runs are: of the 3 runs read as plateaued, 1 still rose over their last half by "
         "its least-squares slope (mean +0.80 points a quarter), 1 of them by at least 0.5 points a quarter, passed "
-        "because their slope's 95% interval reached below it.")
+        "because their slope's 95% interval reached below it. A validation strays from its run's last-half slope "
+        f"by a standard deviation of 0.00 points (the median over these runs; quartiles 0.00 and {noisy_sd / 2:.2f}).")
     assert tail_climbs([flat, falling]) == ("How flat the plateaued runs are: of the 2 runs read as plateaued, 0 "
-                                            "still rose over their last half by its least-squares slope.")
+                                            "still rose over their last half by its least-squares slope. A validation "
+                                            "strays from its run's last-half slope by a standard deviation of 0.00 "
+                                            "points (the median over these runs; quartiles 0.00 and 0.00).")
+    assert tail_climbs([noisy]).endswith(f"by a standard deviation of {noisy_sd:.2f} points (the median over these runs).")
     assert tail_climbs([climbing]) is None
+
+
+def test_scatter_is_the_spread_of_the_last_half_about_its_line():
+    """convergence.scatter: residuals +e, -e, -e, +e, ... about a rising line are orthogonal to it, so
+    the fit recovers the line and the standard deviation (df = points - 2) is e * sqrt(8 / 6); the
+    first half does not count, and too few validations give no reading."""
+    from experiments.runs.run.convergence import scatter
+    from experiments.runs.run.summary import Summary
+    e, pattern = 0.003, [1, -1, -1, 1, 1, -1, -1, 1]
+    last = [[4000 + 500 * (i + 1), 0.70 + 0.001 * i + e * d] for i, d in enumerate(pattern)]
+    run = Summary(run="r", status="done", steps=8000, val_history=[[1000, 0.1], [3000, 0.9]] + last)
+    assert scatter(run) == pytest.approx(e * (8 / 6) ** 0.5)
+    assert scatter(Summary(run="few", status="done", steps=8000, val_history=last[:3])) is None
+    assert scatter(Summary(run="no steps", status="done", steps=None, val_history=last)) is None
+
+
+def test_the_plateau_tolerance_is_the_verdicts_margin_for_accuracy():
+    """The rule's docstring justifies TOLERANCE as the margin inside which a reading says "no difference"."""
+    from experiments.report.verdicts import MARGINS
+    from experiments.runs.run.convergence import TOLERANCE
+    assert TOLERANCE == MARGINS["accuracy"].value
 
 
 CURVES = json.loads((Path(__file__).parent / "plateau_curves.json").read_text())["curves"]

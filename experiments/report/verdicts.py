@@ -13,12 +13,13 @@ committed reading can be checked against this rule from its text (tests/test_voc
 from __future__ import annotations
 
 import re
+import statistics
 from typing import NamedTuple
 
 from experiments.statistics import Estimate
 from experiments.report.table_format import plural
 from experiments.runs.run.convergence import (CLIMB, RULE_SAID, how_it_climbed, judged, plateau_unknown, points_said,
-                                               still_improving)
+                                               scatter, still_improving)
 
 
 class Margin(NamedTuple):
@@ -70,17 +71,23 @@ def tail_climbs(summaries: list) -> str | None:
     """What the plateau rule let through: of the finished runs read as plateaued, how many still rose
     over their last half by its least-squares slope, and how many by at least CLIMB a quarter (the
     rule passes those whose slope's 95% interval reaches below CLIMB), so a reader sees how flat
-    the readings' runs are (None without such runs)."""
-    read = [p for s in summaries if not still_improving(s) and not s.stopped and (p := judged(s))]
+    the readings' runs are; then how far their validations stray from that slope (convergence.scatter),
+    the noise the rule's numbers are set against (None without such runs)."""
+    read = [(s, p) for s in summaries if not still_improving(s) and not s.stopped and (p := judged(s))]
     if not read:
         return None
-    rising = [p["climb"] for p in read if p["climb"] > 0]
+    rising = [p["climb"] for _, p in read if p["climb"] > 0]
     steep = sum(c >= CLIMB for c in rising)
+    spread = sorted(100 * scatter(s) for s, _ in read)
+    q1, _, q3 = statistics.quantiles(spread, n=4, method="inclusive") if len(spread) > 1 else (None,) * 3
     return (f"How flat the plateaued runs are: of the {plural(len(read), 'run')} read as plateaued, {len(rising)} "
             f"still rose over their last half by its least-squares slope"
             + (f" (mean {100 * sum(rising) / len(rising):+.2f} points a quarter), {steep} of them by at least "
                f"{points_said(CLIMB)} a quarter, passed because their slope's 95% interval reached below it"
-               if rising else "") + ".")
+               if rising else "")
+            + f". A validation strays from its run's last-half slope by a standard deviation of "
+            f"{statistics.median(spread):.2f} points (the median over these runs"
+            + (f"; quartiles {q1:.2f} and {q3:.2f}" if q1 is not None else "") + ").")
 
 
 def not_read(improving: int, runs: int, unknown: int = 0) -> str | None:
