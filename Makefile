@@ -147,7 +147,7 @@ exp-all: install ## the experiments' cpu profiles in their specs' order, a depen
 	echo "== exp-all: $$(( ($$(date +%s) - all + 30) / 60 )) min$$( [ $$failed = 0 ] || echo ', some runs failed (see above)')"; \
 	exit $$failed
 
-exp-datascale-commands: install ## print each run's exact command and each stage's estimated wall time on this device (from the measured step times: results/step_times.csv, else make bench-steps'); runs nothing
+exp-datascale-commands: install ## print each run's exact command (the main stage's once its lr tuning is done; before that their count) and each stage's estimated wall time on this device (from the measured step times: results/step_times.csv, else make bench-steps); runs nothing
 	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run
 
 tables: install ## regenerate results/*.csv, *.md and *.png, results/step_times.csv and the README's Findings from the run folders alone: yours in results/runs, else the committed results/reference

@@ -22,6 +22,11 @@ import os
 import sys
 
 DIVERGED = 3  # exit status of a run whose loss became NaN or inf
+RUN_DIR_HELP = """usage: python -m experiments run_dir [fit's options]
+
+Prints the run folder `python -m experiments fit` would train in for the same options (its readable
+name and the hash of its whole configuration), after checking the model's and the data's values as
+fit does; trains, builds and loads nothing. Its options are fit's: python -m experiments fit --help."""
 COMMANDS = ("families", "fit", "fit_packed", "run_dir", "validate", "test", "sweep", "probe", "tables", "reference")
 
 
@@ -62,6 +67,9 @@ def _command(argv: list[str]) -> int:
             from .families import main as families
             families(rest)
         elif command == "run_dir":
+            if {"-h", "--help"} & set(rest):
+                print(RUN_DIR_HELP)
+                return 0
             from experiments.runs.run.cli import resolve_run_dir_checked
             print(resolve_run_dir_checked(rest))
         elif command == "fit_packed":

@@ -209,6 +209,9 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         student_tuned = spec.get("student_lr_of") is None
         assert f"## tune: {tuning * (len(profile['teachers']) + student_tuned)} runs" in out
         assert ("--model.distillation none" in out) == student_tuned
+        # stages that wait on the tuning are named as waiting, not planned as "0 runs"
+        assert ": 0 runs" not in out
+        assert "## teachers, matched, students of " in out and "listed once their tuning trials are done" in out
         # the whole profile before any run: the trials, every teacher (the trial at the grid's first lr
         # is the first seed's main run) and every student, a matched teacher's too
         cells, n_tuned = len(profile["fractions"]) * len(profile["seeds"]), tuning // len(profile["lrs"])

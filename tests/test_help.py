@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.__main__ import main
+from experiments.__main__ import COMMANDS, main, runners
 from experiments.runs.sweep.spec import declared, read_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +40,17 @@ def test_fit_help_leads_with_the_suites_options(capsys):
     assert full.index("--model.family") < full.index("--data.batch_size") < full.index("--trainer.max_steps")
     assert len(re.findall(r"^  --trainer\.\w+", full, re.M)) >= 40
     assert "--ckpt_path" in _help(capsys, "test", "-h")
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, *runners()])
+def test_every_command_s_help_is_its_own(command, capsys):
+    """`python -m experiments COMMAND --help` prints that command's usage (run_dir once printed fit's)."""
+    try:
+        status = main([command, "--help"])
+    except SystemExit as e:
+        status = e.code
+    assert status == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m experiments {command} ")
 
 
 def test_make_help_fits_in_100_columns():

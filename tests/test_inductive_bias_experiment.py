@@ -196,6 +196,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         assert main(["inductive_bias", "--spec", str(path), "--profile", name, "--dry_run",
                      "--runs_dir", str(tmp_path)]) == 0
         out = capsys.readouterr().out
+        assert ": 0 runs" not in out and "main runs listed once their tuning trials are done" in out  # before any run
         tuned = set(profile.get("tuned_fractions") or [f for fs in profile["ablations"].values() for f in fs]
                     + profile["family_fractions"])
         fractions = set(profile["family_fractions"]) & tuned

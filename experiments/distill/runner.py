@@ -364,9 +364,11 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
                 return print_status(list(stages), [f"main runs of {', '.join(waiting)}: listed once their tuning "
                                                    "is done"] if waiting else [], exp_dir)
             for title, runs in stages:
-                print_plan(title, runs, axes, jobs=jobs)
+                if runs or not waiting:  # an empty stage that waits on tuning is named below, not as "0 runs"
+                    print_plan(title, runs, axes, jobs=jobs)
             if waiting:
-                print(f"## {', '.join(waiting)}: main runs listed once their tuning trials are done")
+                print(f"## {', '.join(t for t, runs in stages[1:] if not runs)} of {', '.join(waiting)}: "
+                      "listed once their tuning trials are done")
             # every run the profile will train, the ones waiting for their lr planned at any lr; not the
             # matched teachers, which stop where their training reaches the target (a few hundred steps
             # on the cpu profile); their students, planned here against a stand-in folder

@@ -397,9 +397,10 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
         if a.dry_run:
             for ax, _, trials, fam, abl in plans:
                 at = f" (budget {ax['budget']})" if len(plans) > 1 else ""
-                for title, runs in ((f"tune{at}", trials), (f"families and ablations{at}", _unique(fam + abl))):
-                    print_plan(title, runs, ax)
                 waiting = [f for f in ax["families"] if f not in {r.family for r in fam}]
+                for title, runs in ((f"tune{at}", trials), (f"families and ablations{at}", _unique(fam + abl))):
+                    if runs or not (waiting or not abl):  # an empty stage waiting on tuning: named below, not "0 runs"
+                        print_plan(title, runs, ax)
                 if waiting or not abl:
                     print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "
                           "tuning trials are done")

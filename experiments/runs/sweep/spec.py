@@ -122,6 +122,9 @@ def _check_make_keys(spec: dict, path: Path) -> None:
                              "(the Makefile reads it from its line)")
 
 
+JOBS_HELP = "the profile's jobs, else one run per core without a GPU (each on one thread), one with a GPU"
+
+
 def default_jobs() -> int:
     """Runs at a time when a profile does not say: one per core on a machine without a GPU (each run
     then trains on one thread: benchmarks/process_parallelism.py), one with a GPU (packing shares it)."""
@@ -264,8 +267,9 @@ def runner_parser(runner: str, doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--seeds", nargs="+", type=int, help="override the seeds (the first one is used for tuning)")
     p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option,
                    help="where run folders go (default results/runs)")
-    p.add_argument("--jobs", type=int, default=None, help="runs at a time (default: the profile's jobs)")
-    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
+    p.add_argument("--jobs", type=int, default=None, help=f"runs at a time (default: {JOBS_HELP})")
+    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status (a stage that waits on another's results: its count "
+                        "and estimate until then); run nothing")
     add_options(p)
 
     def one_line(message: str):

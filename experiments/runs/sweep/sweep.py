@@ -42,7 +42,7 @@ from experiments.runs.run.names import runs_dir_option
 from experiments.runs.run.record import session_rows
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.run.summary import Summary
-from experiments.runs.sweep.spec import (Run, load_spec, main_runs, nearest_tuned, outside_profile, resolve_axes,
+from experiments.runs.sweep.spec import (JOBS_HELP, Run, load_spec, main_runs, nearest_tuned, outside_profile, resolve_axes,
                                          tuned_fractions, tuning_runs, tuning_seed)
 from experiments.runs.sweep.cluster import Submitted, add_options, options_from
 from experiments.runs.sweep.execute import (FINAL, TUNED, Workers, execute, execute_group, execute_groups, finished, launch,
@@ -375,12 +375,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs_dir", default="results/runs", type=runs_dir_option,
                    help="where run folders go (default results/runs)")
     p.add_argument("--jobs", type=int, default=None,
-                   help="runs (or packed groups) at a time, each with cpu_count / jobs threads (default: the "
-                        "profile's jobs, else 1)")
+                   help=f"runs (or packed groups) at a time, each with cpu_count / jobs threads (default: {JOBS_HELP})")
     p.add_argument("--pack", type=int, default=None,
                    help="train up to this many runs that differ only in their seed, lr or augmentation in one "
                         "process, packed (modules/packed.py; default: the profile's pack, else 1 = each run alone)")
-    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status; run nothing")
+    p.add_argument("--dry_run", action="store_true", help="print each run's exact command and status (the main stage's once its lr tuning is done; "
+                        "before that their count and estimate); run nothing")
     p.add_argument("--only", type=int, nargs="+",
                    help="with --stage main: run only these run indices")
     add_options(p)
