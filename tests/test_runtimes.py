@@ -58,6 +58,10 @@ def test_an_invocation_that_found_runs_finished_says_how_many_it_trained(tmp_pat
     text = default_profile([row], json.loads((exp / "sweep.json").read_text()))
     assert ("Its last measured invocation planned 20 runs and trained or tested 11 of them (the others had finished "
             "before) in **64 minutes**; its runs were trained on test machine, at commit abc (your runs; ") in text
+    # with the whole profile's hours on record, those come first and in bold: the part is not the whole
+    text = default_profile([row], json.loads((exp / "sweep.json").read_text()), hours={"vit": 3.0})
+    assert text.index("All of its runs on record") < text.index("Its last measured invocation")
+    assert "in 64 minutes;" in text and text.count("**") == 2
 
 
 def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_family(tmp_path):
@@ -95,3 +99,6 @@ def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_fam
     assert trained_precisions(exp, record) == ["bf16-mixed"]
     text = default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained}, precisions=["bf16-mixed"])
     assert " All of its runs on record, 2 at a time, in bf16-mixed, trained for **" in text
+    assert "A CPU without native bf16 matmuls trains in fp32, another configuration" in text
+    assert "native bf16" not in default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained},
+                                                precisions=["32-true"])

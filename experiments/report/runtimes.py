@@ -122,25 +122,29 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours:
         return text + " Its time has not been measured yet."
     ran = measured.get("families") or families
     which = "" if list(ran) == list(families) else f" (with {_names(ran)})"
-    if row.get("part"):  # the others had finished before it: its time is theirs only
-        trained, runs = row["part"]
-        text += (f" Its last measured invocation{which} planned {runs} runs and trained or tested {trained} of them "
-                 f"(the others had finished before) in **{row['minutes']:.0f} minutes**; its runs were trained on "
-                 f"{row['hardware']}, at commit {row['commit']} ({row['whose']}; "
-                 "[every measured runtime](results/runtimes.md)).")
-    else:
-        text += (f" Its last measured run{which} took **{row['minutes']:.0f} minutes** on {row['hardware']}, "
-                 f"at commit {row['commit']} ({row['whose']}; [every measured runtime](results/runtimes.md)).")
     jobs = measured.get("jobs") or 1
+    whole = ""
     if hours:
         shares = [f"{FAMILIES[f].title if f in FAMILIES else f} {hours[f] / jobs:.1f}" for f in families if f in hours]
         missing = [f for f in families if f not in hours]
-        text += (f" All of its runs on record, {jobs} at a time"
+        whole = (f" All of its runs on record, {jobs} at a time"
                  + (f", in {_and(precisions)}" if precisions else "")
                  + f", trained for **{sum(hours.values()) / jobs:.1f} "
                  f"hours** (the runs' wall times summed, over {jobs}): {_and(shares)} hours"
-                 + (f"; {_names(missing)} not trained yet." if missing else "."))
-    return text
+                 + (f"; {_names(missing)} not trained yet." if missing else ".")
+                 + (" A CPU without native bf16 matmuls trains in fp32, another configuration, so there every "
+                    "run trains anew and takes longer: `make exp-datascale-commands` prices them on your machine."
+                    if "bf16-mixed" in (precisions or []) else ""))
+    if row.get("part"):  # the others had finished before it: its time is theirs only, so the whole comes first
+        trained, runs = row["part"]
+        minutes = f"{row['minutes']:.0f} minutes" if whole else f"**{row['minutes']:.0f} minutes**"
+        return text + whole + (
+            f" Its last measured invocation{which} planned {runs} runs and trained or tested {trained} of them "
+            f"(the others had finished before) in {minutes}; its runs were trained on "
+            f"{row['hardware']}, at commit {row['commit']} ({row['whose']}; "
+            "[every measured runtime](results/runtimes.md)).")
+    return text + (f" Its last measured run{which} took **{row['minutes']:.0f} minutes** on {row['hardware']}, "
+                   f"at commit {row['commit']} ({row['whose']}; [every measured runtime](results/runtimes.md)).") + whole
 
 
 def _part(last: dict) -> tuple[int, int] | None:
