@@ -21,6 +21,7 @@ from experiments.inductive_bias.numbers import (FIGURES, NAME, RECORD, family_ro
                                                 robustness_claims)
 from experiments.inductive_bias.tables import make_tables
 from experiments.statistics import Estimate
+from experiments.report.verdicts import misread
 from experiments.runs.run.summary import Summary
 from modules.probes import pos_embed_2d_structure
 from .conftest import val_curve
@@ -211,8 +212,10 @@ def test_tables_from_hand_written_records(converged, tmp_path):
             "(1: uniform, lower: on fewer patches): vit layer 1 0.90 ± 0.00, last layer 0.51 ± 0.02") in text
     assert "held by the top 10% of patches at 1 (59,000 images) (0.10: uniform): vit 0.70 (seed 0)" in text
     assert "Not read" not in text
-    assert ("*Verdict*: in direction cannot tell with the paper's loss without a position embedding; none − learn at "
-            "0.01 (590 images): cannot tell: the 95% interval") in text
+    assert ("*Verdict*: in direction, whether it agrees with the paper's loss without a position embedding: cannot "
+            "tell: the 95% interval of each of the 2 differences includes 0; none − learn at 0.01 (590 images): cannot "
+            "tell: the 95% interval") in text
+    assert misread(text) == []   # every "cannot tell", a figure's verdict over several differences too, with its intervals
     # seed 0's table is 1D (a column neighbour as far as a far patch), seeds 1 and 2 are 2D; both sizes alike
     assert ("*Verdict*: partly: the learned 1D table has 2D structure in 4 of 6 runs (row and column neighbours "
             "both at least 0.1 of cosine above far patches): at 0.01 (590 images), cosine of neighbours in a row") in text
@@ -231,13 +234,22 @@ def test_tables_from_hand_written_records(converged, tmp_path):
     assert len(events) == 1                                          # one event file, the current figures
 
 
+UNDECIDED = "in direction, whether it agrees with the paper's loss without a position embedding: cannot tell: "
+
+
 @pytest.mark.parametrize("deltas, expected, said", [
-    ([(-0.03, 0.01), (-0.02, 0.01)], "agrees", ["lower", "lower"]),
-    ([(-0.03, 0.01), (0.02, 0.01)], "disagrees", ["lower", "higher"]),
-    ([(0.002, 0.005), (-0.003, 0.004)], "disagrees", ["no difference", "no difference"]),
-    ([(0.002, 0.005), (-0.003, None)], "cannot tell", ["no difference", "cannot tell"]),
-    ([(-0.03, 0.01), (-0.003, 0.02)], "cannot tell", ["lower", "cannot tell"]),
-    ([(-0.03, 0.03), (0.01, 0.02)], "cannot tell", ["cannot tell", "cannot tell"]),  # touches 0
+    ([(-0.03, 0.01), (-0.02, 0.01)], "in direction agrees with the paper's loss without a position embedding",
+     ["lower", "lower"]),
+    ([(-0.03, 0.01), (0.02, 0.01)], "in direction disagrees with the paper's loss without a position embedding",
+     ["lower", "higher"]),
+    ([(0.002, 0.005), (-0.003, 0.004)], "in direction disagrees with the paper's loss without a position embedding",
+     ["no difference", "no difference"]),
+    ([(0.002, 0.005), (-0.003, None)], UNDECIDED + "one seed, no interval, for 1 of the 2 differences",
+     ["no difference", "cannot tell"]),
+    ([(-0.03, 0.01), (-0.003, 0.02)], UNDECIDED + "the 95% interval of 1 of the 2 differences includes 0",
+     ["lower", "cannot tell"]),
+    ([(-0.03, 0.03), (0.01, 0.02)], UNDECIDED + "the 95% interval of each of the 2 differences includes 0",
+     ["cannot tell", "cannot tell"]),  # touches 0
 ])
 def test_position_embedding_verdict_says_only_what_the_intervals_allow(deltas, expected, said):
     """In direction against Table 8's loss, from every size's none − learn interval in the shared
@@ -250,7 +262,7 @@ def test_position_embedding_verdict_says_only_what_the_intervals_allow(deltas, e
     claims = [c for _, c in position_claims(p, rows)]
     assert [c.category for c in claims] == said and [c.wording.size for c in claims] == [-0.0283, -0.0283]
     text = verdict(p, "ablation", rows, [])
-    assert text.startswith(f"in direction {expected} with the paper's loss without a position embedding; none − learn")
+    assert text.startswith(f"{expected}; none − learn") and misread(text) == []
     assert all(c.said() in text for c in claims) and "published -0.0283" in text
 
 
@@ -271,8 +283,8 @@ def test_corrupt_records_are_one_line_and_write_nothing(experiment, tmp_path, ca
 def test_a_run_still_improving_silences_the_readings_that_rest_on_it(experiment, tmp_path):
     """Converged or silent, per reading: one ablation run still improving (none at the full set)
     marks its cells and is named as not read; no reading uses that row (nor the learn row it is
-    paired with), the rows whose runs all plateaued are read; every figure's *Here* gives the
-    profile's "Not read" sentence instead of a verdict."""
+    paired with), the rows whose runs all plateaued are read; every figure's *Here* names the row
+    left out and reads the same rows as the reading does, its numbers and verdict from none of that row."""
     out = tmp_path / "results"
     make_tables(experiment, out)
     assert _rows(out)[("ablation", "none", 1.0)]["still_improving"] == "1"
@@ -286,9 +298,12 @@ def test_a_run_still_improving_silences_the_readings_that_rest_on_it(experiment,
     none = next(line for line in reading.splitlines() if line.startswith("- **ViT without a position embedding**"))
     assert "at 0.01 (590 images)" in none and "59,000" not in none   # read at 590 images only
     assert "- **Attention distance with depth**" in reading          # the family runs all plateaued
-    gate = ("Not read: 1 of the 18 runs behind these numbers were still improving at their last validation (†); "
-            "the numbers are shown, and no conclusion is drawn from unconverged models.")
-    assert text.count(f"*Here*: {gate}") == len(FIGURES) and "*Verdict*" not in text
+    apart = "*Here* (not read: none at 1, where a run was still improving at its last validation (†)): "
+    assert text.count(apart) == len(FIGURES) and "*Here*: Not read" not in text
+    ablation = next(ln for ln in text.splitlines() if ln.startswith("*Measures*: ViT's test accuracy"))
+    assert ablation.count("none − learn") == 2   # at 590 images only, in what it shows and in its verdict
+    assert "none − learn at 0.01 (590 images)" in ablation.split("*Verdict*")[1] and "at 1 (" not in \
+        ablation.split("*Verdict*")[1]
     # the README's row rests on none − learn at the full set: not read
     from experiments.inductive_bias.tables import findings
     (row,) = findings(experiment)
@@ -430,8 +445,9 @@ def test_robustness_is_read_from_paired_intervals(tmp_path):
     diff = [d / CLEAN["vit"] - (DROP["resnet"] + 0.01 * s) / CLEAN["resnet"] for s, d in zip(SEEDS, (0.10, 0.50, 0.15))]
     assert (f"vit − resnet, paired by seed: {statistics.fmean(diff):+.3f} ± {ci(diff):.3f}: cannot tell: the 95% "
             "interval") in text
-    assert ("*Verdict*: At 1 (59,000 images): cannot tell in direction: some transformer − CNN difference cannot be "
-            "told or they point different ways; vit − resnet in size: disagrees, our interval") in text
+    assert ("*Verdict*: At 1 (59,000 images): in direction, cannot tell: the 95% interval of 1 of the 2 differences "
+            "includes 0: some transformer − CNN difference cannot be told or they point different ways; vit − resnet "
+            "in size: disagrees, our interval") in text
     assert "lies wholly below the published +0.8800" in text
 
 

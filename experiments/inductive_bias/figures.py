@@ -10,13 +10,13 @@ from modules.budgets import kind_of, reading_order
 
 from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN_GAP, TABLES, Profile, _at,
                                                 _concentration, _layer_means, ablation_rows, growth_claim, kept,
-                                                position_claims, robustness_claims, still_uniform)
+                                                position_claims, robustness_claims, settled_rows, still_uniform)
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
                                               robustness_text, robustness_verdict, structure_text, unsettled)
-from experiments.report.claim import load_figures
+from experiments.report.claim import cannot_tell_together, load_figures
 from experiments.figures import family_colour
 from experiments.statistics import mean_ci
-from experiments.report.verdicts import size_against
+from experiments.report.verdicts import STILL_IMPROVING, size_against
 
 FIGURE_TEXT = load_figures("inductive_bias")  # caption, what it measures, what the literature found (claims.yaml)
 
@@ -34,7 +34,9 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                              + (f", none − learn {_pm(none['delta'], signed=True)}" if none else ""))
         return "; ".join(parts) + "."
     if name == "attention_distance":
-        return "; ".join(f"{r['name']}: last − first layer {_pm(r['dist_growth'], 1, signed=True)} px, layer-1 heads "
+        sizes = len({r["fraction"] for r in families})  # with several, every number says its size
+        return "; ".join(f"{r['name']}" + (f" at {_size_label(p, r['fraction'])}" if sizes > 1 else "")
+                         + f": last − first layer {_pm(r['dist_growth'], 1, signed=True)} px, layer-1 heads "
                          f"{min(r['first_heads']):.1f}-{max(r['first_heads']):.1f} px"
                          + (f" ({r['rel_first'].value:.2f} of uniform attention's distance)" if r["rel_first"] else "")
                          for r in families if r["dist_growth"] is not None and r["first_heads"]) + "."
@@ -48,14 +50,16 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
         single = _single_class_text(families) if name == "occlusion" else ""
         parts = []
         for size in sorted({r["fraction"] for r in families}):  # one training-set size at a time
-            rel, words = kept([r for r in families if r["fraction"] == size], key)
+            rows = [r for r in families if r["fraction"] == size]
+            rel, words = kept(rows, key)
             parts.append(f"at {_size_label(p, size)}, each family keeps this {words}: "
                          + ", ".join(f"{f} {v:.2f}" for f, v in rel.items())
-                         + f"; {robustness_text(robustness_claims(p, size, key))}")
+                         + f"; {robustness_text(robustness_claims(p, size, key, {r['name'] for r in rows}))}")
         return f"with {what}: " + "; ".join(parts) + f".{single}{caveat}"
+    settled = {(r["name"], r["fraction"]) for r in families}  # the rows given: the reading's plateaued ones
     if name == "shift":
         parts = []
-        for fam in p.families():
+        for fam in [f for f in p.families() if (f, p.fractions("families")[-1]) in settled]:
             probes = [x["robustness"] for x in p.probe_cell(fam, p.fractions("families")[-1]).values()
                       if x.get("robustness")]
             patch = p.axes.get("probe_patch")
@@ -67,12 +71,13 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                              f"{at[-1]:.2f} / {at[1]:.2f} at {patch - 1} / {patch + 1} pixels")
         return "; ".join(parts) + "."
     if name == "cka":
-        return "; ".join(f"{c['family']}: last block vs the ResNet's last {c['matrix'][-1][-1]:.2f}, first vs first "
-                         f"{c['matrix'][0][0]:.2f}" for c in p.cka) + "."
+        return "; ".join(f"{c['family']} at {_size_label(p, c['fraction'])}: last block vs the ResNet's last "
+                         f"{c['matrix'][-1][-1]:.2f}, first vs first {c['matrix'][0][0]:.2f}" for c in p.cka
+                         if {(c["family"], c["fraction"]), ("resnet", c["fraction"])} <= settled) + "."
     if name == "attention_maps":
         f = p.fractions("families")[-1]
         parts = []
-        for fam in p.families():
+        for fam in [x for x in p.families() if (x, f) in settled]:
             cell = p.probe_cell(fam, f)
             m = cell[min(cell)].get("attention_maps") if cell else None
             if m:
@@ -86,7 +91,7 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
     """Whether figure `name` agrees with the published finding, from the numbers ('' where the
     finding has no test here)."""
     if name == "ablation":
-        claims = position_claims(p, ablations)  # read under the profile's gate (figures_section)
+        claims = [(r, c) for r, c in position_claims(p, ablations) if c.converged]  # as the reading takes them
         if not claims:
             return ""
         said = {c.category for _, c in claims}   # the shared vocabulary: experiments/report/verdicts.py
@@ -94,7 +99,10 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                   "disagrees" if said - {claims[0][1].wording.expected, "no difference", "cannot tell"}
                   or said == {"no difference"}
                   else "cannot tell")
-        return (f"in direction {agrees} with the paper's loss without a position embedding; none − learn "
+        direction = (f"in direction {agrees} with the paper's loss without a position embedding" if agrees != "cannot tell"
+                     else f"in direction, whether it agrees with the paper's loss without a position embedding: "
+                          f"{cannot_tell_together([c for _, c in claims])}")
+        return (f"{direction}; none − learn "
                 + "; ".join(f"at {_size_label(p, r['fraction'])}: {c.read()}, "
                             f"{size_against(c.estimate, c.wording.size)} (ViT-B/16, ImageNet 5-shot)" for r, c in claims)
                 + ".")
@@ -119,17 +127,25 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                 + ".")
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
-        said = [(size, robustness_verdict(robustness_claims(p, size, key)))
+        said = [(size, robustness_verdict(robustness_claims(p, size, key, {r["name"] for r in families
+                                                                           if r["fraction"] == size})))
                 for size in sorted({r["fraction"] for r in families})]
         return " ".join(f"At {_size_label(p, size)}: {v}." for size, v in said if v)
     return ""
 
 
 def figures_section(p: Profile, pngs: dict[str, str], ablations: list[dict], families: list[dict]) -> list[str]:
-    out, gate = ["### Figures", ""], unsettled(p)
+    """The figures, each captioned from the rows whose runs all plateaued, as the reading is (settled_rows):
+    the rows left out are named, and where none is left the profile's not-read sentence stands in."""
+    out, gate, left = ["### Figures", ""], unsettled(p), []
+    if gate:
+        ablations, families, left = settled_rows(ablations, families)
     for k, png in pngs.items():
         caption, measures, published = FIGURE_TEXT[k].caption, FIGURE_TEXT[k].measures, FIGURE_TEXT[k].published
-        said = (f"*Here*: {gate}" if gate else f"*Here*: {here(p, k, ablations, families)}"
+        apart = (f" (not read: {', '.join(left)}, where a run was still improving at its last validation "
+                 f"({STILL_IMPROVING}))" if left else "")
+        said = (f"*Here*: {gate}" if gate and not ablations and not families else
+                f"*Here*{apart}: {here(p, k, ablations, families)}"
                 + (f" *Verdict*: {verdict(p, k, ablations, families)}" if verdict(p, k, ablations, families) else ""))
         out += [f"#### {caption}", "", f"![{caption}]({png})", "", f"*Measures*: {measures}. *Published*: {published}. "
                 + said, ""]

@@ -187,8 +187,9 @@ class Claim:
 def read_together(claims: list[Claim]) -> str:
     """The direction of several claims of one wording read at once (a figure's verdict over every
     transformer − CNN pair): "agrees" when every one reads the direction the paper found, "disagrees"
-    when every one reads the other or "no difference", else "cannot tell", each followed by the
-    wording's `together` words for it. Silent ('') unless every claim is converged."""
+    when every one reads the other or "no difference", else "cannot tell" with how many of their 95%
+    intervals include 0 (the vocabulary says every "cannot tell" with its interval: verdicts.misread),
+    each followed by the wording's `together` words for it. Silent ('') unless every claim is converged."""
     if not claims or not all(c.converged for c in claims):
         return ""
     wording = claims[0].wording
@@ -198,9 +199,26 @@ def read_together(claims: list[Claim]) -> str:
         return f"agrees in direction: {wording.together['agree']}"
     if all(s in (other, "no difference") for s in said):
         return f"disagrees in direction: {wording.together['disagree']}"
-    return f"cannot tell in direction: {wording.together['unsure']}"
+    return f"in direction, {cannot_tell_together(claims)}: {wording.together['unsure']}"
 
 
+def cannot_tell_together(claims: list[Claim]) -> str:
+    """"cannot tell" over several claims read at once, with what their intervals show, as the
+    vocabulary says every "cannot tell" (verdicts.misread): how many 95% intervals include 0, how
+    many differences rest on one seed (no interval), else that the intervals read different ways."""
+    n = len(claims)
+    open_ = sum(c.category == "cannot tell" and c.estimate is not None and c.estimate.ci95 is not None for c in claims)
+    one = sum(c.estimate is None or c.estimate.ci95 is None for c in claims)
+
+    def of(k: int) -> str:
+        return "the one difference" if n == 1 else f"each of the {n} differences" if k == n else f"{k} of the {n} differences"
+    if open_:
+        return (f"cannot tell: the 95% interval of {of(open_)} includes 0"
+                + (f", and {one} more {'rests' if one == 1 else 'rest'} on one seed (no interval)" if one else ""))
+    if one:
+        return f"cannot tell: one seed, no interval, for {of(one)}"
+    return (f"cannot tell: the 95% intervals of the {n} differences read different ways "
+            f"({', '.join(sorted({c.category for c in claims}))})")
 @dataclass(frozen=True)
 class FigureText:
     """A figure's fixed words: its caption, what it measures and what the literature found."""
