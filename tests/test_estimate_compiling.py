@@ -134,8 +134,9 @@ def test_gpu_checks_step_times_price_the_groups_no_sweep_has_measured(tmp_path):
         "; about 20 min on this device (1 at a time) (step times: results/packed_steps_cpu.json for 4 packed "
         "groups, the step alone (validation and tests not counted)), about 11 min with 8 such cores, about 11 "
         "min with 16 such cores")
-    assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times={}) == (
-        f"; no step times measured on {CPU} (results/step_times.csv; make bench-steps JOBS=1 times them here), so no estimate")
+    assert estimate(runs, 1, CPU, {}, pack=8, compile_times={}, group_times={}) == (   # packed: the packed bench
+        f"; no step times measured on {CPU} (results/step_times.csv; make bench-packed-cpu times the gpu profile's "
+        "packed groups here), so no estimate")
 
 
 def test_the_group_step_times_are_the_same_rows_keyed_as_step_times_are(tmp_path):
@@ -203,4 +204,5 @@ def test_a_cpu_row_prices_only_processes_with_its_threads(tmp_path, monkeypatch)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     assert est.job_threads(2) == 1 and est.job_threads(1) == 2
     assert estimate(runs, 2, CPU, {}, pack=8).startswith("; about 14 min on this device (2 at a time) (step times: results/packed_steps_cpu.json")
-    assert estimate(runs, 1, CPU, {}, pack=8) == f"; no step times measured on {CPU} (results/step_times.csv; make bench-steps JOBS=1 times them here), so no estimate"
+    assert estimate(runs, 1, CPU, {}, pack=8) == (f"; no step times measured on {CPU} (results/step_times.csv; make "
+                                                  "bench-packed-cpu times the gpu profile's packed groups here), so no estimate")

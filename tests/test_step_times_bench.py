@@ -81,11 +81,12 @@ def test_bench_steps_price_the_runs_alone_no_record_measured_and_say_so(tmp_path
         "not counted: a lower bound)), about 30 min with 8 such cores, about 30 min with 16 such cores")
     # a packed group is not a run alone: its step is never priced from one
     assert estimate(vits, 1, CPU, {}, pack=2, group_times={}, bench_times=bench) == (
-        "; no step time measured on this device for vit-tiny at batch 32 packed 2, so no estimate")
+        "; no step time measured on this device for vit-tiny at batch 32 packed 2 (make bench-packed-cpu times the "
+        "gpu profile's packed groups here), so no estimate")
     # without any, the line names the target that measures them here (on a CPU; a GPU has make gpu-check)
     assert estimate(vits, 1, CPU, {}, group_times={}, bench_times={}) == (
-        f"; no step times measured on {CPU} (results/step_times.csv; make bench-steps JOBS=1 times them here), so no "
-        "estimate")
+        f"; no step times measured on {CPU} (results/step_times.csv; make bench-steps JOBS=1 times each family's tiny "
+        "step at batch 32 here), so no estimate")
     assert estimate(vits, 1, "an H200", {}, group_times={}, bench_times={}) == (
         "; no step times measured on an H200 (results/step_times.csv), so no estimate")
 

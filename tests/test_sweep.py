@@ -610,7 +610,7 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     assert estimate(runs[:1] * 20, 8, CPU, table) == ("; about 30 min on this device (8 at a time), about 20 min "
                                                         "with 16 such cores")
     assert estimate(runs[3:], 1, CPU, table) == ("; no step time measured on this device for swin-tiny at batch "
-                                                   "32, so no estimate")
+                                                   "32 (make bench-steps JOBS=1 times each family's tiny step at batch 32 here), so no estimate")
     assert estimate(runs, 1, "an H200", table) == ("; no step times measured on an H200 "
                                                    "(results/step_times.csv), so no estimate")
     # each run at its own batch size: a ViT at batch 128 has no step time measured
@@ -631,7 +631,8 @@ def test_the_dry_run_estimates_wall_time_from_step_times_measured_on_this_device
     # ViT at patch 2 (196 tokens, 251 MFLOPs an image) is not ViT at patch 4 (52): no step time measured for it
     patch2 = replace(runs[0], args=("--model.patch_size", "2"))
     assert estimate([patch2], 1, CPU, table) == ("; no step time measured on this device for vit-tiny (251 MFLOPs "
-                                                   "an image) at batch 32, so no estimate")
+                                                   "an image) at batch 32 (make bench-steps JOBS=1 times each family's "
+                                                   "tiny step at batch 32 here), so no estimate")
     assert estimate([patch2], 1, CPU, {**table, (CPU, "vit", "tiny", 251_373_200, 32, 1): 500.0}) == (
         "; about 50 min on this device (1 at a time), about 50 min with 8 such cores, about 50 min with 16 such cores")
     _write_run(tmp_path / "x", "vit", 0.1, 0, 0.7, 100)  # a finished run: nothing left to train

@@ -182,6 +182,16 @@ def configuration(run) -> str:
     return name if flops == flops_per_image(run, shaped=False) else f"{name} ({flops / 1e6:.0f} MFLOPs an image)"
 
 
+def _which_target(units: list, device: str, jobs: int) -> str:
+    """The make target that measures the step times `units` lack on `device`, and what it times:
+    gpu-check on a GPU, bench-packed-cpu for packed groups on a CPU (the gpu profile's shapes),
+    bench-steps for runs alone."""
+    if not _cpu(device):
+        return "make gpu-check times them"
+    return ("make bench-packed-cpu times the gpu profile's packed groups" if any(len(u) > 1 for u in units)
+            else f"make bench-steps JOBS={jobs} times each family's tiny step at batch 32")
+
+
 def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple, float] | None = None,
              pack: int = 1, compile_times: dict[tuple, float] | None = None,
              group_times: dict[tuple, float] | None = None, bench_times: dict[tuple, float] | None = None) -> str:
@@ -214,11 +224,12 @@ def estimate(runs: list, jobs: int, device: str | None = None, table: dict[tuple
     table = priced(table, group_times, bench_times)
     if not any(k[0] == device for k in table):
         return (f"; no step times measured on {device} (results/step_times.csv"
-                + (f"; make bench-steps JOBS={jobs} times them here" if _cpu(device) else "") + ")"
+                + (f"; {_which_target(units, device, jobs)} here" if _cpu(device) else "") + ")"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
     each, missing = unit_minutes(units, device, table)
     if not each:
         return (f"; no step time measured on this device for {', '.join(missing)}"
+                + f" ({_which_target(units, device, jobs)} here)"
                 + _no_compile_times(c_each, c_missing) + ", so no estimate")
     steps = [unit_minutes(phase, device, table)[0] for phase in phased]
     if jobs <= 1:  # one process compiles as it goes
