@@ -415,7 +415,10 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
     out += [] if not slopes else ["## Slope of log test error vs log n", "",
             "Least squares over every finished run (seeds are separate points), ± the half-width of its 95% "
             "t-interval (df = points - 2; n/a with fewer than 3 points or one training-set size). More negative: "
-            "the error falls faster as data grows; the paper's claim is a steeper slope for transformers.", "",
+            "the error falls faster as data grows; the paper's claim is a steeper slope for transformers. The "
+            "table pools seeds and compares no two families: the paired reading of the same claim is "
+            "each family's change of its gap to the ResNet from the smallest to the largest size, by seed (the "
+            "README's Findings, \"does it catch up\").", "",
             "| family | " + ("settings | " if with_settings else "") + "slope (95% CI) | points | sizes |",
             "|---|" + ("---|" if with_settings else "") + "---:|---:|---:|"]
     for s in slopes:
