@@ -619,3 +619,32 @@ def test_a_claim_whose_teacher_gave_only_the_true_labels_says_so(tmp_path):
         path.write_text(json.dumps({**json.loads(path.read_text()),
                                     "teacher_labels": {"differs": 5, "images": 1000, "rate": 0.005}}))
     assert "gave the true label" not in {f.question: f for f in findings(exp)}[CLAIMS["teacher"].question].ours
+
+
+def test_training_alone_is_read_from_a_student_whose_teacher_handed_something_on(tmp_path):
+    """"Does distillation beat training alone?" asks what a teacher hands on: a hard student whose
+    teacher gave the true label on every augmented training image (the cpu profile's ResNet at 118
+    images) trained as the baseline did, so the Findings row reads the first hard student whose
+    teacher differed from the labels in every seed, and names the one it passed over and why; with
+    none such, the first hard student as before."""
+    from experiments.distill.tables import findings
+    exp = tmp_path / "runs" / "distill"
+    write_experiment(exp, None, students_run=("hard/resnet", "hard/vit"), student_lr_of="vit")
+    record = json.loads((exp / RECORD).read_text())
+
+    def rates(resnet: float, vit: float) -> str:
+        for s in record["profiles"]["cpu"]["students"]:
+            path = exp / s["run"] / "summary.json"
+            rate = resnet if s["student"] == "hard/resnet" else vit
+            path.write_text(json.dumps({**json.loads(path.read_text()),
+                                        "teacher_labels": {"differs": round(rate * 1000), "images": 1000, "rate": rate}}))
+        return {f.question: f for f in findings(exp)}[CLAIMS["distillation"].question].ours
+    alone = rates(0.0, 0.12)
+    assert alone.startswith("hard/vit (cls+dist) − ") and alone.endswith(
+        "; read from hard/vit, as the teacher of hard/resnet gave the true label on every augmented training image: "
+        "nothing to hand on beyond the labels")
+    assert rates(0.12, 0.12).startswith("hard/resnet (cls+dist) − ") and "read from" not in rates(0.12, 0.12)
+    both = rates(0.0, 0.0)   # no teacher handed anything on: the first hard student, and what it lacked
+    assert both.startswith("hard/resnet (cls+dist) − ") and "read from" not in both and both.endswith(
+        "; the teacher of hard/resnet gave the true label on every augmented training image: nothing to hand on "
+        "beyond the labels")

@@ -38,13 +38,23 @@ def findings(exp_dir: Path) -> list[Finding]:
         cl = [c for c in claims(p) if c["fraction"] == f]
         where = source("distill", p.name, p.finished_runs(), whose(exp_dir))
         for claim in "abc":
+            # c: teachers of matched accuracy first; then a hard student whose teacher handed on labels other
+            # than the true ones in every seed (one that copied them hands on nothing: label_copies), then any
             c = next((c for c in cl if c["claim"] == claim and MATCHED in c.get("cnn", "")), None) \
+                or next((c for c in cl if c["claim"] == claim and variant_of(c.get("student", "hard/")) == "hard"
+                         and not label_copies(p, _students(c), f)), None) \
                 or next((c for c in cl if c["claim"] == claim and variant_of(c.get("student", "hard/")) == "hard"), None) \
-                or next((c for c in cl if c["claim"] == claim), None)  # c: teachers of matched accuracy first
+                or next((c for c in cl if c["claim"] == claim), None)
             if c is not None:
                 row = c["read"].row(f"{c['label']} at {p.size_label(f)}", where)
                 if claim == "c" and c["teachers"].estimate is not None:
                     row = replace(row, ours=f"{row.ours}; teachers differ by {estimate_text(c['teachers'].estimate)}")
+                passed = [x for x in cl if x["claim"] == claim and x is not c and cl.index(x) < cl.index(c)
+                          and variant_of(x.get("student", "")) == "hard" and label_copies(p, _students(x), f)]
+                if claim == "a" and passed:  # why the row is not the first hard student's
+                    row = replace(row, ours=f"{row.ours}; read from {c['student']}, as " + "; ".join(
+                        _nothing_handed_on(s, seeds, every=len(seeds) == len(p.students[(s, f)]))
+                        for x in passed for s, seeds in label_copies(p, _students(x), f).items()))
                 copies = label_copies(p, _students(c), f)
                 if copies:  # what the claim's verdict cannot say: no teacher label differed from the truth
                     row = replace(row, ours=f"{row.ours}; " + "; ".join(
