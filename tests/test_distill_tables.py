@@ -476,7 +476,7 @@ def test_the_readme_findings_block_is_rebuilt_from_every_experiment(made, tmp_pa
         {"student": "none", "fraction": 0.01, "seed": 0, "run": "deit_00000000"}]}}}), "no finished distill runs in"),
     (json.dumps({"spec": "distill", "profiles": {"cpu": {"teachers": [{"family": "resnet", "run": "resnet_0"}]}}}),
      "profile 'cpu' has a teacher entry lacking one of family, fraction, seed, run"),
-    (json.dumps(["not", "a", "record"]), "is not a distill record"),
+    (json.dumps(["not", "a", "record"]), "distill.json holds list, not a JSON object"),
 ])
 def test_missing_or_corrupt_record_is_one_line_and_writes_nothing(tmp_path, record, message):
     exp, out = tmp_path / "runs" / "distill", tmp_path / "results"

@@ -252,3 +252,40 @@ def test_lightning_checkpoints_replace_planted_links(tmp_path, victim):
     SafeCheckpointIO().save_checkpoint({"global_step": 7, "state_dict": {"w": torch.ones(2)}}, link)
     assert not link.is_symlink() and torch.load(link, weights_only=True)["global_step"] == 7
     assert sorted(p.name for p in link.parent.iterdir()) == ["last.ckpt"] and victim.read_bytes() == SECRET
+
+
+def test_reference_leaves_submitit_and_linked_files_behind(checkout, victim):
+    """submitit/ holds a scheduler's files and its own links (a sweep allows them there): `reference`
+    copies nothing of it, and nothing reached through a link, so no outside file's contents enter the
+    committed reference."""
+    secret = victim.with_name("secret.yaml")
+    secret.write_text("token: outside\n")
+    _plant(RUNS / "datascale" / "submitit" / "leak.yaml", secret)
+    (RUNS / "datascale" / "submitit" / "job.yaml").write_text("scheduler: its own\n")
+    assert main(["reference", "--experiment", "datascale"]) == 0
+    copied = [p for p in REFERENCE.rglob("*") if p.is_file()]
+    assert copied and not any("submitit" in p.parts for p in copied)
+    assert not any(b"outside" in p.read_bytes() for p in copied)
+
+
+def test_tables_replace_a_link_planted_as_the_runs_folder_s_step_times(tmp_path, victim):
+    """The step times of a runs folder other than the reference are written into it: a link planted
+    there is replaced, and the file it points at keeps every byte."""
+    runs = tmp_path / "runs"
+    _run(runs / "datascale", "resnet", 0.01, 0, 0.70)
+    link = _plant(runs / "step_times.csv", victim)
+    assert main(["tables", "--runs_dir", str(runs), "--out", str(tmp_path / "results"), "--readme", ""]) == 0
+    assert not link.is_symlink() and link.read_text().startswith("device,") and victim.read_bytes() == SECRET
+
+
+def test_a_run_folder_named_like_a_figure_link_removes_no_figure(tmp_path):
+    """A report lists the runs it leaves out by name: a folder named 'x](datascale.png)' printed there
+    once made the stale-figure check read datascale.png as a figure of that report, and a second
+    `make tables` deleted it. A name's brackets are written as entities, and only an image's whole
+    markup (![...](name.png)) counts as a figure shown."""
+    from experiments.report.table_format import plain
+    from experiments.tables import linked_figures
+    assert "](" not in plain("x](datascale.png)") and "[" not in plain("![a](b.png)")
+    report = tmp_path / "distill.md"
+    report.write_text(f"left out: {plain('x](datascale.png)')}; x](other.png)\n\n![distill](distill.png)\n")
+    assert linked_figures(report) == {"distill.png"}

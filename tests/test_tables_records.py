@@ -109,9 +109,9 @@ def test_every_report_that_reads_a_shared_run_names_it_once_when_it_is_left_out(
 
 def test_plain_text_is_one_line_without_markup():
     assert plain("a|b\\|c\n## h\r\n<b>&amp;`x`[l](u)\u2028\u202e") == \
-        "a&#124;b&#92;&#124;c ## h  &lt;b>&amp;amp;&#96;x&#96;&#91;l](u)  "
+        "a&#124;b&#92;&#124;c ## h  &lt;b>&amp;amp;&#96;x&#96;&#91;l&#93;(u)  "
     assert plain("2 CPU cores (AMD EPYC, AVX512), no GPU") == "2 CPU cores (AMD EPYC, AVX512), no GPU"
-    assert plain(repr([plain("a|b\\")])) == "&#91;'a&amp;#124;b&amp;#92;']"
+    assert plain(repr([plain("a|b\\")])) == "&#91;'a&amp;#124;b&amp;#92;'&#93;"
 
 
 @pytest.mark.parametrize("summary, why", [

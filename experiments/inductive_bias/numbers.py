@@ -5,6 +5,7 @@ position embedding, locality). No sentence is made here (words.py)."""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +25,7 @@ TABLE8 = load_published("inductive_bias")  # ViT Table 8 and Lu et al. 2022 (cla
 NAME = "inductive_bias"
 
 RECORD = "inductive_bias.json"
+CKA_DIR = "cka"  # the experiment's CKA records: <exp_dir>/cka/<run>__<reference run>.json
 
 PROBES = "probes.json"
 
@@ -146,7 +148,7 @@ def load_profiles(name: str, rec: dict, exp_dir: Path) -> list[Profile]:
             if probes:
                 p.probes[e["run"]] = probes
         family_runs = {e["run"].rsplit("/", 1)[-1] for e in mine["families"]}  # a CKA record names the folder
-        p.cka = [c for c in (read_record(exp_dir / path, HINT) for path in rec.get("cka") or [])
+        p.cka = [c for c in (read_record(cka_path(exp_dir, path), HINT) for path in rec.get("cka") or [])
                  if c and c.get("run") in family_runs]
         out.append(p)
     return out
@@ -242,6 +244,21 @@ def pos_structure(probes: dict) -> dict | None:
 
     from modules.probes import pos_embed_2d_structure
     return pos_embed_2d_structure(torch.tensor(table["similarity"], dtype=torch.float64))
+
+
+_CKA_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.json")  # <run>__<reference run>.json: longer than a run's name
+
+
+def cka_path(exp_dir: Path, entry) -> Path:
+    """The file of a record's CKA entry, which must name a file of the experiment's cka/ folder: a
+    record is data, and one pointing elsewhere ('../x.json', an absolute path) is an error line."""
+    parts = Path(entry).parts if isinstance(entry, str) else ()
+    if len(parts) != 2 or parts[0] != CKA_DIR:
+        raise ValueError(f"{exp_dir / RECORD}: a cka entry {entry!r} is not valid: allowed {CKA_DIR}/<file name>.json")
+    if not _CKA_FILE.fullmatch(parts[1]) or ".." in parts[1]:
+        raise ValueError(f"{exp_dir / RECORD}: a cka entry {entry!r} is not valid: allowed {CKA_DIR}/<file name>.json, "
+                         "a name of letters, digits, '.', '_' and '-'")
+    return exp_dir / CKA_DIR / parts[1]
 
 
 def cka_last(p: Profile, family: str, fraction: float) -> float | None:

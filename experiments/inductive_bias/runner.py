@@ -35,6 +35,7 @@ from experiments.runs.run.probe import PARTS, RESULT, probe_run
 from experiments.runs.run.provenance import git_commit, hardware, versions
 from modules.files import write_json
 
+from experiments.inductive_bias.numbers import CKA_DIR
 from experiments.runs.run.record import read_json, write_profile_record
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.cluster import options_from
@@ -47,7 +48,6 @@ from experiments.runs.sweep.sweep import AnyLr, choose_lrs, launching, print_pla
 NAME = "inductive_bias"
 RECORD = "inductive_bias.json"
 HINT = ": delete it and run make exp-inductive-bias again"
-CKA_DIR = "cka"
 BASELINE = "learn"     # the ablated family as the registry builds it: its runs use the variant "default"
 REFERENCE = "resnet"   # every family's CKA is computed against this family
 TOP_KEYS = {"dataset", "ablated", "ablations", "profiles"}

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import csv
+import io
 import unicodedata
 from pathlib import Path
 from typing import Callable, Iterable
 
+from modules.files import write_atomic
+
 # what would make a record's text markup: a cell's end, an escape, a tag or entity, a code span, a link
-_MARKUP = str.maketrans({"|": "&#124;", "\\": "&#92;", "<": "&lt;", "&": "&amp;", "`": "&#96;", "[": "&#91;"})
+_MARKUP = str.maketrans({"|": "&#124;", "\\": "&#92;", "<": "&lt;", "&": "&amp;", "`": "&#96;", "[": "&#91;",
+                         "]": "&#93;"})
 
 
 def one_line(text: str) -> str:
@@ -65,7 +69,8 @@ def write_csv(path: Path, rows: Iterable[dict], columns: Iterable[str], cell: Ca
     each value through `cell` when given; "\\n" line ends whatever the platform, so regenerated
     files compare byte for byte."""
     columns = list(columns)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows if cell is None else ({k: cell(r.get(k)) for k in columns} for r in rows))
+    text = io.StringIO()
+    w = csv.DictWriter(text, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows if cell is None else ({k: cell(r.get(k)) for k in columns} for r in rows))
+    write_atomic(path, text.getvalue())  # a link planted at `path` is replaced, never written through

@@ -13,6 +13,7 @@ from modules.files import parse_json, write_atomic, write_json
 from experiments.runs.run.convergence import plateau
 from experiments.runs.run.provenance import hardware, versions
 from experiments.runs.run.identity import config_hash, run_variant
+from experiments.runs.run.names import checked_name
 from experiments.runs.run.run_folder import RunFolder, teacher_of
 from experiments.runs.run.summary import Summary
 
@@ -20,14 +21,26 @@ PROGRESS_EVERY_S = 2.0  # how often a training run renews progress.json between 
 
 
 def read_json(path: Path, hint: str = "") -> dict:
-    """A record the tables or a runner reads back: {} when absent; a corrupt file is one error line."""
+    """A record the tables or a runner reads back: {} when absent; a corrupt file, one that is no JSON
+    object, or a profile named as no folder could be (its name makes paths) is one error line."""
     path = Path(path)
     if not path.exists():
         return {}
     try:
-        return parse_json(path.read_text())
+        record = parse_json(path.read_text())
     except ValueError as e:
         raise ValueError(f"{path} is not valid JSON: {e}{hint}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} holds {type(record).__name__}, not a JSON object{hint}")
+    # a profile's name becomes a folder or file name (tensorboard/<profile>, complexity_<group>_<profile>.png)
+    profiles = record.get("profiles")
+    names = [*(profiles if isinstance(profiles, dict) else {}), *([record["profile"]] if "profile" in record else [])]
+    try:
+        for name in names:
+            checked_name("profile", name)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}{hint}") from None
+    return record
 
 
 def write_profile_record(path: Path, spec_name: str, profile: str, entry: dict, invocation: dict | None,

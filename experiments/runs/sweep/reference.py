@@ -16,7 +16,7 @@ from pathlib import Path
 
 from modules.files import write_atomic
 
-from experiments.runs.run.lock import refuse_experiment_links
+from experiments.runs.run.lock import SUBMITIT_DIR, refuse_experiment_links
 from experiments.runs.run.names import checked_name
 from experiments.runs.run.run_folder import CHECKPOINTS, PROGRESS_FILE, TRAIN_INDICES_FILE
 from experiments.runs.sweep.shared import shared_entries
@@ -26,7 +26,7 @@ REFERENCE = Path("results/reference")
 # a record is small and plain; checkpoints, event files, logs, locks and drawn probe figures stay behind
 RECORD_SUFFIXES = (".json", ".yaml")
 LEFT_BEHIND = (TRAIN_INDICES_FILE, PROGRESS_FILE)
-LEFT_BEHIND_FOLDERS = (CHECKPOINTS, "probes", "tensorboard", "packed")
+LEFT_BEHIND_FOLDERS = (CHECKPOINTS, "probes", "tensorboard", "packed", SUBMITIT_DIR)  # submitit/: a scheduler's files
 
 
 class NothingFinished(ValueError):
@@ -82,11 +82,17 @@ def refresh(name: str, runs: Path = RUNS, reference: Path = REFERENCE) -> int:
 def _copy_records(source: Path, target: Path) -> int:
     files = [f for f in sorted(source.rglob("*")) if f.is_file() and f.suffix in RECORD_SUFFIXES
              and f.name not in LEFT_BEHIND
-             and not set(f.relative_to(source).parts[:-1]) & set(LEFT_BEHIND_FOLDERS)]
+             and not set(f.relative_to(source).parts[:-1]) & set(LEFT_BEHIND_FOLDERS)
+             and not _through_link(source, f)]  # a link's target is not a record of ours
     for f in files:
         (target / f.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(target / f.relative_to(source), f.read_bytes())
     return len(files)
+
+
+def _through_link(source: Path, f: Path) -> bool:
+    """Whether `f`, or a folder between `source` and it, is a symbolic link."""
+    return any(p.is_symlink() for p in (f, *f.parents) if p != source and source in p.parents)
 
 
 def main(argv: list[str]) -> int:
