@@ -36,16 +36,20 @@ TIME_MIN ?=
 ARRAY_PARALLELISM ?=
 RETRIES ?=
 NO_WAIT ?=
-LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARTITION),--partition $(PARTITION)) \
-	$(if $(ACCOUNT),--account $(ACCOUNT)) $(if $(GPUS),--gpus $(GPUS)) $(if $(CPUS),--cpus $(CPUS)) \
-	$(if $(MEM_GB),--mem_gb $(MEM_GB)) $(if $(TIME_MIN),--time_min $(TIME_MIN)) \
-	$(if $(ARRAY_PARALLELISM),--array_parallelism $(ARRAY_PARALLELISM)) $(if $(RETRIES),--retries $(RETRIES)) \
+# A value reaches a command as the shell's expansion of its exported variable ($$SEEDS), never as
+# command text: SEEDS='0; rm x' is two words for the runner to refuse, not a second command.
+export PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET VARIANTS STAGE PARTS ABLATIONS JOBS PACK EXPERIMENTS EPOCHS \
+	LAUNCHER PARTITION ACCOUNT GPUS CPUS MEM_GB TIME_MIN ARRAY_PARALLELISM RETRIES
+LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $$LAUNCHER) $(if $(PARTITION),--partition $$PARTITION) \
+	$(if $(ACCOUNT),--account $$ACCOUNT) $(if $(GPUS),--gpus $$GPUS) $(if $(CPUS),--cpus $$CPUS) \
+	$(if $(MEM_GB),--mem_gb $$MEM_GB) $(if $(TIME_MIN),--time_min $$TIME_MIN) \
+	$(if $(ARRAY_PARALLELISM),--array_parallelism $$ARRAY_PARALLELISM) $(if $(RETRIES),--retries $$RETRIES) \
 	$(if $(NO_WAIT),--no_wait)
 # each variable's option on an experiment's command line (VARIABLE:option; LAUNCHER: LAUNCH_ARGS);
 # a spec's make_options names those its runner takes, in their order
 OPTIONS := PROFILE:profile FAMILIES:families FRACTIONS:fractions SEEDS:seeds BUDGET:budget DATASET:dataset \
 	VARIANTS:variants STAGE:stage PACK:pack JOBS:jobs ABLATIONS:ablations PARTS:parts
-option = $(foreach o,$(filter $(1):%,$(OPTIONS)),$(if $($(1)),--$(patsubst $(1):%,%,$(o)) $($(1))))
+option = $(foreach o,$(filter $(1):%,$(OPTIONS)),$(if $($(1)),--$(patsubst $(1):%,%,$(o)) $$$(1)))
 options = $(foreach v,$(1),$(if $(filter LAUNCHER,$(v)),$(LAUNCH_ARGS),$(call option,$(v))))
 SWEEP_ARGS = $(call options,PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET VARIANTS STAGE PACK JOBS LAUNCHER)
 
@@ -135,7 +139,7 @@ training-digests: install ## record what each family's training computes on this
 	  -k "every_family_fits or cli_with_a_teacher"
 
 exp-%: install ## every experiment of experiments/*/spec.yaml (`make help` lists each from its spec), then its tables
-	$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(call options,$(call options_of,$(EXP))) || failed=1; \
+	$(if $(filter $(EXP),$(SPECS)),,$(error unknown target exp-$*: allowed $(subst _,-,$(addprefix exp-,$(SPECS))) or exp-all))$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(call options,$(call options_of,$(EXP))) || failed=1; \
 	$(PY) -m experiments tables --experiment $(EXP); exit $${failed:-0}
 
 exp-all: install ## the experiments' cpu profiles in their specs' order, a dependency order (exp-datascale's ResNet and ViT runs are exp-distill's teachers and exp-inductive-bias's family runs, trained once), then every table; prints each one's minutes
@@ -148,13 +152,13 @@ exp-all: install ## the experiments' cpu profiles in their specs' order, a depen
 	exit $$failed
 
 exp-datascale-commands: install ## print each run's exact command (the main stage's once its lr tuning is done; before that their count) and each stage's estimated wall time on this device (from the measured step times: results/step_times.csv, else make bench-steps); runs nothing
-	$(PY) -m experiments sweep --spec datascale $(SWEEP_ARGS) --dry_run
+	$(PY) -m experiments sweep --dry_run --spec datascale $(SWEEP_ARGS)
 
 tables: install ## regenerate results/*.csv, *.md and *.png, results/step_times.csv and the README's Findings from the run folders alone: yours in results/runs, else the committed results/reference
 	$(PY) -m experiments tables
 
 reference: install ## (developers) copy the records of your runs in results/runs over the committed results/reference, then rebuild the tables from it
-	$(PY) -m experiments reference $(if $(EXPERIMENTS),--experiment $(EXPERIMENTS))
+	$(PY) -m experiments reference $(if $(EXPERIMENTS),--experiment $$EXPERIMENTS)
 	$(PY) -m experiments tables --runs_dir results/reference
 
 tensorboard: install ## serve the curves of every run in results/runs
@@ -165,9 +169,9 @@ families: install ## the family x budget table: parameters and FLOPs at 28x28x1 
 	$(PY) -m experiments families --image_size 32 --in_chans 3
 
 fit-families: install ## fit every family on full Fashion-MNIST (BUDGET=tiny EPOCHS=5 FAMILIES=... SEEDS="0 1 2", default 0; DeiT distils from the ResNet of its seed)
-	@b=$${BUDGET:-tiny}; for s in $(or $(SEEDS),0); do \
-	  args="--experiment fit-families --model.budget $$b --trainer.max_epochs $(EPOCHS) --seed_everything $$s --data.seed $$s"; \
-	  for f in $(or $(FAMILIES),$(FAMILY_ORDER)); do \
+	@b=$${BUDGET:-tiny}; for s in $${SEEDS:-0}; do \
+	  args="--experiment fit-families --model.budget $$b --trainer.max_epochs $$EPOCHS --seed_everything $$s --data.seed $$s"; \
+	  for f in $${FAMILIES:-$(FAMILY_ORDER)}; do \
 	    extra=""; if [ $$f = deit ]; then \
 	      teacher=$$($(PY) -m experiments run_dir $$args --model.family resnet) || exit 1; \
 	      extra="--model.teacher_checkpoint $$teacher/checkpoints/best.ckpt"; fi; \
@@ -192,7 +196,7 @@ bench-packed-cpu: install ## the gpu profile's packed steps as the engine runs t
 	  --families resnet vit swin convnext hybrid --part_limit 3000 --total_limit 3600
 
 bench-steps: install ## one training step of each family on this machine as a sweep trains a run (batch 32, JOBS= processes at once, default one per core; DeiT with its teacher), for the dry run's estimate where no record measured one (a machine the reference never ran on; -> results/step_times_bench.json, a section per machine, with its seconds)
-	$(PY) benchmarks/step_times.py $(if $(JOBS),--jobs $(JOBS))
+	$(PY) benchmarks/step_times.py $(if $(JOBS),--jobs $$JOBS)
 
 bench: install ## benchmarks: DataModule loader vs per-sample DataLoader; LightningModule vs plain loop; images/s and MFU per family, single vs packed K=4; one run on every thread vs one run per thread; eager vs torch.compile (-> results/benchmarks.txt)
 	set -o pipefail; { $(PY) benchmarks/datamodule_throughput.py && $(PY) benchmarks/module_overhead.py \

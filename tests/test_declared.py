@@ -120,9 +120,10 @@ def test_make_runs_a_declared_experiment_with_its_spec_s_runner_options_and_help
     def command(out: str) -> str:
         return " ".join(next(x for x in out.splitlines() if "-m experiments" in x and "tables" not in x).split())
     assert command(make("exp-throwaway", "SEEDS=0 1", "PROFILE=gpu", "FAMILIES=vit")) == \
-        ".venv/bin/python -m experiments throwaway --profile gpu --seeds 0 1 || failed=1; \\"
+        ".venv/bin/python -m experiments throwaway --profile $PROFILE --seeds $SEEDS || failed=1; \\"
     assert command(make("exp-swept", "SEEDS=0 1", "PROFILE=gpu", "FAMILIES=vit")) == \
-        ".venv/bin/python -m experiments sweep --spec swept --families vit --profile gpu || failed=1; \\"
+        ".venv/bin/python -m experiments sweep --spec swept --families $FAMILIES --profile $PROFILE || failed=1; \\"
+    # each value reaches the runner as its exported variable's expansion (tests/test_help.py: never as a command)
     assert command(make("exp-unplaced")) == ".venv/bin/python -m experiments throwaway --spec unplaced || failed=1; \\"
     assert ".venv/bin/python -m experiments tables --experiment swept;" in make("exp-swept")
     assert re.search(r"for t in (.*); do", make("exp-all")).group(1).split() == ["exp-swept", "exp-throwaway", "exp-unplaced"]

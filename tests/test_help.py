@@ -66,3 +66,22 @@ def test_make_help_fits_in_100_columns():
     described = " ".join(out.split())
     for d in declared():
         assert " ".join(f"{d.make_target} {read_spec(d.path)['make_help']}".split()) in described
+
+
+@pytest.mark.parametrize("argv", [
+    ["exp-datascale-commands", "SEEDS=0; touch {planted}"],
+    ["exp-datascale-commands", "PROFILE=cpu; touch {planted};", "FAMILIES=resnet"],
+    ["exp-datascale-commands", "LAUNCHER=local`touch {planted}`"],
+    ["exp-bogus;touch {planted}"],
+])
+def test_a_make_variable_or_target_is_a_value_never_a_command(argv, tmp_path):
+    """Make's variables reach a command as the shell's expansion of an exported variable, and an
+    experiment target is checked against the specs before anything runs: a ';' or '$(...)' in a
+    value is words for the runner to refuse in one line, never a second command (a '$(...)' is make's
+    own syntax, expanded by make before any shell sees it)."""
+    planted = tmp_path / "planted"
+    done = subprocess.run(["make", "-s", *(a.format(planted=planted) for a in argv)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode != 0 and not planted.exists()
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower() or "***" in line]
+    assert errors and "Traceback" not in done.stderr, done.stderr
