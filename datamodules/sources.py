@@ -111,12 +111,28 @@ def dataset_identity(name: str) -> str:
         return name
     listing = []  # "path inside the folder<TAB>size" of every file imagefolder can read
     for root, dirs, files in os.walk(name, followlinks=True):
-        dirs[:] = [d for d in dirs if not _hidden(d)]  # not walked into
+        # not walked into: hidden folders, and a link to a folder this one is in (a cycle never ends)
+        dirs[:] = [d for d in dirs if not _hidden(d) and not _encloses(os.path.join(root, d), root)]
         inside = Path(os.path.relpath(root, name)).as_posix()
-        listing += [f"{inside}/{f}\t{os.stat(os.path.join(root, f)).st_size}" for f in files if not _hidden(f)]
+        listing += [f"{inside}/{f}\t{_size(name, os.path.join(root, f))}" for f in files if not _hidden(f)]
     listing.sort()
     digest = hashlib.sha1("\n".join(listing).encode()).hexdigest()
     return f"image folder sha1:{digest[:16]} ({len(listing)} files)"
+
+
+def _encloses(folder: str, root: str) -> bool:
+    """Whether `folder` resolves to `root` or to a folder `root` lies in."""
+    target, here = os.path.realpath(folder), os.path.realpath(root)
+    return here == target or here.startswith(target.rstrip(os.sep) + os.sep)
+
+
+def _size(name: str, path: str) -> int:
+    """A file's size, or one error line naming it (a link to nothing, a file that cannot be read)."""
+    try:
+        return os.stat(path).st_size
+    except OSError as e:
+        raise ValueError(f"data.dataset={name!r}: {path} cannot be read ({e.strerror}): allowed an image folder "
+                         "whose every file can be read") from None
 
 
 def short_name(name: str) -> str:

@@ -107,6 +107,19 @@ def test_image_folder_with_train_and_test_and_resize(tmp_path):
     assert dm._tensors["test"][0].shape == (4, 1, 12, 12)
 
 
+def test_an_image_folder_with_a_dangling_link_or_a_link_cycle_is_one_line_or_named(tmp_path):
+    """A link to nothing inside an image folder is one error line naming it (it was a traceback from
+    every command that names the dataset); a link back up the folder is walked once, not forever."""
+    _write_image_folder(tmp_path / "pets", ["cat", "dog"], 2)
+    named = sources.dataset_identity(str(tmp_path / "pets"))
+    (tmp_path / "pets" / "dog" / "loop").symlink_to(tmp_path / "pets")
+    assert sources.dataset_identity(str(tmp_path / "pets")) == named   # the cycle adds nothing, ends
+    (tmp_path / "pets" / "cat" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    with pytest.raises(ValueError, match=r"data\.dataset=.*pets.*: .*gone\.png cannot be read \(No such file or "
+                                         r"directory\): allowed an image folder whose every file can be read"):
+        sources.dataset_identity(str(tmp_path / "pets"))
+
+
 def test_an_image_folder_is_named_by_what_it_holds(tmp_path, monkeypatch):
     """One folder reached by two paths is one dataset (one identity, one decoded cache); a file
     added, moved to another class or rewritten at another size makes another; hidden files, which
