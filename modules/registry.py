@@ -87,6 +87,10 @@ def check_options(family: str, budget: str = "tiny", patch_size: int | None = No
         if getattr(knobs, k) is not None and k not in FAMILIES[family].knobs:
             allowed = ", ".join(f for f in FAMILIES if k in FAMILIES[f].knobs)
             raise ConfigError(f"{k}={getattr(knobs, k)!r} does not apply to family {family!r} (only to {allowed})")
+    for k in ("patch_size", "window_size"):
+        if getattr(knobs, k) is not None and (isinstance(getattr(knobs, k), bool) or not isinstance(getattr(knobs, k), int)
+                                              or getattr(knobs, k) < 1):
+            raise ConfigError(f"{k}={getattr(knobs, k)!r}: allowed an integer >= 1 that divides the image size")
     if pos_embed is not None and pos_embed not in POS_EMBEDS:
         raise ConfigError(f"pos_embed={pos_embed!r}: allowed {', '.join(POS_EMBEDS)}")
     if pool is not None and pool not in POOLS:

@@ -169,6 +169,10 @@ TEST = [
     # run_dir prints a path others build on ($(python -m experiments run_dir ...)): a typo is an error
     Case("run_dir", ("--model.family", "bogus"), ("unknown family 'bogus': allowed vit, deit",)),
     Case("run_dir", ("--data.fraction", "7"), ("fraction=7.0 is outside (0, 1]",)),
+    Case("run_dir", ("--model.patch_size", "0"), ("patch_size=0: allowed an integer >= 1 that divides the image size",)),
+    Case("run_dir", ("--model.patch_size", "-4"), ("patch_size=-4: allowed an integer >= 1",)),
+    Case("run_dir", ("--model.distillation", "bogus"), ("distillation='bogus': allowed hard, soft, none",)),
+    Case("probe", ("{run}", "--seed", "-1"), ("--seed -1: allowed integers from 0 to 2**32 - 1",)),
     # a run folder from elsewhere: its config.yaml is read as plain values, never as a parser's config
     *(Case(command, ("--ckpt_path", "{run}/checkpoints/best.ckpt"),
            ("run config '{run}/config.yaml' has trainer='trainer_part.yaml'", "no included file"),

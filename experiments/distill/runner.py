@@ -328,7 +328,7 @@ def main(argv: list[str]) -> int:
     spec = load_distill_spec(a.spec)
     axes = resolve_axes(spec, a.profile or ("gpu" if torch.cuda.is_available() else "cpu"),
                         fractions=a.fractions, seeds=a.seeds)
-    jobs = a.jobs or axes["jobs"]
+    jobs = axes["jobs"] if a.jobs is None else a.jobs  # --jobs 0 is refused, not the profile's
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
     cluster = options_from(a, spec["profiles"][axes["profile"]].get("cluster"), NAME, argv, jobs)

@@ -358,7 +358,7 @@ def main(argv: list[str]) -> int:
     axes = resolve_axes(spec, profile, seeds=a.seeds, families=a.families, variants=a.ablations, budgets=a.budgets)
     if (note := outside_profile(spec, profile, a.families)) is not None:
         print(note)
-    jobs = a.jobs or axes["jobs"]
+    jobs = axes["jobs"] if a.jobs is None else a.jobs  # --jobs 0 is refused, not the profile's
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: allowed integers >= 1")
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]

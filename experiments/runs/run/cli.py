@@ -28,6 +28,7 @@ from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
 from modules.classifier import check_teacher_checkpoint
+from modules.distillation import DISTILLATION_TYPES
 from modules.files import parse_json, refuse_links
 from modules.registry import check_options
 
@@ -477,6 +478,8 @@ def resolve_run_dir_checked(args: list[str]) -> Path:
     model, data = (cfg[k].as_dict() if isinstance(cfg[k], Namespace) else dict(cfg[k]) for k in ("model", "data"))
     check_options(**{k: model[k] for k in ("family", "budget", "patch_size", "pos_embed", "pool", "window_size",
                                            "drop_path_rate", "allow_unshifted")})
+    if model.get("distillation") not in DISTILLATION_TYPES:  # as the model checks it when fit builds it
+        raise ValueError(f"distillation={model.get('distillation')!r}: allowed {', '.join(DISTILLATION_TYPES)}")
     ImageClassificationDataModule(**data)  # its __init__ checks the values and loads nothing
     return resolve_run_dirs([args])[0]
 

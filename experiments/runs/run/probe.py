@@ -208,6 +208,8 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if a.images < 4:
         raise ValueError(f"--images {a.images}: allowed integers >= 4 (CKA's unbiased estimator needs 4 per batch)")
+    if not 0 <= a.seed < 2 ** 32:  # torch.Generator's seeds, and a run's recorded seed
+        raise ValueError(f"--seed {a.seed}: allowed integers from 0 to 2**32 - 1")
     bad = [x for x in a.parts if x not in PARTS]
     if bad:
         raise ValueError(f"--parts {bad[0]}: allowed {', '.join(PARTS)}")

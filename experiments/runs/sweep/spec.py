@@ -224,8 +224,8 @@ def load_spec(name_or_path: str, schema: Schema | None = None) -> dict:
     spec, label = read_spec(path), f"spec {spec_label(path)}"
     runner = spec.get("runner", SWEEP) if isinstance(spec, dict) else schema.runner
     if runner != schema.runner:
-        raise ValueError(f"{label} is run by `python -m experiments {runner}` (make exp-{runner.replace('_', '-')}), "
-                         f"not by {schema.runner}")
+        target = f" (make exp-{path.parent.name.replace('_', '-')})" if path.name == "spec.yaml" else ""
+        raise ValueError(f"{label} is run by `python -m experiments {runner}`{target}, not by {schema.runner}")
     reject_unknown(spec, schema.keys | COMMON_KEYS, label, required=schema.required)
     if not isinstance(spec["profiles"], dict) or not spec["profiles"]:
         raise ValueError(f"{label} has no profiles: allowed a mapping of profile names (e.g. cpu, gpu) "
