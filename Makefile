@@ -39,6 +39,7 @@ NO_WAIT ?=
 # A value reaches a command as the shell's expansion of its exported variable ($$SEEDS), never as
 # command text: SEEDS='0; rm x' is two words for the runner to refuse, not a second command.
 export PROFILE FAMILIES FRACTIONS SEEDS BUDGET DATASET VARIANTS STAGE PARTS ABLATIONS JOBS PACK EXPERIMENTS EPOCHS \
+	WHEELS PY_VERSION \
 	LAUNCHER PARTITION ACCOUNT GPUS CPUS MEM_GB TIME_MIN ARRAY_PARALLELISM RETRIES
 LAUNCH_ARGS = $(if $(LAUNCHER),--launcher $$LAUNCHER) $(if $(PARTITION),--partition $$PARTITION) \
 	$(if $(ACCOUNT),--account $$ACCOUNT) $(if $(GPUS),--gpus $$GPUS) $(if $(CPUS),--cpus $$CPUS) \
@@ -106,18 +107,18 @@ else
 # no index; the data go where the suite reads them ($$FASHION_MNIST_DIR, else Debian's folder)
 $(STAMP): pyproject.toml | wheels-folder
 	$(PYTHON) tools/wheelhouse.py venv $(VENV)
-	PIP_NO_INDEX=1 $(VENV)/bin/pip install -q --no-index --find-links '$(WHEELS)' -e '.[test]'
+	PIP_NO_INDEX=1 $(VENV)/bin/pip install -q --no-index --find-links "$$WHEELS" -e '.[test]'
 	touch $(STAMP)
 
 data: | wheels-folder
 	@dest=$${FASHION_MNIST_DIR:-$(dir $(FMNIST))}; \
 	if [ -f "$$dest/train-images-idx3-ubyte.gz" ]; then :; \
-	elif mkdir -p "$$dest" 2>/dev/null && cp '$(WHEELS)'/fashion-mnist/*.gz "$$dest"/; then echo "Fashion-MNIST -> $$dest"; \
-	else echo "note: $$dest is not writable: export FASHION_MNIST_DIR=$(abspath $(WHEELS))/fashion-mnist"; fi
+	elif mkdir -p "$$dest" 2>/dev/null && cp "$$WHEELS"/fashion-mnist/*.gz "$$dest"/; then echo "Fashion-MNIST -> $$dest"; \
+	else echo "note: $$dest is not writable: export FASHION_MNIST_DIR=$$(cd "$$WHEELS" && pwd)/fashion-mnist"; fi
 endif
 
 wheels-folder:
-	@[ -d '$(WHEELS)/fashion-mnist' ] || { echo "error: WHEELS=$(WHEELS) is no folder of 'make wheelhouse' (no fashion-mnist/ in it)" >&2; exit 2; }
+	@[ -d "$$WHEELS/fashion-mnist" ] || { echo "error: WHEELS=$$WHEELS is no folder of 'make wheelhouse' (no fashion-mnist/ in it)" >&2; exit 2; }
 
 install: $(STAMP) data ## create .venv with the project and its packages (and the data); WHEELS=<folder> PYTHON=<a python with torch>: offline, from make wheelhouse, the .venv seeing that python's torch
 
@@ -125,8 +126,8 @@ offline-install-check: install ## (developers) build a wheelhouse, then install 
 	OFFLINE_INSTALL_CHECK=1 $(PY) -m pytest -n 0 tests/test_offline_install.py
 
 wheelhouse: ## WHEELS=<folder>: every wheel the suite needs beyond torch and torchvision, and the data, for make install WHEELS= on a machine without network (PY_VERSION=3.12: for another Python)
-	@[ -n '$(WHEELS)' ] || { echo "error: make wheelhouse needs WHEELS=<folder>" >&2; exit 2; }
-	$(PYTHON) tools/wheelhouse.py build '$(WHEELS)' $(if $(PY_VERSION),--python-version $(PY_VERSION))
+	@[ -n "$$WHEELS" ] || { echo "error: make wheelhouse needs WHEELS=<folder>" >&2; exit 2; }
+	$(PYTHON) tools/wheelhouse.py build "$$WHEELS" $(if $(PY_VERSION),--python-version "$$PY_VERSION")
 
 # Python caches the project's bytecode even where the environment says not to: the suite starts
 # ~50 processes, and each would otherwise compile the project's modules again (~1 s of CPU each)
@@ -139,7 +140,7 @@ training-digests: install ## record what each family's training computes on this
 	  -k "every_family_fits or cli_with_a_teacher"
 
 exp-%: install ## every experiment of experiments/*/spec.yaml (`make help` lists each from its spec), then its tables
-	$(if $(filter $(EXP),$(SPECS)),,$(error unknown target exp-$*: allowed $(subst _,-,$(addprefix exp-,$(SPECS))) or exp-all))$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(call options,$(call options_of,$(EXP))) || failed=1; \
+	$(if $(and $(filter 1,$(words $*)),$(if $(findstring %,$*),,ok),$(filter $(EXP),$(SPECS))),,$(error unknown target exp-$*: allowed $(subst _,-,$(addprefix exp-,$(SPECS))) or exp-all))$(PY) -m experiments $(call command_of,$(EXP),$(call runner_of,$(EXP))) $(call options,$(call options_of,$(EXP))) || failed=1; \
 	$(PY) -m experiments tables --experiment $(EXP); exit $${failed:-0}
 
 exp-all: install ## the experiments' cpu profiles in their specs' order, a dependency order (exp-datascale's ResNet and ViT runs are exp-distill's teachers and exp-inductive-bias's family runs, trained once), then every table; prints each one's minutes

@@ -121,7 +121,7 @@ def build(name: str, roots: list[Path], out: Path) -> Path:
 def linked_figures(report: Path) -> set[str]:
     """The figures beside it that a report shows (![...](name.png)): an image's whole markup, so that a
     record's text that names a figure (a run folder called 'x](name.png)') never counts."""
-    return set(re.findall(r"!\[[^\]\n]*\]\(([^)/\s]+\.png)\)", report.read_text())) if report.is_file() else set()
+    return set(re.findall(r"!\[[^\n]*?\]\(([^)/\s]+\.png)\)", report.read_text())) if report.is_file() else set()
 
 
 def write_runtimes(roots: list[Path], out: Path, readme: Path | None, only: list[str] | None = None) -> None:

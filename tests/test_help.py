@@ -73,6 +73,10 @@ def test_make_help_fits_in_100_columns():
     ["exp-datascale-commands", "PROFILE=cpu; touch {planted};", "FAMILIES=resnet"],
     ["exp-datascale-commands", "LAUNCHER=local`touch {planted}`"],
     ["exp-bogus;touch {planted}"],
+    ["exp-nope;touch {planted};false datascale"],   # a word of it a spec's name: still not a target
+    ["exp-%"],
+    ["wheels-folder", "WHEELS=x' ] ; touch {planted} ; [ '"],
+    ["wheelhouse", "WHEELS={planted}_w", "PY_VERSION=3.12; touch {planted}"],
 ])
 def test_a_make_variable_or_target_is_a_value_never_a_command(argv, tmp_path):
     """Make's variables reach a command as the shell's expansion of an exported variable, and an

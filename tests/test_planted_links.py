@@ -287,5 +287,6 @@ def test_a_run_folder_named_like_a_figure_link_removes_no_figure(tmp_path):
     from experiments.tables import linked_figures
     assert "](" not in plain("x](datascale.png)") and "[" not in plain("![a](b.png)")
     report = tmp_path / "distill.md"
-    report.write_text(f"left out: {plain('x](datascale.png)')}; x](other.png)\n\n![distill](distill.png)\n")
-    assert linked_figures(report) == {"distill.png"}
+    report.write_text(f"left out: {plain('x](datascale.png)')}; x](other.png)\n\n![distill](distill.png)\n"
+                      "![last-layer [CLS] attention](attention_maps.png)\n")   # a caption may hold brackets
+    assert linked_figures(report) == {"distill.png", "attention_maps.png"}

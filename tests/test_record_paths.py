@@ -43,3 +43,13 @@ def test_a_cka_entry_outside_the_cka_folder_is_one_error_line(tmp_path, entry):
 def test_a_cka_entry_inside_the_cka_folder_is_read_there(tmp_path):
     assert cka_path(tmp_path, "cka/vit_f0.01_s0_abc__resnet_f0.01_s0_def.json") == \
         tmp_path / "cka" / "vit_f0.01_s0_abc__resnet_f0.01_s0_def.json"
+
+
+@pytest.mark.parametrize("budget", ["x/../../../tmp/outside", "../x", 5, ""])
+def test_a_budget_that_names_no_folder_is_one_error_line(tmp_path, budget):
+    """exp-inductive-bias's budgets name tensorboard/<profile>_<budget> and its figures where a profile has several."""
+    from experiments.inductive_bias.numbers import load_profiles
+    rec = {"axes": {"budget": "tiny"}, "families": [{"run": "a", "fraction": 0.1, "seed": 0, "budget": budget},
+                                                     {"run": "b", "fraction": 0.1, "seed": 0, "budget": "tiny"}]}
+    with pytest.raises(ValueError, match="has a budget .*: allowed a name of letters, digits"):
+        load_profiles("cpu", rec, tmp_path)

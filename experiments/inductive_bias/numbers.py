@@ -131,6 +131,10 @@ def load_profiles(name: str, rec: dict, exp_dir: Path) -> list[Profile]:
             if not isinstance(e, dict) or not {"run", "fraction", "seed"} <= set(e):
                 raise ValueError(f"{exp_dir / RECORD}: profile {name!r} has a malformed {table} entry {e!r}{HINT}")
     budgets = list(dict.fromkeys(_budget_of(e, axes) for t in ("families", "ablations") for e in rec.get(t) or []))
+    for budget in budgets:  # a budget's name makes paths too (tensorboard/<profile>_<budget>, its figures)
+        if budget is not None and (not isinstance(budget, str) or not _NAME.fullmatch(budget)):
+            raise ValueError(f"{exp_dir / RECORD}: profile {name!r} has a budget {budget!r}: allowed a name of "
+                             f"letters, digits, '_' and '-'{HINT}")
     runs, out = read_runs(exp_dir)[0], []
     for budget in budgets:
         mine = {t: [e for e in rec.get(t) or [] if _budget_of(e, axes) == budget] for t in ("families", "ablations")}
@@ -246,6 +250,7 @@ def pos_structure(probes: dict) -> dict | None:
     return pos_embed_2d_structure(torch.tensor(table["similarity"], dtype=torch.float64))
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a budget as a record names it
 _CKA_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.json")  # <run>__<reference run>.json: longer than a run's name
 
 
