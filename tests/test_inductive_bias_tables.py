@@ -329,6 +329,12 @@ def test_a_family_still_improving_is_in_no_robustness_pair(converged, tmp_path):
                    .split("###", 1)[0].splitlines() if ln.startswith("| ") and not ln.startswith("| family")]
     marked = [ln.split(" | ")[:2] for ln in family_rows if ln.startswith("| resnet †")]
     assert marked == [["| resnet †", "1"]] and sum("†" in ln for ln in family_rows) == 1
+    # the figures' captions read the same rows: resnet named as not read, in no pair, shift or CKA of theirs
+    captions = [ln for ln in (out / f"{NAME}.md").read_text().split("### Figures", 1)[1].splitlines()
+                if ln.startswith("*Measures*")]
+    assert captions and all("*Here* (not read: resnet at 1, where a run was still improving" in c for c in captions)
+    heres = [c.split("*Here*", 1)[1].split("*Verdict*")[0].split("): ", 1)[1] for c in captions]
+    assert not any("resnet" in h for h in heres), [h for h in heres if "resnet" in h]
 
 
 def test_a_verdict_says_at_how_many_sizes_it_was_measured(converged):
@@ -358,7 +364,9 @@ def test_uniform_attention_is_named_as_a_caveat(converged, tmp_path):
     text = (tmp_path / "results" / f"{NAME}.md").read_text()
     assert "**Caveat**: Every attention layer of vit, swin attends on average as far as uniform attention" in text
     assert text.count("no local heads have formed") == 2      # the reading and the shuffle figure
-    assert "*Verdict*: disagrees: vit show no local heads" in text
+    assert ("*Verdict*: disagrees on local heads: vit attend on average as far as uniform attention would in their "
+            "first and last layers (the layer means within 5% of it)") in text
+    assert "no growth with depth" not in text   # growth is read per family with its interval, not from the means
 
 
 def test_a_profile_with_several_budgets_gets_a_section_and_figures_each(experiment, tmp_path):

@@ -8,7 +8,7 @@ import math
 
 from modules.budgets import kind_of, reading_order
 
-from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN_GAP, TABLES, Profile, _at,
+from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN_GAP, TABLES, UNIFORM_TOLERANCE, Profile, _at,
                                                 _concentration, _layer_means, ablation_rows, growth_claim, kept,
                                                 position_claims, robustness_claims, settled_rows, still_uniform)
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
@@ -27,10 +27,13 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
         parts = []
         for f in p.fractions("ablations"):
             at = [r for r in ablations if r["fraction"] == f and r["acc"] is not None]
-            if at:
+            if len(at) == 1:  # nothing to rank it against (the others not run, or left out as still improving)
+                parts.append(f"at {_size_label(p, f)} only {at[0]['name']} is read ({_pm(at[0]['acc'])})")
+            elif at:
                 best = max(at, key=lambda r: r["acc"].value)
                 none = next((r for r in at if r["name"] == "none" and r["delta"] is not None), None)
-                parts.append(f"at {_size_label(p, f)} the best variant is {best['name']} ({_pm(best['acc'])})"
+                parts.append(f"at {_size_label(p, f)} the highest mean is {best['name']}'s ({_pm(best['acc'])}; the "
+                             "paired differences are read in the table)"
                              + (f", none − learn {_pm(none['delta'], signed=True)}" if none else ""))
         return "; ".join(parts) + "."
     if name == "attention_distance":
@@ -109,8 +112,10 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
     if name == "attention_distance":
         flat = still_uniform([r for r in families if r["name"] != "swin"])
         if flat:
-            return (f"disagrees: {', '.join(flat)} show no local heads and no growth with depth, the pattern the "
-                    "paper describes (a reading of distance: how concentrated their attention is, is read apart).")
+            return (f"disagrees on local heads: {', '.join(flat)} attend on average as far as uniform attention "
+                    f"would in their first and last layers (the layer means within {UNIFORM_TOLERANCE:.0%} of it), where "
+                    "the paper finds local heads; growth with depth is read per family, with its interval, under What "
+                    "the numbers say (a reading of distance: how concentrated attention is, is read apart).")
         grows = [r["name"] for r in families if r["name"] != "swin" and growth_claim(r).category == "higher"]
         return (f"agrees for {', '.join(grows)}: distance grows with depth." if grows else "")
     if name == "pos_embed_similarity":

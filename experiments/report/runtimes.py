@@ -133,7 +133,7 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours:
                  f"hours** (the runs' wall times summed, over {jobs}): {_and(shares)} hours"
                  + (f"; {_names(missing)} not trained yet." if missing else ".")
                  + (" A CPU without native bf16 matmuls trains in fp32, another configuration, so there every "
-                    "run trains anew and takes longer: `make exp-datascale-commands` prices them on your machine."
+                    "run trains anew: `make exp-datascale-commands` prices them on your machine."
                     if "bf16-mixed" in (precisions or []) else ""))
     if row.get("part"):  # the others had finished before it: its time is theirs only, so the whole comes first
         trained, runs = row["part"]

@@ -11,9 +11,9 @@ that gains less than a difference the readings would call "no difference" is no 
 steps. One validation on 1,000 images near 70-90% accuracy has a sampling standard error of
 sqrt(p(1 - p) / 1000) = 0.9-1.45 points against the model's true accuracy, but each validation of a
 run reads the same images, so the validations stray from their trend far less: the datascale
-report gives the measured standard deviation about each run's last-half slope (about half a point).
-Against that scatter the difference of two quarters' means of 5 validations each (the cpu profiles'
-20 validations a run) strays by chance about 0.3 points, so a quarter's gain of a point is seen. The slope over the last half uses twice the validations and asks
+report gives the measured standard deviation s about each run's last-half slope. Against it the
+difference of two quarters' means of k validations each (k = 5 for the cpu profiles' 20) strays by
+chance s * sqrt(2 / k), well under a point where s is under one, so a quarter's gain of a point is seen. The slope over the last half uses twice the validations and asks
 for evidence, not a point estimate: a curve whose climb is certain (95%) to exceed half a point per
 quarter is still climbing, even when each quarter's gain alone stays under the tolerance. Asking for
 evidence lets a noisy climb pass (tests/test_protocol.py shows one; the datascale report counts the
