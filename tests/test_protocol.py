@@ -3,6 +3,7 @@ chooses learning rates on validation accuracy without ever loading the test spli
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -296,6 +297,24 @@ def test_choice_reads_validation_only(tmp_path):
     choices, records = choose_lrs(runs)
     assert choices == {("vit", "default", 0.1): 0.003}
     assert all("test_acc" not in r for r in records)
+
+
+@pytest.mark.parametrize("record, said", [
+    ({"val_acc_best": "x"}, "val_acc_best='x': allowed a number from 0 to 1"),
+    ({"val_acc_best": 1.5}, "val_acc_best=1.5: allowed a number from 0 to 1"),
+    ({"val_acc_best": float("nan")}, "val_acc_best=nan: allowed a number from 0 to 1"),
+    ({"val_acc_best": 0.8, "steps": 8000, "val_history": [[4400 + 400 * i, "x"] for i in range(6)]},
+     "; delete that run folder"),
+])
+def test_a_tuning_trial_s_record_of_the_wrong_kind_is_one_line(tmp_path, record, said):
+    """A trial's summary.json is data (a run folder from elsewhere): a value that is no accuracy is
+    one line naming the file and the value, not a TypeError from deep in the lr choice."""
+    from experiments.runs.sweep.spec import Run
+    d = tmp_path / "vit_lr0.001"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"status": "fitted", **record}))
+    with pytest.raises(ValueError, match=rf"vit_lr0\.001/summary\.json: .*{re.escape(said)}"):
+        choose_lrs([Run(0, d.name, "vit", 0.1, 0, "default", (), run_dir=d, stage="tune", lr=0.001)])
 
 
 def test_choice_within_a_point_prefers_the_plateaued_trial(tmp_path):

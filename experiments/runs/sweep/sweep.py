@@ -174,8 +174,8 @@ def launching(exp_dir: Path, launcher: Callable[[Run], int], jobs: int, dry_run:
 def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
     """(family, variant, fraction) -> the chosen lr among finished trials, and a record of every
     trial. Only validation is read. The chosen lr is the best validation accuracy's, except that
-    trials within TIE of the best cannot be told apart on validation (the plateau rule's tolerance:
-    one point is the sampling error of one validation on 1,000 images, convergence.py), so among
+    trials within TIE of the best cannot be told apart on validation (the plateau rule's tolerance,
+    the verdicts' margin for accuracy: convergence.py), so among
     those a plateaued trial is preferred, its number being the one a longer run would keep; then
     the best validation, then the smaller lr. (At 118 images ViT's 1e-3 and 3e-3 reach 0.689 and
     0.691 at 8,000 steps, the second still climbing: the best alone flips with the steps.)"""
@@ -183,7 +183,12 @@ def choose_lrs(trials: list[Run]) -> tuple[dict, list[dict]]:
     for r in trials:
         s = RunFolder(r.run_dir).summary() or Summary()
         acc = s.val_acc_best if s.status in TUNED else None
-        plateaued = (judged(s) or {}).get("plateaued")
+        try:  # a record from elsewhere is data: a value of the wrong kind is one line naming it
+            if acc is not None and (isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0 <= acc <= 1):
+                raise ValueError(f"val_acc_best={acc!r}: allowed a number from 0 to 1")
+            plateaued = (judged(s) or {}).get("plateaued")
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{r.run_dir / 'summary.json'}: {e}; delete that run folder to train it again") from None
         records.append({"family": r.family, "variant": r.variant, "fraction": r.fraction, "seed": r.seed, "lr": r.lr,
                         "train_size": s.train_size, "val_size": s.val_size, "status": s.status,
                         "val_acc_best": acc, "plateaued": plateaued, "run": r.entry})
