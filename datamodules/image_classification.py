@@ -19,6 +19,7 @@ from .tensor_loader import TensorBatchLoader
 
 # Datasets whose classes change meaning under a mirror (digits); everything else flips.
 NO_HFLIP = {"mnist", "ylecun/mnist", "svhn", "ufldl-stanford/svhn", "emnist"}
+MAX_SIDE = 4096  # the largest image side resize_to and crop_padding take, in pixels
 
 
 def fixed_shape(dataset: str, resize_to: int | None) -> dict[str, int] | None:
@@ -82,10 +83,13 @@ class ImageClassificationDataModule(L.LightningDataModule):
                 raise ValueError(f"{name}={value}: allowed integers >= 1")
         if val_size is not None and val_size < 1:
             raise ValueError(f"val_size={val_size}: allowed integers >= 1 (images held out for validation)")
-        if resize_to is not None and resize_to < 1:  # 0 would be read as "no resize" under another identity
-            raise ValueError(f"resize_to={resize_to}: allowed a size in pixels >= 1, or null for the native size")
-        if crop_padding is not None and crop_padding < 0:
-            raise ValueError(f"crop_padding={crop_padding}: allowed integers >= 0 (0 = no random crop)")
+        # 0 would be read as "no resize" under another identity; past MAX_SIDE one decoded image alone
+        # takes gigabytes (a typo's 100000 exhausted memory)
+        if resize_to is not None and not 1 <= resize_to <= MAX_SIDE:
+            raise ValueError(f"resize_to={resize_to}: allowed a size in pixels from 1 to {MAX_SIDE}, or null for the "
+                             "native size")
+        if crop_padding is not None and not 0 <= crop_padding <= MAX_SIDE:
+            raise ValueError(f"crop_padding={crop_padding}: allowed integers from 0 (no random crop) to {MAX_SIDE}")
         for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
             if not value >= 0:  # a Beta(alpha, alpha) parameter; `not >=` also catches nan
                 raise ValueError(f"{name}={value}: allowed a float >= 0 (0 = off)")

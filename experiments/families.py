@@ -18,6 +18,12 @@ def main(argv: list[str]) -> None:
     p.add_argument("--names", action="store_true", help="only the families' names, teachers first and students "
                                                         "last (the order fit-families fits them in); builds nothing")
     a = p.parse_args(argv)
+    # the table runs each model forward once at this input: at 512 px ViT's attention (patch 4) is
+    # over 16,384 tokens, and past that one forward needs more memory than a laptop has
+    for name, value, low, high in (("--image_size", a.image_size, 1, 512), ("--in_chans", a.in_chans, 1, 4),
+                                   ("--num_classes", a.num_classes, 2, 100_000)):
+        if not low <= value <= high:
+            raise ValueError(f"{name} {value}: allowed integers from {low} to {high}")
     if a.names:
         print(" ".join(fit_order()))
         return

@@ -114,8 +114,8 @@ FIT = [
     fit("--model.family", "deit", "--model.distill_tau", "0", expect="distill_tau=0.0: allowed a softmax temperature > 0"),
     fit("--trainer.accumulate_grad_batches", "0",
         expect="trainer.accumulate_grad_batches=0: allowed integers >= 1 (batches per optimiser step)"),
-    fit("--data.resize_to", "0", expect="resize_to=0: allowed a size in pixels >= 1, or null for the native size"),
-    fit("--data.resize_to", "-3", expect="resize_to=-3: allowed a size in pixels >= 1"),
+    fit("--data.resize_to", "0", expect="resize_to=0: allowed a size in pixels from 1 to 4096, or null for the native size"),
+    fit("--data.resize_to", "-3", expect="resize_to=-3: allowed a size in pixels from 1 to 4096"),
     # names: one path component of safe characters, never a way out of runs_dir
     fit("--run_name", "../../x", expect=("run_name='../../x' is not valid", ALLOWED_NAME)),
     fit("--run_name", "a/b", expect="run_name='a/b' is not valid"),
@@ -129,7 +129,7 @@ FIT = [
                                                       "or an integer >= 1")),
     fit("--model.label_smoothing", "1.0", expect="label_smoothing=1.0: allowed [0, 1)"),
     fit("--model.label_smoothing", "-0.1", expect="label_smoothing=-0.1: allowed [0, 1)"),
-    fit("--data.crop_padding", "-1", expect="crop_padding=-1: allowed integers >= 0"),
+    fit("--data.crop_padding", "-1", expect="crop_padding=-1: allowed integers from 0 (no random crop) to 4096"),
     fit("--data.mixup_alpha", "-1", expect="mixup_alpha=-1.0: allowed a float >= 0"),
     fit("--data.cutmix_alpha", "-1", expect="cutmix_alpha=-1.0: allowed a float >= 0"),
     fit("--model.warmup_fraction", "1.5", expect="warmup_fraction=1.5: allowed a share of the steps in [0, 1]"),
@@ -172,6 +172,8 @@ TEST = [
     Case("run_dir", ("--model.patch_size", "0"), ("patch_size=0: allowed an integer >= 1 that divides the image size",)),
     Case("run_dir", ("--model.patch_size", "-4"), ("patch_size=-4: allowed an integer >= 1",)),
     Case("run_dir", ("--model.distillation", "bogus"), ("distillation='bogus': allowed hard, soft, none",)),
+    Case("run_dir", ("--data.resize_to", "100000"), ("resize_to=100000: allowed a size in pixels from 1 to 4096",)),
+    Case("run_dir", ("--data.crop_padding", "100000"), ("crop_padding=100000: allowed integers from 0",)),
     Case("probe", ("{run}", "--seed", "-1"), ("--seed -1: allowed integers from 0 to 2**32 - 1",)),
     # a run folder from elsewhere: its config.yaml is read as plain values, never as a parser's config
     *(Case(command, ("--ckpt_path", "{run}/checkpoints/best.ckpt"),

@@ -50,7 +50,7 @@ def test_the_tables_orders_are_the_ones_the_suite_always_used():
     assert reading_order() == ["resnet", "convnext", "vit", "deit", "swin", "hybrid"]
     assert names(attention="global") == ["vit", "deit", "hybrid"] and names(attention="windowed") == ["swin"]
     make = subprocess.run(["make", "-n", "fit-families"], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert f"for f in {' '.join(fit_order())}; do" in make.stdout
+    assert f"for f in ${{FAMILIES:-{' '.join(fit_order())}}}; do" in make.stdout   # FAMILIES= picks, else every family
 
 
 def test_a_model_knows_its_family():
@@ -156,3 +156,18 @@ def test_the_benchmarks_print_no_mfu_for_a_family_whose_flops_cannot_be_counted(
     assert flops is None and mfu(100.0, flops, 1e9).strip() == "n/a"
     monkeypatch.undo()
     assert mfu(100.0, 3e6, 1e9) == " 30.0%" and training_flops(ImageClassifier("resnet")) > 0
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--image_size", "0"], "--image_size 0: allowed integers from 1 to 512"),
+    (["--image_size", "100000"], "--image_size 100000: allowed integers from 1 to 512"),
+    (["--in_chans", "-1"], "--in_chans -1: allowed integers from 1 to 4"),
+    (["--num_classes", "1"], "--num_classes 1: allowed integers from 2"),
+])
+def test_the_family_table_refuses_an_input_it_cannot_build_in_one_line(argv, said, capsys):
+    """`families` runs every model forward at the input it is given: a size of 0 or 100,000 was a
+    RuntimeError traceback (or a machine out of memory), not a line naming the value."""
+    from experiments.__main__ import main
+    assert main(["families", *argv]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and said in err[0], err
