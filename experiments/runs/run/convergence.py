@@ -13,11 +13,12 @@ sqrt(p(1 - p) / 1000) = 0.9-1.45 points against the model's true accuracy, but e
 run reads the same images, so the validations stray from their trend far less: the datascale
 report gives the measured standard deviation s about each run's last-half slope. Against it the
 difference of two quarters' means of k validations each (k = 5 for the cpu profiles' 20) strays by
-chance s * sqrt(2 / k), well under a point where s is under one, so a quarter's gain of a point is seen. The slope over the last half uses twice the validations and asks
-for evidence, not a point estimate: a curve whose climb is certain (95%) to exceed half a point per
-quarter is still climbing, even when each quarter's gain alone stays under the tolerance. Asking for
-evidence lets a noisy climb pass (tests/test_protocol.py shows one; the datascale report counts the
-plateaued runs that still rose).
+chance s * sqrt(2 / k), well under a point where s is under one, so a quarter's gain of a point is
+seen. The slope over the last half uses twice the validations and asks for evidence, not a point
+estimate: a curve whose climb is certain (95%) to exceed half a point per quarter is still climbing,
+even when each quarter's gain alone stays under the tolerance. Asking for evidence lets a noisy
+climb pass (tests/test_protocol.py shows one; the datascale report counts the plateaued runs that
+still rose).
 
 Why means and a slope, not maxima. The rule it replaces compared the best validation of the last
 quarter with the best before it, so one lucky early peak hid a steady climb: ViT at 590 images,
