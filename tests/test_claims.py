@@ -110,13 +110,13 @@ def test_several_claims_read_together_agree_only_when_every_one_reads_the_publis
     unsure = Claim(words, Estimate(0.0, 0.5, 3), runs=6)
     assert read_together([up, up]) == "agrees in direction: all above"
     assert read_together([down, same]) == "disagrees in direction: none above"
-    assert read_together([up, unsure]) == "in direction, cannot tell: the 95% interval of 1 of the 2 differences includes 0: mixed"
+    assert read_together([up, unsure]) == "in direction, cannot tell: the 95% interval of 1 of the 2 differences includes 0; mixed"
     one = Claim(words, Estimate(0.1, None, 1), runs=2)
     assert read_together([unsure, one]) == ("in direction, cannot tell: the 95% interval of 1 of the 2 differences "
-                                            "includes 0, and 1 more rests on one seed (no interval): mixed")
-    assert read_together([up, one]) == "in direction, cannot tell: one seed, no interval, for 1 of the 2 differences: mixed"
+                                            "includes 0, and 1 more rests on one seed (no interval); mixed")
+    assert read_together([up, one]) == "in direction, cannot tell: one seed, no interval, for 1 of the 2 differences; mixed"
     assert read_together([up, down]) == ("in direction, cannot tell: the 95% intervals of the 2 differences read different "
-                                         "ways (higher, lower): mixed")
+                                         "ways (higher, lower); mixed")
     assert read_together([unsure, unsure]).startswith("in direction, cannot tell: the 95% interval of each of the 2 ")
     assert misread(read_together([up, unsure])) == misread(read_together([up, down])) == []
     assert read_together([up, Claim(words, Estimate(0.1, 0.02, 3), runs=6, improving=1)]) == ""

@@ -454,8 +454,8 @@ def test_robustness_is_read_from_paired_intervals(tmp_path):
     assert (f"vit − resnet, paired by seed: {statistics.fmean(diff):+.3f} ± {ci(diff):.3f}: cannot tell: the 95% "
             "interval") in text
     assert ("*Verdict*: At 1 (59,000 images): in direction, cannot tell: the 95% interval of 1 of the 2 differences "
-            "includes 0: some transformer − CNN difference cannot be told or they point different ways; vit − resnet "
-            "in size: disagrees, our interval") in text
+            "includes 0; no direction is read over the transformer − CNN pairs; vit − resnet in size: disagrees, our "
+            "interval") in text
     assert "lies wholly below the published +0.8800" in text
 
 

@@ -199,7 +199,7 @@ def read_together(claims: list[Claim]) -> str:
         return f"agrees in direction: {wording.together['agree']}"
     if all(s in (other, "no difference") for s in said):
         return f"disagrees in direction: {wording.together['disagree']}"
-    return f"in direction, {cannot_tell_together(claims)}: {wording.together['unsure']}"
+    return f"in direction, {cannot_tell_together(claims)}; {wording.together['unsure']}"
 
 
 def cannot_tell_together(claims: list[Claim]) -> str:
