@@ -335,6 +335,11 @@ def test_a_family_still_improving_is_in_no_robustness_pair(converged, tmp_path):
     assert captions and all("*Here* (not read: resnet at 1, where a run was still improving" in c for c in captions)
     heres = [c.split("*Here*", 1)[1].split("*Verdict*")[0].split("): ", 1)[1] for c in captions]
     assert not any("resnet" in h for h in heres), [h for h in heres if "resnet" in h]
+    # the figures show its numbers, named with the mark the tables give them
+    from experiments.inductive_bias.figures import _named
+    from experiments.inductive_bias.numbers import load
+    (p,) = load(converged)
+    assert _named(p, "resnet", 1.0) == "resnet †" and _named(p, "vit", 1.0) == "vit"
 
 
 def test_a_verdict_says_at_how_many_sizes_it_was_measured(converged):

@@ -17,6 +17,7 @@ from experiments.report.claim import cannot_tell_together, load_figures
 from experiments.figures import family_colour
 from experiments.statistics import mean_ci
 from experiments.report.verdicts import STILL_IMPROVING, size_against
+from experiments.runs.run.convergence import still_improving
 
 FIGURE_TEXT = load_figures("inductive_bias")  # caption, what it measures, what the literature found (claims.yaml)
 
@@ -184,6 +185,13 @@ def plot_ablation(p: Profile, rows: list[dict], fig) -> None:
     ax.legend(fontsize=8)
 
 
+def _named(p: Profile, family: str, fraction: float) -> str:
+    """A family as a figure names it: marked † where a run of its cell at `fraction` was still
+    improving, as the tables mark its numbers (the figure shows them; no reading rests on them)."""
+    cell = p.cell("families", "family", family, fraction)
+    return family + (f" {STILL_IMPROVING}" if any(still_improving(s) for s in cell.values()) else "")
+
+
 def plot_attention_distance(p: Profile, fig) -> None:
     f = p.fractions("families")[-1]
     fams = [fam for fam in p.families() if any(x.get("attention_distance") for x in p.probe_cell(fam, f).values())]
@@ -200,7 +208,8 @@ def plot_attention_distance(p: Profile, fig) -> None:
             means = _layer_means(uniform)
             ax.plot(range(1, len(means) + 1), means, "k--", lw=1, label="uniform attention")
             ax.legend(fontsize=7)
-        ax.set(title=fam, xlabel="layer (block)", ylim=(0, 28 if p.axes.get("dataset") == "fashion_mnist" else None))
+        ax.set(title=_named(p, fam, f), xlabel="layer (block)",
+               ylim=(0, 28 if p.axes.get("dataset") == "fashion_mnist" else None))
     axes[0].set_ylabel("mean attention distance (input pixels)")
     fig.suptitle(f"attention distance at fraction {f:g}: one dot per head (marker: seed)", fontsize=9)
 
@@ -244,7 +253,7 @@ def plot_robustness(p: Profile, fig, what: str) -> None:
             continue
         xs, ys, cis = curve
         ax.errorbar(xs, ys, yerr=cis, marker="o", ms=3, capsize=2, color=_colour(fam),
-                    ls="--" if kind_of(fam) == "CNN" else "-", label=fam)
+                    ls="--" if kind_of(fam) == "CNN" else "-", label=_named(p, fam, f))
     if what == "shift" and patch:
         for s in range(patch, 3 * patch, patch):
             ax.axvline(s, color="grey", alpha=0.3)
@@ -265,7 +274,8 @@ def plot_cka(p: Profile, fig) -> bool:
     import torch
     for ax, c in zip(axes, cka):
         cka_heatmap(torch.tensor(c["matrix"]), c["layers"], c["reference_layers"],
-                    title=f"{c['family']} vs {c['reference']} ({c['fraction']:g})", ax=ax)
+                    title=f"{_named(p, c['family'], c['fraction'])} vs {_named(p, c['reference'], c['fraction'])} "
+                          f"({c['fraction']:g})", ax=ax)
     return True
 
 
@@ -282,7 +292,7 @@ def plot_maps(p: Profile, fig) -> bool:
     axes = fig.subplots(1 + 2 * len(maps), n, squeeze=False)
     rows = [("image", maps[0][1]["images"], "gray")]
     for fam, m in maps:
-        rows += [(f"{fam} [CLS]", m["cls"], "inferno"), (f"{fam} rollout", m["rollout"], "inferno")]
+        rows += [(f"{_named(p, fam, f)} [CLS]", m["cls"], "inferno"), (f"{_named(p, fam, f)} rollout", m["rollout"], "inferno")]
     for i, (label, pictures, cmap) in enumerate(rows):
         for j in range(n):
             ax = axes[i][j]
