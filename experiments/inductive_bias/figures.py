@@ -77,7 +77,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
     if name == "cka":
         return "; ".join(f"{c['family']} at {_size_label(p, c['fraction'])}: last block vs the ResNet's last "
                          f"{c['matrix'][-1][-1]:.2f}, first vs first {c['matrix'][0][0]:.2f}" for c in p.cka
-                         if {(c["family"], c["fraction"]), ("resnet", c["fraction"])} <= settled) + "."
+                         if {(c["family"], c["fraction"]), (c["reference"], c["fraction"])} <= settled) + "."
     if name == "attention_maps":
         f = p.fractions("families")[-1]
         parts = []
