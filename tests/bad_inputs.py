@@ -9,7 +9,8 @@ folder with a truncated PNG), mixed (class folders of images of two sizes), lone
 folder of one image), yaml (a malformed YAML file), spec (a tiny sweep spec), evil (a torch
 checkpoint whose unpickling would create the file `pwned`), evil_raw (the same as a bare pickle),
 pwned (that file), out (a folder outside runs), plants (a folder to put on the import path, holding
-a module h3evil whose import creates `pwned`), run (a run folder from elsewhere: its config.yaml is
+a module h3evil whose import creates `pwned`), evil_config and evil_spec (a config file and a sweep
+spec whose trainer.callbacks names h3evil), run (a run folder from elsewhere: its config.yaml is
 a suite config with a case's `run_config` entries, beside an included file naming h3evil), victim and
 victim_dir (a file and a folder outside runs that a planted link points at: their bytes must stay).
 """
@@ -68,6 +69,7 @@ class Case:
         return " ".join((self.command, *self.args, *linked)) + (f" [config.yaml: {planted}]" if planted else "")
 
 
+DENIED = "{key} names '{name}', which the suite does not import: allowed classes from lightning"
 ALLOWED_NAME = "allowed a single folder name of letters, digits, '.', '_' and '-', at most 100 characters"
 
 
@@ -145,6 +147,13 @@ FIT = [
     fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil}", expect=("{evil}", "is refused")),
     fit("--model.family", "deit", "--model.teacher_checkpoint", "{evil_raw}", expect="{evil_raw}"),
     Case("fit", ("--model.family", "vit"), ("last.ckpt", "is refused"), plant="checkpoints/last.ckpt"),
+    # a value naming code outside the trusted packages: refused before it is imported (import_policy.py)
+    fit("--trainer.callbacks", "h3evil.Cb", expect=(DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),
+                                                   "VIT_FAMILIES_IMPORTS")),
+    fit("--config", "{evil_config}", expect=DENIED.format(key="trainer.callbacks", name="h3evil.Cb")),
+    fit("--trainer.logger", "h3evil.Logger", expect=DENIED.format(key="trainer.logger", name="h3evil.Logger")),
+    fit("--trainer.callbacks+=LambdaCallback", "--trainer.callbacks.on_fit_start=h3evil.hook",
+        expect=DENIED.format(key="trainer.callbacks", name="h3evil.hook")),
 ]
 
 
@@ -196,6 +205,8 @@ SWEEP = [
     Case("sweep", ("--spec", "{deep}"), ("spec '{deep}' is not valid YAML: nested too deeply to read",)),
     Case("sweep", ("--runs_dir", "{file}/runs"), ("cannot write to runs_dir '{file}/runs'", "is not a folder")),
     Case("sweep", ("--runs_dir", ""), ("runs_dir='': allowed a folder path",)),
+    Case("sweep", ("--spec", "{evil_spec}"),
+         (DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),)),
     # the launcher (experiments/runs/sweep/slurm.py)
     Case("sweep", ("--launcher", "pbs"), ("argument --launcher: invalid choice: 'pbs'", "slurm", "submitit-local")),
     Case("sweep", ("--no_wait",), ("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local",)),
@@ -217,7 +228,8 @@ class Scene:
         self.root = root
         self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml", "deep": root / "deep.yaml",
                       "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
-                      "out": root / "outside", "plants": root / "plants", "run": root / "elsewhere" / "r_0a1b2c3d",
+                      "out": root / "outside", "plants": root / "plants", "evil_config": root / "evil_config.yaml",
+                      "evil_spec": root / "evil_spec.yaml", "run": root / "elsewhere" / "r_0a1b2c3d",
                       "victim": root / "victims" / "victim.txt", "victim_dir": root / "victims" / "folder"}
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
@@ -246,6 +258,9 @@ class Scene:
         (self.paths["run"] / "checkpoints").mkdir(parents=True)
         torch.save({"state_dict": {}, "hyper_parameters": {}}, self.paths["run"] / "checkpoints" / "best.ckpt")
         (self.paths["run"] / "trainer_part.yaml").write_text(yaml.safe_dump({"callbacks": ["h3evil.Cb"]}))
+        self.paths["evil_config"].write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "h3evil.Cb"}]}}))
+        self.paths["evil_spec"].write_text(yaml.safe_dump(
+            {**TINY_SPEC, "variant_args": {"default": {"trainer.callbacks": "h3evil.Cb"}}}))
 
     def write_run_config(self, entries: tuple[tuple[str, object], ...]) -> None:
         """{run}/config.yaml: a suite config with `entries` set (a section's whole value, or one key)."""

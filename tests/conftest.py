@@ -103,6 +103,17 @@ def isolated_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def kill_switch_importable():
+    """The interruption tests name tests/kill_switch.py's callbacks in --trainer.callbacks: allowed the
+    way a researcher allows their own (experiments/runs/run/import_policy.py), in this process and the
+    runs it starts."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VIT_FAMILIES_IMPORTS", "tests.kill_switch")
+    yield
+    mp.undo()
+
+
 @pytest.fixture
 def make_dm(fmnist_dir):
     """ImageClassificationDataModule on the small IDX data; keyword arguments override."""

@@ -108,6 +108,18 @@ def test_the_planted_checkpoint_is_a_real_attack(tmp_path, fmnist_dir):
         assert scene.paths["pwned"].exists(), name
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if "which the suite does not import" in " ".join(c.expected)], ids=lambda c: c.label[:80])
+def test_a_value_naming_planted_code_is_a_real_attack(scene, monkeypatch, case):
+    """What the import policy guards against: the battery's cases that name h3evil import it, and so
+    run its code, once VIT_FAMILIES_IMPORTS allows it (as it allows a researcher's own callback)."""
+    monkeypatch.setenv("FASHION_MNIST_DIR", scene.fill("{fmnist}"))
+    monkeypatch.setenv("VIT_FAMILIES_IMPORTS", "h3evil")
+    monkeypatch.syspath_prepend(scene.fill("{plants}"))
+    monkeypatch.delitem(sys.modules, "h3evil", raising=False)
+    main([*case.argv(scene), *(("--dry_run",) if case.command == "sweep" else ("--trainer.max_steps", "0"))])
+    assert scene.paths["pwned"].exists()
+
+
 def test_an_image_cut_inside_its_pixels_is_named_when_decoded(tmp_path, capsys):
     """A PNG whose chunks are whole (its structure passes the cheap check) but whose compressed pixels
     stop halfway: decoding it names the file in one error line, exit 2, no traceback, no run folder

@@ -35,6 +35,7 @@ from modules.registry import check_options
 from experiments.runs.run.checkpoint import FinalCheckpoint, RunCheckpoint, TargetGap
 from experiments.runs.run.cli_help import HELP_ALL, asks_help, suite_help
 from experiments.runs.run.cli_messages import first_line, one_line
+from experiments.runs.run.import_policy import enforce
 from experiments.runs.run.identity import config_hash, evaluation_identity, folder_name, identity
 from experiments.runs.run.names import checked_name, checked_runs_dir, inside
 from experiments.runs.run.record_callback import RunRecord
@@ -139,6 +140,7 @@ class SuiteCLI(LightningCLI):
         if argv and argv[0] in self._subcommand_parsers and asks_help(argv):
             print(suite_help(self._subcommand_parsers[argv[0]], argv[0], full=HELP_ALL in argv), end="")
             raise SystemExit(0)
+        enforce()  # a value may name code only from trusted packages (import_policy.py)
         try:
             with warnings.catch_warnings():  # the args are sys.argv's (plus a run's config.yaml): no mistake
                 warnings.filterwarnings("ignore", "LightningCLI's args parameter is intended")

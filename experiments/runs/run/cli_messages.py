@@ -10,6 +10,8 @@ from pathlib import Path
 import yaml
 from modules.files import parse_yaml
 
+from experiments.runs.run.import_policy import allowed_said
+
 
 def one_line(message: str, argv: list[str], parser) -> str:
     """jsonargparse's `message` for the command line `argv`, parsed by `parser` (the subcommand's),
@@ -21,8 +23,13 @@ def one_line(message: str, argv: list[str], parser) -> str:
     typed = re.match(r'Parser key "([^"]+)":\s*(?:Expected a (.*?)\. Got value|.*?Subtypes: \[(.*?)\]\n.*'
                      r'Given value): (.*)', message, re.S)
     bad_yaml = message.startswith("Problems parsing config") and bad_config_file(argv)
+    denied = re.search(r"Importing '([^']+)' is not allowed", message)
     if bad_yaml:
         message = bad_yaml
+    elif denied:  # refused before the import (import_policy.py): the key, the name and what may be named
+        key = re.match(r'Parser key "([^"]+)"', message)
+        message = (f"{key[1] + ' names' if key else 'a value names'} {denied[1]!r}, which the suite does not "
+                   f"import: {allowed_said()}")
     elif unknown:
         key = unknown[1]
         group = [k for k in keys if k.rpartition(".")[0] == key.rpartition(".")[0]] \

@@ -450,6 +450,9 @@ def main(argv: list[str]) -> int:
         piece = any((a.families, a.fractions, a.seeds, a.variants)) or a.stage != "all"
         print(whole_left([r for _, runs in stages for r in runs], jobs, pack, piece=piece))
         return 0
+    # every planned run's options parsed before the experiment's folder, lock or curves are made: a spec
+    # whose variant_args hold a bad value (or name code outside import_policy.py) leaves nothing behind
+    planned_stages(spec, axes, runs_dir, pool, a.stage)
     try:
         with hold_experiment(exp_dir):
             code = run_stages(a, spec, axes, runs_dir, pool, jobs, pack, cluster)
