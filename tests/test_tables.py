@@ -500,6 +500,29 @@ def test_tuning_section_and_csv(tmp_path):
     assert trials[0]["val_acc_best"] == "0.712" and trials[0]["run"] == "vit_f0.01_s0_lr0.001"
 
 
+@pytest.mark.parametrize("value, cell", [
+    ('=HYPERLINK("http://x","y")', "'=HYPERLINK(\"http://x\",\"y\")"), ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
+    ("+x", "'+x"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("-0.0123", "-0.0123"), ("1e-05", "1e-05"),
+    ("-", "-"), (-0.5, "-0.5"), ("vit", "vit")])
+def test_a_csv_cell_never_starts_a_formula(tmp_path, value, cell):
+    """A text from a record that a spreadsheet would run as a formula is written as text (a leading
+    apostrophe); numbers, as numbers or as text, and the empty cell's lone '-' are written as they are."""
+    from experiments.report.table_format import write_csv
+    write_csv(tmp_path / "t.csv", [{"a": value}], ["a"])
+    assert list(csv.reader(open(tmp_path / "t.csv", newline=""))) == [["a"], [cell]]
+
+
+def test_a_run_name_from_a_tuning_record_is_no_formula_in_its_csv(tmp_path):
+    exp = tmp_path / "runs" / "tuned"
+    _run(exp, "vit", 0.01, 0, 0.70, lr=0.001, plateaued=True)
+    tuning = json.loads(json.dumps(TUNING))
+    tuning["profiles"]["cpu"]["trials"][0]["run"] = "=HYPERLINK(1)"
+    (exp / "tuning.json").write_text(json.dumps(tuning))
+    make_tables(exp, tmp_path / "out")
+    trials = list(csv.DictReader(open(tmp_path / "out" / "tuned_tuning.csv")))
+    assert trials[0]["run"] == "'=HYPERLINK(1)"
+
+
 def test_reading_says_when_cnns_catch_up():
     (text,) = scaling_reading(_rows({("resnet", 100): 0.70, ("resnet", 1000): 0.85,
                                      ("hybrid", 100): 0.80, ("hybrid", 1000): 0.87}, seeds=3))

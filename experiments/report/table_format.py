@@ -64,13 +64,28 @@ def replaced_rows(old: list[str], new: list[str], rebuilt: Callable[[str], bool]
     return kept[:at] + new + kept[at:]
 
 
+def inert(value):
+    """A CSV cell a spreadsheet shows as text: a text starting like a formula (=, +, -, @, a tab or a
+    carriage return) gets a leading apostrophe, so that a name from a record (a family, a dataset, a
+    setting) cannot run as a formula when the file is opened (=HYPERLINK(...), -2+3+cmd|...). A
+    number, written as one or as its text (-0.0123, 1e-05), and the lone "-" of an empty cell stay
+    as they are."""
+    if not isinstance(value, str) or value[:1] not in ("=", "+", "-", "@", "\t", "\r") or value == "-":
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
 def write_csv(path: Path, rows: Iterable[dict], columns: Iterable[str], cell: Callable | None = None) -> None:
     """One row per dict, in `columns` (other keys left out; None and missing keys written empty),
-    each value through `cell` when given; "\\n" line ends whatever the platform, so regenerated
-    files compare byte for byte."""
+    each value through `cell` when given and then `inert`; "\\n" line ends whatever the platform, so
+    regenerated files compare byte for byte."""
     columns = list(columns)
     text = io.StringIO()
     w = csv.DictWriter(text, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows if cell is None else ({k: cell(r.get(k)) for k in columns} for r in rows))
+    w.writerow({k: inert(k) for k in columns})
+    w.writerows({k: inert(r.get(k) if cell is None else cell(r.get(k))) for k in columns} for r in rows)
     write_atomic(path, text.getvalue())  # a link planted at `path` is replaced, never written through
