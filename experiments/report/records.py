@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.report.record_fields import check, fields_of
 from experiments.report.table_format import one_line, plain
 from experiments.runs.run.record import read_json
 from experiments.runs.run.run_folder import IDENTITY_FILE, RunFolder
@@ -60,8 +61,10 @@ def markdown_safe(value):
 
 def read_record(path: Path, hint: str = ""):
     """An experiment's own record or probes (record.read_json: {} when absent, a corrupt one is one
-    error line), its texts markdown-safe."""
-    return markdown_safe(read_json(path, hint))
+    error line), each key the tables read checked against what its writer writes (record_fields.py:
+    a wrong one is one error line too), its texts markdown-safe."""
+    record, fields = read_json(path, hint), fields_of(path)
+    return markdown_safe(check(record, fields, path, hint) if fields and record else record)
 
 
 def _load(path: Path):

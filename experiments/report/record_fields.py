@@ -1,0 +1,204 @@
+"""What each experiment's own record must hold for the tables to read it: sweep.json, tuning.json,
+distill.json, inductive_bias.json, a run's probes.json and distill_probes.json, cka/*.json and
+measurements_*.json, each checked when `tables` reads it (report/records.read_record) as a run's
+summary.json is (runs/run/summary_check.py). A record may come from elsewhere: a key of the wrong
+kind (text where a number goes, a list where a mapping goes, null where the suite never writes one)
+is one error line naming the file, the key and what is allowed, never a traceback or a table built on it.
+
+A field is declared by the shape the writer gives it:
+  a check          a leaf: TEXT, NUMBER, COUNT, ... (a function returning what is allowed, or None)
+  {key: field}     a mapping; each declared key that is present is checked, other keys are kept as they are
+  [field]          a list, each item checked
+  each(field)      a mapping of any keys, each value checked
+  maybe(field)     null, or the field (where the writer writes null: a trial not finished, no teacher)
+  either(a, b)     a or b
+"""
+from __future__ import annotations
+
+import math
+from fnmatch import fnmatch
+from pathlib import Path
+
+from experiments.runs.run.summary_check import ACCURACY, COUNT, INTEGER, NUMBER, BadRecord, _number, _show
+
+
+def TEXT(v) -> str | None:
+    return None if isinstance(v, str) else "text"
+
+
+def BOOL(v) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
+def MEASURE(v) -> str | None:
+    """A probe's number: finite, NaN where the probe writes that it is undefined (a head with no
+    keys to attend, a constant embedding's correlation, a mean over nothing), or null."""
+    ok = v is None or (isinstance(v, float) and math.isnan(v)) or NUMBER(v) is None
+    return None if ok else "a number, NaN or null"
+
+
+FRACTION = _number(0, 1)          # a share of the training pool
+POSITIVE = _number(0)             # a learning rate, a time, a cost
+
+
+class each:
+    def __init__(self, field):
+        self.field = field
+
+
+class maybe:
+    def __init__(self, field):
+        self.field = field
+
+
+class either:
+    def __init__(self, *fields):
+        self.fields = fields
+
+
+def _said(field) -> str:
+    """What a field allows, in words."""
+    if isinstance(field, dict):
+        return "a mapping" + (f" of {', '.join(field)}" if len(field) <= 4 else "")
+    if isinstance(field, list):
+        return f"a list (of {_said(field[0])})"
+    if isinstance(field, each):
+        return f"a mapping whose values are each {_said(field.field)}"
+    if isinstance(field, maybe):
+        return f"null or {_said(field.field)}"
+    if isinstance(field, either):
+        return " or ".join(_said(f) for f in field.fields)
+    return field(None) or "null"  # a leaf says what it allows when given nothing it accepts
+
+
+def wrong(value, field, where: str) -> tuple[str, object, str] | None:
+    """(where, value, allowed) of the first key of `value` that `field` does not allow; None if all fit."""
+    if isinstance(field, maybe):
+        return None if value is None else wrong(value, field.field, where)
+    if isinstance(field, either):
+        if any(wrong(value, f, where) is None for f in field.fields):
+            return None
+        return where, value, _said(field)
+    if isinstance(field, (dict, each)):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            return where, value, _said(field)
+        items = ((k, value[k], f) for k, f in field.items() if k in value) if isinstance(field, dict) \
+            else ((k, v, field.field) for k, v in value.items())
+        return next((w for k, v, f in items if (w := wrong(v, f, f"{where}.{k}" if where else k))), None)
+    if isinstance(field, list):
+        if not isinstance(value, list):
+            return where, value, _said(field)
+        return next((w for i, v in enumerate(value) if (w := wrong(v, field[0], f"{where}[{i}]"))), None)
+    allowed = field(value)
+    return None if allowed is None else (where, value, allowed)
+
+
+def check(record: dict, fields: dict, path: Path, hint: str = "") -> dict:
+    """`record` when every declared key fits; else one error line naming the first that does not."""
+    found = wrong(record, fields, "")
+    if found:
+        where, value, allowed = found
+        raise BadRecord(f"{path}: {where or 'the record'} is {_show(value)}: allowed {allowed}{hint}")
+    return record
+
+
+SEED = COUNT
+STEPS = either(COUNT, each(either(COUNT, each(COUNT))))   # one count, or per family (and per training-set size)
+PER_FAMILY = either(NUMBER, each(NUMBER))
+VERSIONS = each(TEXT)
+INVOCATION = {"wall_time_s": POSITIVE, "runs": COUNT, "trained": COUNT, "statuses": each(COUNT), "jobs": COUNT,
+              "pack": COUNT}
+TRIAL = {"family": TEXT, "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": POSITIVE,
+         "train_size": maybe(COUNT), "val_size": maybe(COUNT), "status": maybe(TEXT), "val_acc_best": maybe(ACCURACY),
+         "plateaued": maybe(BOOL), "run": TEXT}
+CHOICE = {"family": TEXT, "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "lr": POSITIVE, "tuned_at": FRACTION}
+TUNING = {"metric": TEXT, "seed": SEED, "fractions": [FRACTION], "grid": each([NUMBER]), "choices": [CHOICE],
+          "trials": [TRIAL]}
+AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [POSITIVE], "variants": either([TEXT], each(each(
+    either(TEXT, NUMBER, BOOL)))), "budget": TEXT, "budgets": [TEXT], "dataset": TEXT, "precision": maybe(TEXT),
+    "epochs": PER_FAMILY, "min_steps": STEPS, "max_steps": maybe(STEPS), "val_checks": COUNT, "val_size": maybe(COUNT),
+    "batch_size": COUNT, "pool_size": COUNT, "tuned_fractions": maybe([FRACTION]), "probe_images": COUNT}
+
+
+def _profiles(profile: dict) -> dict:
+    return {"spec": TEXT, "profiles": each({**profile, "last_invocation": INVOCATION})}
+
+
+MATRIX = [[MEASURE]]
+PROVENANCE = {"commit": TEXT, "date": TEXT, "device": TEXT, "hardware": TEXT, "seconds": POSITIVE, "threads": COUNT,
+              "versions": VERSIONS}
+TIMING = {"model": TEXT, "device": TEXT, "batch_size": COUNT, "resolution": COUNT,
+          **{f"{phase}_{k}": maybe(f) for phase in ("train", "infer")
+             for k, f in (("img_s", POSITIVE), ("peak_mib", POSITIVE), ("reps", COUNT), ("seconds", POSITIVE),
+                          ("step_ms", POSITIVE))},
+          "train_status": TEXT, "infer_status": TEXT}
+COSTS = {"flops": [{"attention_gflops": POSITIVE, "gflops": POSITIVE, "resolution": COUNT}], "timing": [TIMING],
+         "model": TEXT, "budget": TEXT, "timm_name": TEXT}
+RUN_PROBES = {"commit": TEXT, "hardware": TEXT, "versions": VERSIONS, "split": TEXT, "images": COUNT}
+
+# each record by its file name (and folder, for cka/): what its writer writes, as far as the tables read it
+RECORDS = {
+    "sweep.json": _profiles({**AXES, "tuning_seed": SEED, "main_runs": each(TEXT), "pack": COUNT, "jobs": COUNT,
+                             "sample_efficiency_accuracy": maybe(ACCURACY)}),
+    "tuning.json": _profiles(TUNING),
+    "distill.json": _profiles({
+        "axes": {**AXES, "students": [TEXT], "teachers": [TEXT], "student": TEXT, "student_lr_of": TEXT,
+                 "matched": each(TEXT)},
+        "students": [{"student": TEXT, "teacher": TEXT, "variant": TEXT, "fraction": FRACTION, "seed": SEED,
+                      "run": TEXT, "teacher_run": maybe(TEXT)}],
+        "teachers": [{"family": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
+        "tuning": {"choices": [CHOICE], "trials": [TRIAL]}}),
+    "inductive_bias.json": _profiles({
+        "axes": {**AXES, "ablated": TEXT, "ablation_args": each(each(either(TEXT, NUMBER, BOOL))),
+                 "ablations": each([FRACTION]), "family_fractions": [FRACTION], "probes": each([TEXT]),
+                 "probe_patch": COUNT},
+        "families": [{"family": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
+                      "teacher_run": maybe(TEXT)}],
+        "ablations": [{"variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
+        "cka": [TEXT], "tuning": {"choices": [CHOICE], "trials": [TRIAL]}}),
+    "probes.json": {
+        **RUN_PROBES, "family": TEXT, "seed": SEED, "patch": COUNT, "precision": TEXT, "parts": [TEXT],
+        "figures": [TEXT], "not_applicable": each(TEXT),
+        **{k: [[MEASURE]] for k in ("attention_distance", "attention_distance_uniform", "attention_entropy")},
+        "robustness": {"clean_accuracy": ACCURACY, "majority_rate": ACCURACY, "n_images": COUNT, "patch": COUNT,
+                       "max_shift": COUNT, "drop_fractions": [FRACTION], "patchdrop_accuracy": [ACCURACY],
+                       "patchdrop_top_share": [MEASURE], "shifts": [INTEGER], "shift_accuracy": [ACCURACY],
+                       "shift_accuracy_circular": [ACCURACY], "shift_is_patch_multiple": [BOOL],
+                       "shift_consistency": ACCURACY, "shift_consistency_circular": ACCURACY,
+                       "shuffle_grids": [COUNT], "shuffle_accuracy": [ACCURACY]},
+        "attention_maps": {"images": [MATRIX], "cls": [MATRIX], "rollout": [MATRIX], "labels": [INTEGER]},
+        "cka": {"layers": [TEXT], "matrix": MATRIX},
+        "pos_embed": {"similarity": [[MATRIX]], "bands": [MEASURE], "two_d": BOOL,
+                      **{k: MEASURE for k in ("far_mean", "gap", "grid_correlation", "horizontal_mean",
+                                                    "neighbour_mean", "raster_correlation", "vertical_mean")}}},
+    "distill_probes.json": {**RUN_PROBES, "agreement": each({"cls": ACCURACY, "dist": ACCURACY, "both": ACCURACY}),
+                            "teacher_runs": each(TEXT), "token_cosine": [MEASURE]},
+    "cka/*.json": {**RUN_PROBES, "family": TEXT, "reference": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
+                   "reference_run": TEXT, "layers": [TEXT], "reference_layers": [TEXT], "matrix": MATRIX},
+    "measurements_*.json": {"experiment": TEXT, "profile": TEXT, "parts": {
+        "ours": {"batch_size": COUNT, "budget": TEXT, "in_chans": COUNT, "crossover": [[TEXT]], "models": [COSTS],
+                 "provenance": PROVENANCE},
+        "scaling": {"batch_size": COUNT, "crossover": [[TEXT]], "models": [COSTS], "provenance": PROVENANCE},
+        "paper": {"image_size": COUNT, "published_source": TEXT, "provenance": PROVENANCE,
+                  "models": [{"label": TEXT, "timm_name": TEXT, "image_size": COUNT, "params": COUNT,
+                              **{k: maybe(NUMBER) for k in ("attention_gflops", "gflops", "gmacs", "gmacs_rel_diff",
+                                                            "params_m", "params_rel_diff", "published_gmacs",
+                                                            "published_params_m")}}],
+                  "seed_claims": [{"claim": TEXT, "timm_name": TEXT, "verdict": TEXT, "depth": COUNT,
+                                   "image_size": COUNT,
+                                   **{k: maybe(NUMBER) for k in ("claimed_g", "claimed_params_m", "formula_layer_g",
+                                                                 "formula_model_g", "measured_gflops",
+                                                                 "measured_gmacs", "measured_params_m")}}]},
+        "interpolation": {"batch_size": COUNT, "eval_images": COUNT, "finetune_steps": COUNT, "lr": POSITIVE,
+                          "source_run": TEXT, "target_size": COUNT, "provenance": PROVENANCE,
+                          "rows": [{"method": TEXT, "phase": TEXT, "resolution": COUNT, "finetune_steps": COUNT,
+                                    "val_acc": ACCURACY, "val_images": COUNT, "test_acc": ACCURACY,
+                                    "test_images": COUNT}]}}},
+}
+
+
+def fields_of(path: Path) -> dict | None:
+    """The declared fields of the record at `path` (by its name, and for cka/ its folder); None for another file."""
+    path = Path(path)
+    name = f"{path.parent.name}/{path.name}" if path.parent.name == "cka" else path.name
+    return next((f for pattern, f in RECORDS.items() if fnmatch(name, pattern)), None)

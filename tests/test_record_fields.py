@@ -1,0 +1,160 @@
+"""The experiments' own records are read as typed data (experiments/report/record_fields.py): every
+committed record fits its declared fields, every declared field of the wrong kind is refused naming
+its key, every record `tables` reads is declared, and a wrong record ends `tables` in one line."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiments.__main__ import main
+from experiments.report import records
+from experiments.report.record_fields import RECORDS, check, each, either, fields_of, maybe
+from experiments.runs.run.summary_check import BadRecord
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+COMMITTED = sorted(p for p in REFERENCE.rglob("*.json") if fields_of(p) is not None)
+
+
+def test_every_declared_kind_has_a_committed_record():
+    """Each declared record kind is checked against a real one below (a kind no experiment writes is dead)."""
+    kinds = {next(k for k in RECORDS if fields_of(p) is RECORDS[k]) for p in COMMITTED}
+    assert kinds == set(RECORDS)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(REFERENCE)))
+def test_every_committed_record_fits_its_fields(path):
+    check(json.loads(path.read_text()), fields_of(path), path)
+
+
+def _declared(value, field, where=()):
+    """(key path, field) of every declared key present in `value`, lists by their first item."""
+    if isinstance(field, maybe):
+        field = field.field
+    if isinstance(field, either) or value is None:
+        yield where, field
+        return
+    yield where, field
+    if isinstance(field, dict) and isinstance(value, dict):
+        for k, f in field.items():
+            if k in value:
+                yield from _declared(value[k], f, (*where, k))
+    elif isinstance(field, each) and isinstance(value, dict) and value:
+        k = next(iter(value))
+        yield from _declared(value[k], field.field, (*where, k))
+    elif isinstance(field, list) and isinstance(value, list) and value:
+        yield from _declared(value[0], field[0], (*where, 0))
+
+
+def _wrong_kinds(value) -> list:
+    """Values of another kind than `value`'s, as a record from elsewhere might hold."""
+    if isinstance(value, bool):
+        return ["yes", 1.5]
+    if isinstance(value, (int, float)):
+        return ["abc", [1], -1e30]
+    if isinstance(value, str):
+        return [5, ["a"]]
+    if isinstance(value, list):
+        return [3, {"a": 1}]
+    if isinstance(value, dict):
+        return [[1, 2], "abc"]
+    return []
+
+
+def _one_of_each_kind() -> list[Path]:
+    return [next(p for p in COMMITTED if fields_of(p) is f) for f in RECORDS.values()]
+
+
+def _mutations():
+    for path in _one_of_each_kind():
+        record = json.loads(path.read_text())
+        for where, field in _declared(record, fields_of(path)):
+            if not where:
+                continue
+            value = record
+            for k in where:
+                value = value[k]
+            if isinstance(field, either):  # alternatives of several kinds (a count or one per family): not one kind
+                continue
+            for bad in _wrong_kinds(value):
+                yield pytest.param(path, where, bad, id=f"{path.name}:{'.'.join(map(str, where))}={bad!r}")
+
+
+@pytest.mark.parametrize("path, where, bad", list(_mutations()))
+def test_a_declared_key_of_another_kind_is_refused_naming_it(path, where, bad):
+    """Every declared key present in a committed record, given a value of another kind (or out of
+    its range), is refused in one line naming the file and the key; nothing else passes for it."""
+    record = json.loads(path.read_text())
+    target = record
+    for k in where[:-1]:
+        target = target[k]
+    target[where[-1]] = bad
+    field = fields_of(path)
+    try:
+        check(record, field, path)
+    except BadRecord as e:
+        key = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in where).lstrip(".")
+        assert str(e).startswith(f"{path}: {key} is ") and "allowed" in str(e), str(e)
+    else:
+        pytest.fail(f"{'.'.join(map(str, where))}={bad!r} passed")
+
+
+def test_null_where_the_writer_never_writes_one_is_refused(tmp_path):
+    path = next(p for p in COMMITTED if p.name == "tuning.json")
+    record = json.loads(path.read_text())
+    profile = next(iter(record["profiles"]))
+    record["profiles"][profile]["trials"][0]["fraction"] = None
+    with pytest.raises(BadRecord, match=rf"profiles\.{profile}\.trials\[0\]\.fraction is null: allowed a number from 0 to 1"):
+        check(record, fields_of(path), path)
+    record = json.loads(path.read_text())
+    record["profiles"][profile]["trials"][0]["val_acc_best"] = None  # a trial not finished: written as null
+    check(record, fields_of(path), path)
+
+
+def test_every_record_tables_reads_is_declared(monkeypatch, tmp_path):
+    """`make tables` over the committed reference reads each experiment record through read_record,
+    and every file it reads has declared fields: a new record kind shows up here until declared."""
+    read = []
+    real = records.read_json
+
+    def spy(path, hint=""):
+        read.append(Path(path))
+        return real(path, hint)
+    monkeypatch.setattr(records, "read_json", spy)
+    assert main(["tables", "--runs_dir", str(REFERENCE), "--out", str(tmp_path), "--readme", ""]) == 0
+    present = [p for p in read if p.exists()]
+    assert present and all(fields_of(p) is not None for p in present), [p for p in present if fields_of(p) is None]
+    assert {p.name for p in present} >= {"sweep.json", "tuning.json", "distill.json", "inductive_bias.json",
+                                         "probes.json", "distill_probes.json", "measurements_cpu.json"}
+
+
+@pytest.mark.parametrize("experiment, record, where, bad, said", [
+    ("datascale", "tuning.json", ("profiles", "cpu", "trials", 0, "fraction"), "abc",
+     "profiles.cpu.trials[0].fraction is \"abc\": allowed a number from 0 to 1"),
+    ("datascale", "sweep.json", ("profiles", "cpu", "families"), 3, "profiles.cpu.families is 3: allowed a list"),
+    ("distill", "distill.json", ("profiles", "cpu", "last_invocation", "wall_time_s"), None,
+     "profiles.cpu.last_invocation.wall_time_s is null: allowed a number from 0"),
+    ("inductive_bias", "inductive_bias.json", ("profiles", "cpu", "families", 0, "run"), 5,
+     "profiles.cpu.families[0].run is 5: allowed text"),
+    ("complexity", "measurements_cpu.json", ("parts", "ours", "provenance", "seconds"), "abc",
+     "parts.ours.provenance.seconds is \"abc\": allowed a number from 0"),
+])
+def test_a_wrong_record_ends_tables_in_one_line(tmp_path, capsys, experiment, record, where, bad, said):
+    """What ended `tables` in a traceback (TypeError, AttributeError) is one error line naming the
+    file and the key, exit 2, and the committed tables are not touched."""
+    runs = tmp_path / "runs"
+    shutil.copytree(REFERENCE / experiment, runs / experiment)
+    path = runs / experiment / record
+    data = json.loads(path.read_text())
+    target = data
+    for k in where[:-1]:
+        target = target[k]
+    target[where[-1]] = bad
+    path.write_text(json.dumps(data))
+    code = main(["tables", "--experiment", experiment, "--runs_dir", str(runs), "--out", str(tmp_path / "out"),
+                 "--readme", ""])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {path}: {said}"), err
+    assert "Traceback" not in "\n".join(err)
