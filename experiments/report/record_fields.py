@@ -117,7 +117,7 @@ TUNING = {"metric": TEXT, "seed": SEED, "fractions": [FRACTION], "grid": each([N
 AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [POSITIVE], "variants": either([TEXT], each(each(
     either(TEXT, NUMBER, BOOL)))), "budget": TEXT, "budgets": [TEXT], "dataset": TEXT, "precision": maybe(TEXT),
     "epochs": PER_FAMILY, "min_steps": STEPS, "max_steps": maybe(STEPS), "val_checks": COUNT, "val_size": maybe(COUNT),
-    "batch_size": COUNT, "pool_size": COUNT, "tuned_fractions": maybe([FRACTION]), "probe_images": COUNT}
+    "batch_size": either(COUNT, each(COUNT)), "pool_size": COUNT, "tuned_fractions": maybe([FRACTION]), "probe_images": COUNT}
 
 
 def _profiles(profile: dict) -> dict:
@@ -142,9 +142,9 @@ RECORDS = {
                              "sample_efficiency_accuracy": maybe(ACCURACY)}),
     "tuning.json": _profiles(TUNING),
     "distill.json": _profiles({
-        "axes": {**AXES, "students": [TEXT], "teachers": [TEXT], "student": TEXT, "student_lr_of": TEXT,
+        "axes": {**AXES, "students": [TEXT], "teachers": [TEXT], "student": TEXT, "student_lr_of": maybe(TEXT),
                  "matched": each(TEXT)},
-        "students": [{"student": TEXT, "teacher": TEXT, "variant": TEXT, "fraction": FRACTION, "seed": SEED,
+        "students": [{"student": TEXT, "teacher": maybe(TEXT), "variant": TEXT, "fraction": FRACTION, "seed": SEED,
                       "run": TEXT, "teacher_run": maybe(TEXT)}],
         "teachers": [{"family": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
         "tuning": {"choices": [CHOICE], "trials": [TRIAL]}}),
@@ -181,7 +181,7 @@ RECORDS = {
         "scaling": {"batch_size": COUNT, "crossover": [[TEXT]], "models": [COSTS], "provenance": PROVENANCE},
         "paper": {"image_size": COUNT, "published_source": TEXT, "provenance": PROVENANCE,
                   "models": [{"label": TEXT, "timm_name": TEXT, "image_size": COUNT, "params": COUNT,
-                              **{k: maybe(NUMBER) for k in ("attention_gflops", "gflops", "gmacs", "gmacs_rel_diff",
+                              **{k: NUMBER for k in ("attention_gflops", "gflops", "gmacs", "gmacs_rel_diff",
                                                             "params_m", "params_rel_diff", "published_gmacs",
                                                             "published_params_m")}}],
                   "seed_claims": [{"claim": TEXT, "timm_name": TEXT, "verdict": TEXT, "depth": COUNT,
