@@ -4,6 +4,7 @@ its key, every record `tables` reads is declared, and a wrong record ends `table
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from experiments.__main__ import main
 from experiments.report import records
-from experiments.report.record_fields import RECORDS, check, each, either, fields_of, maybe
+from experiments.report.record_fields import RECORDS, check, each, either, fields_of, maybe, need
 from experiments.runs.run.summary_check import BadRecord
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
@@ -29,14 +30,15 @@ def test_every_committed_record_fits_its_fields(path):
     check(json.loads(path.read_text()), fields_of(path), path)
 
 
-def _declared(value, field, where=()):
-    """(key path, field) of every declared key present in `value`, lists by their first item."""
-    if isinstance(field, maybe):
+def _declared(value, field, where=(), needed=False):
+    """(key path, field, needed) of every declared key present in `value`, lists by their first item;
+    needed: its mapping must hold it."""
+    needed = needed or isinstance(field, need)
+    while isinstance(field, (maybe, need)):
         field = field.field
+    yield where, field, needed
     if isinstance(field, either) or value is None:
-        yield where, field
         return
-    yield where, field
     if isinstance(field, dict) and isinstance(value, dict):
         for k, f in field.items():
             if k in value:
@@ -70,7 +72,7 @@ def _one_of_each_kind() -> list[Path]:
 def _mutations():
     for path in _one_of_each_kind():
         record = json.loads(path.read_text())
-        for where, field in _declared(record, fields_of(path)):
+        for where, field, _ in _declared(record, fields_of(path)):
             if not where:
                 continue
             value = record
@@ -99,6 +101,27 @@ def test_a_declared_key_of_another_kind_is_refused_naming_it(path, where, bad):
         assert str(e).startswith(f"{path}: {key} is ") and "allowed" in str(e), str(e)
     else:
         pytest.fail(f"{'.'.join(map(str, where))}={bad!r} passed")
+
+
+def _needed():
+    for path in _one_of_each_kind():
+        for where, _, needed in _declared(json.loads(path.read_text()), fields_of(path)):
+            if needed:
+                yield pytest.param(path, where, id=f"{path.name}:{'.'.join(map(str, where))}")
+
+
+@pytest.mark.parametrize("path, where", list(_needed()))
+def test_a_needed_key_that_is_absent_is_refused_naming_it(path, where):
+    """A key a table indexes (need), deleted from a committed record: one line naming it, where a
+    KeyError or a join over None ended `tables`."""
+    record = json.loads(path.read_text())
+    target = record
+    for k in where[:-1]:
+        target = target[k]
+    del target[where[-1]]
+    key = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in where).lstrip(".")
+    with pytest.raises(BadRecord, match=rf"^{re.escape(str(path))}: {re.escape(key)} is missing: allowed "):
+        check(record, fields_of(path), path)
 
 
 def test_null_where_the_writer_never_writes_one_is_refused(tmp_path):

@@ -11,6 +11,7 @@ A field is declared by the shape the writer gives it:
   [field]          a list, each item checked
   each(field)      a mapping of any keys, each value checked
   maybe(field)     null, or the field (where the writer writes null: a trial not finished, no teacher)
+  need(field)      a key its mapping must hold (a reader indexes it); any other declared key may be absent
   either(a, b)     a or b
 """
 from __future__ import annotations
@@ -31,10 +32,10 @@ def BOOL(v) -> str | None:
 
 
 def MEASURE(v) -> str | None:
-    """A probe's number: finite, NaN where the probe writes that it is undefined (a head with no
-    keys to attend, a constant embedding's correlation, a mean over nothing), or null."""
-    ok = v is None or (isinstance(v, float) and math.isnan(v)) or NUMBER(v) is None
-    return None if ok else "a number, NaN or null"
+    """A probe's number: finite, or NaN where the probe writes that it is undefined (a head with no
+    keys to attend, a constant embedding's correlation, a mean over nothing)."""
+    ok = (isinstance(v, float) and math.isnan(v)) or NUMBER(v) is None
+    return None if ok else "a number or NaN"
 
 
 FRACTION = _number(0, 1)          # a share of the training pool
@@ -49,6 +50,14 @@ class each:
 class maybe:
     def __init__(self, field):
         self.field = field
+
+
+class need:
+    def __init__(self, field):
+        self.field = field
+
+
+MISSING = object()  # where a needed key is absent
 
 
 class either:
@@ -66,6 +75,8 @@ def _said(field) -> str:
         return f"a mapping whose values are each {_said(field.field)}"
     if isinstance(field, maybe):
         return f"null or {_said(field.field)}"
+    if isinstance(field, need):
+        return _said(field.field)
     if isinstance(field, either):
         return " or ".join(_said(f) for f in field.fields)
     return field(None) or "null"  # a leaf says what it allows when given nothing it accepts
@@ -75,6 +86,8 @@ def wrong(value, field, where: str) -> tuple[str, object, str] | None:
     """(where, value, allowed) of the first key of `value` that `field` does not allow; None if all fit."""
     if isinstance(field, maybe):
         return None if value is None else wrong(value, field.field, where)
+    if isinstance(field, need):
+        return wrong(value, field.field, where)
     if isinstance(field, either):
         if any(wrong(value, f, where) is None for f in field.fields):
             return None
@@ -82,6 +95,9 @@ def wrong(value, field, where: str) -> tuple[str, object, str] | None:
     if isinstance(field, (dict, each)):
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             return where, value, _said(field)
+        absent = [k for k, f in field.items() if isinstance(f, need) and k not in value] if isinstance(field, dict) else []
+        if absent:
+            return f"{where}.{absent[0]}" if where else absent[0], MISSING, _said(field[absent[0]])
         items = ((k, value[k], f) for k, f in field.items() if k in value) if isinstance(field, dict) \
             else ((k, v, field.field) for k, v in value.items())
         return next((w for k, v, f in items if (w := wrong(v, f, f"{where}.{k}" if where else k))), None)
@@ -98,7 +114,8 @@ def check(record: dict, fields: dict, path: Path, hint: str = "") -> dict:
     found = wrong(record, fields, "")
     if found:
         where, value, allowed = found
-        raise BadRecord(f"{path}: {where or 'the record'} is {_show(value)}: allowed {allowed}{hint}")
+        said = "is missing" if value is MISSING else f"is {_show(value)}"
+        raise BadRecord(f"{path}: {where or 'the record'} {said}: allowed {allowed}{hint}")
     return record
 
 
@@ -106,9 +123,9 @@ SEED = COUNT
 STEPS = either(COUNT, each(either(COUNT, each(COUNT))))   # one count, or per family (and per training-set size)
 PER_FAMILY = either(NUMBER, each(NUMBER))
 VERSIONS = each(TEXT)
-INVOCATION = {"wall_time_s": POSITIVE, "runs": COUNT, "trained": COUNT, "statuses": each(COUNT), "jobs": COUNT,
+INVOCATION = {"wall_time_s": need(POSITIVE), "runs": need(COUNT), "trained": COUNT, "statuses": each(COUNT), "jobs": need(COUNT),
               "pack": COUNT}
-TRIAL = {"family": TEXT, "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": POSITIVE,
+TRIAL = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": POSITIVE,
          "train_size": maybe(COUNT), "val_size": maybe(COUNT), "status": maybe(TEXT), "val_acc_best": maybe(ACCURACY),
          "plateaued": maybe(BOOL), "run": TEXT}
 CHOICE = {"family": TEXT, "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "lr": POSITIVE, "tuned_at": FRACTION}
@@ -124,16 +141,25 @@ def _profiles(profile: dict) -> dict:
     return {"spec": TEXT, "profiles": each({**profile, "last_invocation": INVOCATION})}
 
 
-MATRIX = [[MEASURE]]
-PROVENANCE = {"commit": TEXT, "date": TEXT, "device": TEXT, "hardware": TEXT, "seconds": POSITIVE, "threads": COUNT,
-              "versions": VERSIONS}
-TIMING = {"model": TEXT, "device": TEXT, "batch_size": COUNT, "resolution": COUNT,
+def MATRIX(v) -> str | None:
+    """Rows of equal length of probe numbers (a CKA matrix, an attention map, a similarity tile)."""
+    ok = isinstance(v, list) and all(isinstance(r, list) and len(r) == len(v[0]) for r in v) \
+        and all(MEASURE(x) is None for r in v for x in r)
+    return None if ok else "a matrix: rows of equal length of numbers or NaN"
+def whole(fields: dict) -> dict:
+    """A mapping that must hold every declared key (a table indexes each)."""
+    return {k: f if isinstance(f, need) else need(f) for k, f in fields.items()}
+
+
+PROVENANCE = whole({"commit": TEXT, "date": TEXT, "device": TEXT, "hardware": TEXT, "seconds": POSITIVE,
+                    "threads": COUNT, "versions": VERSIONS})
+TIMING = {"model": need(TEXT), "device": TEXT, "batch_size": COUNT, "resolution": need(COUNT),
           **{f"{phase}_{k}": maybe(f) for phase in ("train", "infer")
              for k, f in (("img_s", POSITIVE), ("peak_mib", POSITIVE), ("reps", COUNT), ("seconds", POSITIVE),
                           ("step_ms", POSITIVE))},
-          "train_status": TEXT, "infer_status": TEXT}
-COSTS = {"flops": [{"attention_gflops": POSITIVE, "gflops": POSITIVE, "resolution": COUNT}], "timing": [TIMING],
-         "model": TEXT, "budget": TEXT, "timm_name": TEXT}
+          "train_status": need(TEXT), "infer_status": need(TEXT)}
+COSTS = {"flops": need([whole({"attention_gflops": POSITIVE, "gflops": POSITIVE, "resolution": COUNT})]),
+         "timing": need([TIMING]), "model": need(TEXT), "budget": TEXT, "timm_name": TEXT}
 RUN_PROBES = {"commit": TEXT, "hardware": TEXT, "versions": VERSIONS, "split": TEXT, "images": COUNT}
 
 # each record by its file name (and folder, for cka/): what its writer writes, as far as the tables read it
@@ -159,7 +185,7 @@ RECORDS = {
     "probes.json": {
         **RUN_PROBES, "family": TEXT, "seed": SEED, "patch": COUNT, "precision": TEXT, "parts": [TEXT],
         "figures": [TEXT], "not_applicable": each(TEXT),
-        **{k: [[MEASURE]] for k in ("attention_distance", "attention_distance_uniform", "attention_entropy")},
+        **{k: [[maybe(MEASURE)]] for k in ("attention_distance", "attention_distance_uniform", "attention_entropy")},
         "robustness": {"clean_accuracy": ACCURACY, "majority_rate": ACCURACY, "n_images": COUNT, "patch": COUNT,
                        "max_shift": COUNT, "drop_fractions": [FRACTION], "patchdrop_accuracy": [ACCURACY],
                        "patchdrop_top_share": [MEASURE], "shifts": [INTEGER], "shift_accuracy": [ACCURACY],
@@ -175,25 +201,28 @@ RECORDS = {
                             "teacher_runs": each(TEXT), "token_cosine": [MEASURE]},
     "cka/*.json": {**RUN_PROBES, "family": TEXT, "reference": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
                    "reference_run": TEXT, "layers": [TEXT], "reference_layers": [TEXT], "matrix": MATRIX},
-    "measurements_*.json": {"experiment": TEXT, "profile": TEXT, "parts": {
-        "ours": {"batch_size": COUNT, "budget": TEXT, "in_chans": COUNT, "crossover": [[TEXT]], "models": [COSTS],
-                 "provenance": PROVENANCE},
-        "scaling": {"batch_size": COUNT, "crossover": [[TEXT]], "models": [COSTS], "provenance": PROVENANCE},
-        "paper": {"image_size": COUNT, "published_source": TEXT, "provenance": PROVENANCE,
-                  "models": [{"label": TEXT, "timm_name": TEXT, "image_size": COUNT, "params": COUNT,
-                              **{k: NUMBER for k in ("attention_gflops", "gflops", "gmacs", "gmacs_rel_diff",
-                                                            "params_m", "params_rel_diff", "published_gmacs",
-                                                            "published_params_m")}}],
-                  "seed_claims": [{"claim": TEXT, "timm_name": TEXT, "verdict": TEXT, "depth": COUNT,
-                                   "image_size": COUNT,
-                                   **{k: maybe(NUMBER) for k in ("claimed_g", "claimed_params_m", "formula_layer_g",
-                                                                 "formula_model_g", "measured_gflops",
-                                                                 "measured_gmacs", "measured_params_m")}}]},
-        "interpolation": {"batch_size": COUNT, "eval_images": COUNT, "finetune_steps": COUNT, "lr": POSITIVE,
-                          "source_run": TEXT, "target_size": COUNT, "provenance": PROVENANCE,
-                          "rows": [{"method": TEXT, "phase": TEXT, "resolution": COUNT, "finetune_steps": COUNT,
-                                    "val_acc": ACCURACY, "val_images": COUNT, "test_acc": ACCURACY,
-                                    "test_images": COUNT}]}}},
+    "measurements_*.json": {"experiment": TEXT, "profile": need(TEXT), "parts": need({
+        "ours": {"batch_size": need(COUNT), "budget": TEXT, "in_chans": COUNT, "crossover": need([[TEXT]]),
+                 "models": need([COSTS]), "provenance": need(PROVENANCE)},
+        "scaling": {"batch_size": need(COUNT), "crossover": need([[TEXT]]), "models": need([COSTS]),
+                    "provenance": need(PROVENANCE)},
+        "paper": whole({"image_size": COUNT, "published_source": TEXT, "provenance": PROVENANCE,
+                        "models": [whole({"label": TEXT, "timm_name": TEXT, "image_size": COUNT, "params": COUNT,
+                                          **{k: NUMBER for k in ("attention_gflops", "gflops", "gmacs", "gmacs_rel_diff",
+                                                                 "params_m", "params_rel_diff", "published_gmacs",
+                                                                 "published_params_m")}})],
+                        "seed_claims": [{"claim": need(TEXT), "timm_name": TEXT, "verdict": need(TEXT), "depth": COUNT,
+                                         "image_size": COUNT,
+                                         **{k: maybe(NUMBER) for k in ("claimed_params_m", "formula_layer_g",
+                                                                       "formula_model_g")},
+                                         **{k: need(maybe(NUMBER)) for k in ("claimed_g", "measured_gflops",
+                                                                             "measured_gmacs")},
+                                         "measured_params_m": maybe(NUMBER)}]}),
+        "interpolation": whole({"batch_size": COUNT, "eval_images": COUNT, "finetune_steps": COUNT, "lr": POSITIVE,
+                                "source_run": TEXT, "target_size": COUNT, "provenance": PROVENANCE,
+                                "rows": [whole({"method": TEXT, "phase": TEXT, "resolution": COUNT,
+                                                "finetune_steps": COUNT, "val_acc": ACCURACY, "val_images": COUNT,
+                                                "test_acc": ACCURACY, "test_images": COUNT})]})})},
 }
 
 
