@@ -147,3 +147,30 @@ def test_an_image_cut_inside_its_pixels_is_named_when_decoded(tmp_path, capsys):
     assert errors[0].startswith(f"error: image file '{folder}/dog/0.png' is not a readable image (OSError: image file "
                                 "is truncated")
     assert not runs.exists()
+
+
+def test_an_import_allowed_once_is_denied_again_when_the_environment_drops_it(scene, monkeypatch, capsys):
+    """jsonargparse keeps its allowlist for the whole process: an entry VIT_FAMILIES_IMPORTS allowed at
+    one parse is denied again at the next parse without it, before the import."""
+    monkeypatch.setenv("FASHION_MNIST_DIR", scene.fill("{fmnist}"))
+    monkeypatch.syspath_prepend(scene.fill("{plants}"))
+    case = next(c for c in CASES if c.args[:2] == ("--trainer.callbacks", "h3evil.Cb"))
+    monkeypatch.setenv("VIT_FAMILIES_IMPORTS", "h3evil")
+    monkeypatch.delitem(sys.modules, "h3evil", raising=False)
+    main([*case.argv(scene), "--trainer.max_steps", "0"])
+    assert scene.paths["pwned"].exists()
+    scene.paths["pwned"].unlink()
+    monkeypatch.delenv("VIT_FAMILIES_IMPORTS")
+    monkeypatch.delitem(sys.modules, "h3evil", raising=False)
+    capsys.readouterr()
+    code, line = main(case.argv(scene)), one_error_line(capsys)
+    assert code == 2 and all(w in line for w in case.words(scene)), line
+    assert not scene.paths["pwned"].exists()
+
+
+@pytest.mark.parametrize("value, said", [("a-b", "'a-b' is not a module path: allowed comma-separated dotted"),
+                                         ("jsonargparse._common", "'jsonargparse._common' is not allowed")])
+def test_a_malformed_import_allowance_is_one_line(monkeypatch, capsys, tmp_path, value, said):
+    monkeypatch.setenv("VIT_FAMILIES_IMPORTS", value)
+    assert main(["fit", "--runs_dir", str(tmp_path / "runs")]) == 2
+    assert one_error_line(capsys).startswith(f"error: VIT_FAMILIES_IMPORTS={value!r}: {said}")

@@ -181,3 +181,38 @@ def test_a_wrong_record_ends_tables_in_one_line(tmp_path, capsys, experiment, re
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {path}: {said}"), err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_a_probe_record_with_nan_written_as_null_is_read(tmp_path, capsys):
+    """probes.json writes an undefined number as null (a CKA of a constant block, a similarity or an
+    attention map with NaN): the record fits, and exp-inductive-bias's tables read it without a word."""
+    runs = tmp_path / "runs"
+    for experiment in ("datascale", "inductive_bias"):
+        shutil.copytree(REFERENCE / experiment, runs / experiment)
+    for path in runs.glob("*/*/probes.json"):
+        record = json.loads(path.read_text())
+        if "cka" in record:
+            record["cka"]["matrix"][0][0] = None
+        for key in ("cls", "rollout"):
+            if "attention_maps" in record:
+                record["attention_maps"][key][0][0][0] = None
+        if "pos_embed" in record:
+            record["pos_embed"]["similarity"][0][0][0][0] = None
+        path.write_text(json.dumps(record))
+        check(record, fields_of(path), path)
+    assert main(["tables", "--experiment", "inductive_bias", "--runs_dir", str(runs), "--out", str(tmp_path / "out"),
+                 "--readme", ""]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_paper_table_away_from_224_fits_and_is_rendered():
+    """At another paper_image_size timm publishes no figure: the writer writes null there, the record
+    fits, and the table says there is nothing to differ from."""
+    from experiments.complexity.paper_models import paper_table
+    from experiments.complexity.tables import render_paper
+    path = next(p for p in COMMITTED if p.name.startswith("measurements_"))
+    record = json.loads(path.read_text())
+    record["parts"]["paper"]["models"] = paper_table(384)
+    check(record, fields_of(path), path)
+    text = "\n".join(render_paper(record["parts"]["paper"]))
+    assert "timm's published figures are for 224x224: no difference to read at this size." in text

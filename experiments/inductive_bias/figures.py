@@ -215,10 +215,12 @@ def plot_attention_distance(p: Profile, fig) -> None:
 
 
 def _similarity_grid(sim: list, fig, title: str) -> None:
+    import numpy
     import torch
 
     from modules.probes import plot_pos_embed_similarity
-    plot_pos_embed_similarity(torch.tensor(sim), fig, title=title)
+    # an undefined similarity, written as null in probes.json: NaN again, as the probe computed it
+    plot_pos_embed_similarity(torch.tensor(numpy.array(sim, dtype=numpy.float64)).float(), fig, title=title)
 
 
 def plot_pos_embed(p: Profile, fig) -> bool:
@@ -280,6 +282,7 @@ def plot_cka(p: Profile, fig) -> bool:
 
 
 def plot_maps(p: Profile, fig) -> bool:
+    import numpy
     f = p.fractions("families")[-1]
     maps = []
     for fam in p.families():
@@ -296,7 +299,7 @@ def plot_maps(p: Profile, fig) -> bool:
     for i, (label, pictures, cmap) in enumerate(rows):
         for j in range(n):
             ax = axes[i][j]
-            ax.imshow(pictures[j], cmap=cmap)
+            ax.imshow(numpy.array(pictures[j], dtype=float), cmap=cmap)  # null (NaN as probes.json writes it): blank
             ax.set_xticks([])
             ax.set_yticks([])
             if j == 0:

@@ -244,10 +244,12 @@ def pos_structure(probes: dict) -> dict | None:
         return None
     if not table.get("similarity"):
         return table
+    import numpy as np
     import torch
 
     from modules.probes import pos_embed_2d_structure
-    return pos_embed_2d_structure(torch.tensor(table["similarity"], dtype=torch.float64))
+    # probes.json writes an undefined similarity as null: NaN again, as the probe computed it
+    return pos_embed_2d_structure(torch.tensor(np.array(table["similarity"], dtype=np.float64)))
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a budget as a record names it
@@ -465,7 +467,7 @@ def _concentration(maps: list) -> float:
     """Share of a map's mass on its 10% most-attended patches, mean over images (uniform: 0.1)."""
     shares = []
     for m in maps:
-        flat = sorted((v for row in m for v in row), reverse=True)
+        flat = sorted((v for row in m for v in row if v is not None and v == v), reverse=True)  # null: NaN written
         k = max(1, round(0.1 * len(flat)))
         shares.append(sum(flat[:k]) / sum(flat))
     return statistics.fmean(shares)

@@ -38,6 +38,11 @@ def MEASURE(v) -> str | None:
     return None if ok else "a number or NaN"
 
 
+def ANY(v) -> None:
+    """Any value: a run's options as its spec gives them (a variant's fit options), which the tables show as given."""
+    return None
+
+
 FRACTION = _number(0, 1)          # a share of the training pool
 POSITIVE = _number(0)             # a learning rate, a time, a cost
 
@@ -121,18 +126,18 @@ def check(record: dict, fields: dict, path: Path, hint: str = "") -> dict:
 
 SEED = COUNT
 STEPS = either(COUNT, each(either(COUNT, each(COUNT))))   # one count, or per family (and per training-set size)
-PER_FAMILY = either(NUMBER, each(NUMBER))
+PER_FAMILY = either(NUMBER, each(either(NUMBER, each(NUMBER))))  # epochs: one, per family, per family and size
 VERSIONS = each(TEXT)
-INVOCATION = {"wall_time_s": need(POSITIVE), "runs": need(COUNT), "trained": COUNT, "statuses": each(COUNT), "jobs": need(COUNT),
-              "pack": COUNT}
+INVOCATION = {"wall_time_s": need(POSITIVE), "runs": need(COUNT), "trained": COUNT, "statuses": each(COUNT),
+              "jobs": need(COUNT), "pack": COUNT}
 TRIAL = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": POSITIVE,
          "train_size": maybe(COUNT), "val_size": maybe(COUNT), "status": maybe(TEXT), "val_acc_best": maybe(ACCURACY),
          "plateaued": maybe(BOOL), "run": TEXT}
 CHOICE = {"family": TEXT, "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "lr": POSITIVE, "tuned_at": FRACTION}
 TUNING = {"metric": TEXT, "seed": SEED, "fractions": [FRACTION], "grid": each([NUMBER]), "choices": [CHOICE],
           "trials": [TRIAL]}
-AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [POSITIVE], "variants": either([TEXT], each(each(
-    either(TEXT, NUMBER, BOOL)))), "budget": TEXT, "budgets": [TEXT], "dataset": TEXT, "precision": maybe(TEXT),
+AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [POSITIVE],
+    "variants": either([TEXT], each(each(ANY))), "budget": TEXT, "budgets": [TEXT], "dataset": TEXT, "precision": maybe(TEXT),
     "epochs": PER_FAMILY, "min_steps": STEPS, "max_steps": maybe(STEPS), "val_checks": COUNT, "val_size": maybe(COUNT),
     "batch_size": either(COUNT, each(COUNT)), "pool_size": COUNT, "tuned_fractions": maybe([FRACTION]), "probe_images": COUNT}
 
@@ -141,11 +146,20 @@ def _profiles(profile: dict) -> dict:
     return {"spec": TEXT, "profiles": each({**profile, "last_invocation": INVOCATION})}
 
 
-def MATRIX(v) -> str | None:
-    """Rows of equal length of probe numbers (a CKA matrix, an attention map, a similarity tile)."""
-    ok = isinstance(v, list) and all(isinstance(r, list) and len(r) == len(v[0]) for r in v) \
-        and all(MEASURE(x) is None for r in v for x in r)
-    return None if ok else "a matrix: rows of equal length of numbers or NaN"
+def _matrix(entry, said: str):
+    """Rows of equal length, each entry passing `entry`."""
+    def check(v) -> str | None:
+        ok = isinstance(v, list) and all(isinstance(r, list) and len(r) == len(v[0]) for r in v) \
+            and all(entry(x) is None for r in v for x in r)
+        return None if ok else f"a matrix: rows of equal length of {said}"
+    return check
+
+
+MATRIX = _matrix(MEASURE, "numbers or NaN")  # a CKA record's
+# a run's probes.json writes NaN as null (runs/run/probe._rounded): a CKA of a constant block, an undefined similarity
+PROBE_MATRIX = _matrix(lambda v: None if v is None else MEASURE(v), "numbers or null")
+
+
 def whole(fields: dict) -> dict:
     """A mapping that must hold every declared key (a table indexes each)."""
     return {k: f if isinstance(f, need) else need(f) for k, f in fields.items()}
@@ -175,15 +189,15 @@ RECORDS = {
         "teachers": [{"family": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
         "tuning": {"choices": [CHOICE], "trials": [TRIAL]}}),
     "inductive_bias.json": _profiles({
-        "axes": {**AXES, "ablated": TEXT, "ablation_args": each(each(either(TEXT, NUMBER, BOOL))),
+        "axes": need({**AXES, "ablated": TEXT, "ablation_args": each(each(ANY)),
                  "ablations": each([FRACTION]), "family_fractions": [FRACTION], "probes": each([TEXT]),
-                 "probe_patch": COUNT},
-        "families": [{"family": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
+                 "probe_patch": COUNT}),
+        "families": [{"family": need(TEXT), "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
                       "teacher_run": maybe(TEXT)}],
-        "ablations": [{"variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
+        "ablations": [{"variant": need(TEXT), "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
         "cka": [TEXT], "tuning": {"choices": [CHOICE], "trials": [TRIAL]}}),
     "probes.json": {
-        **RUN_PROBES, "family": TEXT, "seed": SEED, "patch": COUNT, "precision": TEXT, "parts": [TEXT],
+        **RUN_PROBES, "family": TEXT, "seed": SEED, "patch": COUNT, "precision": maybe(TEXT), "parts": [TEXT],
         "figures": [TEXT], "not_applicable": each(TEXT),
         **{k: [[maybe(MEASURE)]] for k in ("attention_distance", "attention_distance_uniform", "attention_entropy")},
         "robustness": {"clean_accuracy": ACCURACY, "majority_rate": ACCURACY, "n_images": COUNT, "patch": COUNT,
@@ -192,9 +206,10 @@ RECORDS = {
                        "shift_accuracy_circular": [ACCURACY], "shift_is_patch_multiple": [BOOL],
                        "shift_consistency": ACCURACY, "shift_consistency_circular": ACCURACY,
                        "shuffle_grids": [COUNT], "shuffle_accuracy": [ACCURACY]},
-        "attention_maps": {"images": [MATRIX], "cls": [MATRIX], "rollout": [MATRIX], "labels": [INTEGER]},
-        "cka": {"layers": [TEXT], "matrix": MATRIX},
-        "pos_embed": {"similarity": [[MATRIX]], "bands": [MEASURE], "two_d": BOOL,
+        "attention_maps": {"images": [PROBE_MATRIX], "cls": [PROBE_MATRIX], "rollout": [PROBE_MATRIX],
+                           "labels": [INTEGER]},
+        "cka": {"layers": [TEXT], "matrix": PROBE_MATRIX},
+        "pos_embed": {"similarity": [[PROBE_MATRIX]], "bands": [MEASURE], "two_d": BOOL,
                       **{k: MEASURE for k in ("far_mean", "gap", "grid_correlation", "horizontal_mean",
                                                     "neighbour_mean", "raster_correlation", "vertical_mean")}}},
     "distill_probes.json": {**RUN_PROBES, "agreement": each({"cls": ACCURACY, "dist": ACCURACY, "both": ACCURACY}),
@@ -208,9 +223,10 @@ RECORDS = {
                     "provenance": need(PROVENANCE)},
         "paper": whole({"image_size": COUNT, "published_source": TEXT, "provenance": PROVENANCE,
                         "models": [whole({"label": TEXT, "timm_name": TEXT, "image_size": COUNT, "params": COUNT,
-                                          **{k: NUMBER for k in ("attention_gflops", "gflops", "gmacs", "gmacs_rel_diff",
-                                                                 "params_m", "params_rel_diff", "published_gmacs",
-                                                                 "published_params_m")}})],
+                                          **{k: NUMBER for k in ("attention_gflops", "gflops", "gmacs", "params_m")},
+                                          # null at a size other than 224, where timm publishes no figure
+                                          **{k: maybe(NUMBER) for k in ("gmacs_rel_diff", "params_rel_diff",
+                                                                        "published_gmacs", "published_params_m")}})],
                         "seed_claims": [{"claim": need(TEXT), "timm_name": TEXT, "verdict": need(TEXT), "depth": COUNT,
                                          "image_size": COUNT,
                                          **{k: maybe(NUMBER) for k in ("claimed_params_m", "formula_layer_g",

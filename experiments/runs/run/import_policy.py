@@ -10,8 +10,8 @@ anything else is refused before it is imported, in one line (cli_messages.one_li
 
 A researcher's own callback goes through VIT_FAMILIES_IMPORTS: comma-separated dotted paths
 (`VIT_FAMILIES_IMPORTS=mylab.callbacks`), each allowing what lies under it. The environment is the
-user's, not the data's: no file the suite reads can extend the list. Within one process the list
-only grows (jsonargparse keeps it as a global setting).
+user's, not the data's: no file the suite reads can extend the list. jsonargparse keeps the list as
+a process-wide setting, so each parse re-reads the environment and denies again what it no longer names.
 """
 from __future__ import annotations
 
@@ -23,20 +23,29 @@ TRUSTED = ("lightning", "modules", "datamodules", "experiments")  # the suite's 
 ENV = "VIT_FAMILIES_IMPORTS"
 
 
+_ADDED: set[str] = set()  # what VIT_FAMILIES_IMPORTS allowed at an earlier parse of this process
+
+
 def extra_imports() -> list[str]:
     """The dotted paths VIT_FAMILIES_IMPORTS adds; one line naming a malformed entry."""
     raw = os.environ.get(ENV, "")
     entries = [e.strip() for e in raw.split(",") if e.strip()]
     for entry in entries:
-        if not all(part.isidentifier() for part in entry.split(".")) or entry.split(".")[0] == "jsonargparse":
-            raise ValueError(f"{ENV}={raw!r}: {entry!r} is not allowed: allowed comma-separated dotted module "
-                             "paths, such as mylab.callbacks (not jsonargparse, which holds this very setting)")
+        if not all(part.isidentifier() for part in entry.split(".")):
+            raise ValueError(f"{ENV}={raw!r}: {entry!r} is not a module path: allowed comma-separated dotted "
+                             "module paths, such as mylab.callbacks")
+        if entry.split(".")[0] == "jsonargparse":
+            raise ValueError(f"{ENV}={raw!r}: {entry!r} is not allowed: jsonargparse holds this very setting")
     return entries
 
 
 def enforce() -> None:
     """Deny every import a value names outside TRUSTED and VIT_FAMILIES_IMPORTS (called before each parse)."""
-    set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=[*TRUSTED, *extra_imports()])
+    extra = extra_imports()
+    stale = sorted(_ADDED - set(extra) - set(TRUSTED))
+    set_parsing_settings(import_path_denylist=["*", *stale], import_path_allowlist=[*TRUSTED, *extra])
+    _ADDED.clear()
+    _ADDED.update(extra)
 
 
 def allowed_said() -> str:
