@@ -133,7 +133,8 @@ INVOCATION = {"wall_time_s": need(POSITIVE), "runs": need(COUNT), "trained": COU
 TRIAL = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": POSITIVE,
          "train_size": maybe(COUNT), "val_size": maybe(COUNT), "status": maybe(TEXT), "val_acc_best": maybe(ACCURACY),
          "plateaued": maybe(BOOL), "run": TEXT}
-CHOICE = {"family": TEXT, "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "lr": POSITIVE, "tuned_at": FRACTION}
+CHOICE = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": need(FRACTION), "lr": need(POSITIVE),
+          "tuned_at": FRACTION}
 TUNING = {"metric": TEXT, "seed": SEED, "fractions": [FRACTION], "grid": each([NUMBER]), "choices": [CHOICE],
           "trials": [TRIAL]}
 AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [POSITIVE],
@@ -191,9 +192,9 @@ RECORDS = {
     "inductive_bias.json": _profiles({
         "axes": need({**AXES, "ablated": TEXT, "ablation_args": each(each(ANY)),
                  "ablations": each([FRACTION]), "family_fractions": [FRACTION], "probes": each([TEXT]),
-                 "probe_patch": COUNT}),
-        "families": [{"family": need(TEXT), "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
-                      "teacher_run": maybe(TEXT)}],
+                 "probe_patch": need(COUNT)}),
+        "families": need([{"family": need(TEXT), "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
+                      "teacher_run": maybe(TEXT)}]),
         "ablations": [{"variant": need(TEXT), "budget": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT}],
         "cka": [TEXT], "tuning": {"choices": [CHOICE], "trials": [TRIAL]}}),
     "probes.json": {
@@ -214,8 +215,9 @@ RECORDS = {
                                                     "neighbour_mean", "raster_correlation", "vertical_mean")}}},
     "distill_probes.json": {**RUN_PROBES, "agreement": each({"cls": ACCURACY, "dist": ACCURACY, "both": ACCURACY}),
                             "teacher_runs": each(TEXT), "token_cosine": [MEASURE]},
-    "cka/*.json": {**RUN_PROBES, "family": TEXT, "reference": TEXT, "fraction": FRACTION, "seed": SEED, "run": TEXT,
-                   "reference_run": TEXT, "layers": [TEXT], "reference_layers": [TEXT], "matrix": MATRIX},
+    "cka/*.json": {**RUN_PROBES, **whole({"family": TEXT, "reference": TEXT, "fraction": FRACTION, "layers": [TEXT],
+                                          "reference_layers": [TEXT], "matrix": MATRIX}),
+                   "seed": SEED, "run": TEXT, "reference_run": TEXT},
     "measurements_*.json": {"experiment": TEXT, "profile": need(TEXT), "parts": need({
         "ours": {"batch_size": need(COUNT), "budget": TEXT, "in_chans": COUNT, "crossover": need([[TEXT]]),
                  "models": need([COSTS]), "provenance": need(PROVENANCE)},
