@@ -20,7 +20,7 @@ import math
 from fnmatch import fnmatch
 from pathlib import Path
 
-from experiments.runs.run.summary_check import ACCURACY, COUNT, INTEGER, NUMBER, BadRecord, _number, _show
+from experiments.runs.run.summary_check import ACCURACY, COUNT, INTEGER, NONNEGATIVE, NUMBER, BadRecord, shown
 
 
 def TEXT(v) -> str | None:
@@ -43,8 +43,8 @@ def ANY(v) -> None:
     return None
 
 
-FRACTION = _number(0, 1)          # a share of the training pool
-POSITIVE = _number(0)             # a learning rate, a time, a cost
+FRACTION = ACCURACY               # a share of the training pool, from 0 to 1
+POSITIVE = NONNEGATIVE            # a learning rate, a time, a cost
 
 
 class each:
@@ -119,7 +119,7 @@ def check(record: dict, fields: dict, path: Path, hint: str = "") -> dict:
     found = wrong(record, fields, "")
     if found:
         where, value, allowed = found
-        said = "is missing" if value is MISSING else f"is {_show(value)}"
+        said = "is missing" if value is MISSING else f"is {shown(value)}"
         raise BadRecord(f"{path}: {where or 'the record'} {said}: allowed {allowed}{hint}")
     return record
 

@@ -84,6 +84,7 @@ def _teacher_labels(v) -> str | None:
 
 
 NUMBER, INTEGER, ACCURACY, COUNT = _number(), _number(integer=True), _number(0, 1), _number(0, integer=True)
+NONNEGATIVE = _number(0)
 # every key of summary.json that a table formats, compares or indexes, and what it must hold (null
 # allowed, as record_summary writes it where it knows nothing); other keys are kept as they are
 SUMMARY_FIELDS = {
@@ -100,7 +101,7 @@ REQUIRED = ("family", "status")                 # every table groups by them
 REQUIRED_DONE = ("fraction", "train_size")      # and places a finished run by them
 
 
-def _show(v) -> str:
+def shown(v) -> str:
     text = json.dumps(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -109,7 +110,7 @@ def checked_summary(summary, finished: tuple[str, ...] = REQUIRED_DONE) -> dict:
     """`summary` when it holds what the tables read, else a BadRecord naming the first wrong key;
     `finished`: the keys a finished run must have besides."""
     if not isinstance(summary, dict):
-        raise BadRecord(f"holds {type(summary).__name__} {_show(summary)}, not a mapping of a run's fields")
+        raise BadRecord(f"holds {type(summary).__name__} {shown(summary)}, not a mapping of a run's fields")
     needed = REQUIRED + (finished if summary.get("status") == "done" else ())
     for key in needed:
         if summary.get(key) is None:
@@ -118,7 +119,7 @@ def checked_summary(summary, finished: tuple[str, ...] = REQUIRED_DONE) -> dict:
         value = summary.get(key)
         allowed = check(value) if value is not None else None
         if allowed:
-            raise BadRecord(f"{key} is {_show(value)}: allowed {allowed}")
+            raise BadRecord(f"{key} is {shown(value)}: allowed {allowed}")
     bad = non_finite(summary)
     if bad:
         raise BadRecord(f"{bad} is not a finite number")
