@@ -2,8 +2,9 @@
 distill.json, inductive_bias.json, a run's probes.json and distill_probes.json, cka/*.json and
 measurements_*.json, each checked when `tables` reads it (report/records.read_record) as a run's
 summary.json is (runs/run/summary_check.py). A record may come from elsewhere: a key of the wrong
-kind (text where a number goes, a list where a mapping goes, null where the suite never writes one)
-is one error line naming the file, the key and what is allowed, never a traceback or a table built on it.
+kind (text where a number goes, a list where a mapping goes, null where the suite never writes one),
+or a key a table indexes that is missing, is one error line naming the file, the key and what is
+allowed, never a traceback or a table built on it.
 
 A field is declared by the shape the writer gives it:
   a check          a leaf: TEXT, NUMBER, COUNT, ... (a function returning what is allowed, or None)
@@ -44,7 +45,6 @@ def ANY(v) -> None:
 
 
 FRACTION = ACCURACY               # a share of the training pool, from 0 to 1
-POSITIVE = NONNEGATIVE            # a learning rate, a time, a cost
 
 
 class each:
@@ -100,7 +100,8 @@ def wrong(value, field, where: str) -> tuple[str, object, str] | None:
     if isinstance(field, (dict, each)):
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             return where, value, _said(field)
-        absent = [k for k, f in field.items() if isinstance(f, need) and k not in value] if isinstance(field, dict) else []
+        needed = field.items() if isinstance(field, dict) else ()
+        absent = [k for k, f in needed if isinstance(f, need) and k not in value]
         if absent:
             return f"{where}.{absent[0]}" if where else absent[0], MISSING, _said(field[absent[0]])
         items = ((k, value[k], f) for k, f in field.items() if k in value) if isinstance(field, dict) \
@@ -128,19 +129,20 @@ SEED = COUNT
 STEPS = either(COUNT, each(either(COUNT, each(COUNT))))   # one count, or per family (and per training-set size)
 PER_FAMILY = either(NUMBER, each(either(NUMBER, each(NUMBER))))  # epochs: one, per family, per family and size
 VERSIONS = each(TEXT)
-INVOCATION = {"wall_time_s": need(POSITIVE), "runs": need(COUNT), "trained": COUNT, "statuses": each(COUNT),
+INVOCATION = {"wall_time_s": need(NONNEGATIVE), "runs": need(COUNT), "trained": COUNT, "statuses": each(COUNT),
               "jobs": need(COUNT), "pack": COUNT}
-TRIAL = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": POSITIVE,
+TRIAL = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": FRACTION, "seed": SEED, "lr": NONNEGATIVE,
          "train_size": maybe(COUNT), "val_size": maybe(COUNT), "status": maybe(TEXT), "val_acc_best": maybe(ACCURACY),
          "plateaued": maybe(BOOL), "run": TEXT}
-CHOICE = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": need(FRACTION), "lr": need(POSITIVE),
+CHOICE = {"family": need(TEXT), "variant": TEXT, "budget": TEXT, "fraction": need(FRACTION), "lr": need(NONNEGATIVE),
           "tuned_at": FRACTION}
 TUNING = {"metric": TEXT, "seed": SEED, "fractions": [FRACTION], "grid": each([NUMBER]), "choices": [CHOICE],
           "trials": [TRIAL]}
-AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [POSITIVE],
-    "variants": either([TEXT], each(each(ANY))), "budget": TEXT, "budgets": [TEXT], "dataset": TEXT, "precision": maybe(TEXT),
-    "epochs": PER_FAMILY, "min_steps": STEPS, "max_steps": maybe(STEPS), "val_checks": COUNT, "val_size": maybe(COUNT),
-    "batch_size": either(COUNT, each(COUNT)), "pool_size": COUNT, "tuned_fractions": maybe([FRACTION]), "probe_images": COUNT}
+AXES = {"families": [TEXT], "fractions": [FRACTION], "seeds": [SEED], "lrs": [NONNEGATIVE],
+        "variants": either([TEXT], each(each(ANY))), "budget": TEXT, "budgets": [TEXT], "dataset": TEXT,
+        "precision": maybe(TEXT), "epochs": PER_FAMILY, "min_steps": STEPS, "max_steps": maybe(STEPS),
+        "val_checks": COUNT, "val_size": maybe(COUNT), "batch_size": either(COUNT, each(COUNT)), "pool_size": COUNT,
+        "tuned_fractions": maybe([FRACTION]), "probe_images": COUNT}
 
 
 def _profiles(profile: dict) -> dict:
@@ -166,14 +168,14 @@ def whole(fields: dict) -> dict:
     return {k: f if isinstance(f, need) else need(f) for k, f in fields.items()}
 
 
-PROVENANCE = whole({"commit": TEXT, "date": TEXT, "device": TEXT, "hardware": TEXT, "seconds": POSITIVE,
+PROVENANCE = whole({"commit": TEXT, "date": TEXT, "device": TEXT, "hardware": TEXT, "seconds": NONNEGATIVE,
                     "threads": COUNT, "versions": VERSIONS})
 TIMING = {"model": need(TEXT), "device": TEXT, "batch_size": COUNT, "resolution": need(COUNT),
           **{f"{phase}_{k}": maybe(f) for phase in ("train", "infer")
-             for k, f in (("img_s", POSITIVE), ("peak_mib", POSITIVE), ("reps", COUNT), ("seconds", POSITIVE),
-                          ("step_ms", POSITIVE))},
+             for k, f in (("img_s", NONNEGATIVE), ("peak_mib", NONNEGATIVE), ("reps", COUNT), ("seconds", NONNEGATIVE),
+                          ("step_ms", NONNEGATIVE))},
           "train_status": need(TEXT), "infer_status": need(TEXT)}
-COSTS = {"flops": need([whole({"attention_gflops": POSITIVE, "gflops": POSITIVE, "resolution": COUNT})]),
+COSTS = {"flops": need([whole({"attention_gflops": NONNEGATIVE, "gflops": NONNEGATIVE, "resolution": COUNT})]),
          "timing": need([TIMING]), "model": need(TEXT), "budget": TEXT, "timm_name": TEXT}
 RUN_PROBES = {"commit": TEXT, "hardware": TEXT, "versions": VERSIONS, "split": TEXT, "images": COUNT}
 
@@ -237,7 +239,7 @@ RECORDS = {
                                          **{k: need(maybe(NUMBER)) for k in ("claimed_g", "measured_gflops",
                                                                              "measured_gmacs")},
                                          "measured_params_m": maybe(NUMBER)}]}),
-        "interpolation": whole({"batch_size": COUNT, "eval_images": COUNT, "finetune_steps": COUNT, "lr": POSITIVE,
+        "interpolation": whole({"batch_size": COUNT, "eval_images": COUNT, "finetune_steps": COUNT, "lr": NONNEGATIVE,
                                 "source_run": TEXT, "target_size": COUNT, "provenance": PROVENANCE,
                                 "rows": [whole({"method": TEXT, "phase": TEXT, "resolution": COUNT,
                                                 "finetune_steps": COUNT, "val_acc": ACCURACY, "val_images": COUNT,
