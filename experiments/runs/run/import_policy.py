@@ -4,8 +4,8 @@ An option whose type allows a class or a callable (trainer.callbacks, trainer.lo
 callable argument of a callback) takes a dotted name, and jsonargparse imports it while parsing,
 before it can tell whether the class fits: an import runs the module's code. A config file, a
 sweep spec's variant_args or a command line could so run a module planted anywhere on the import
-path (the current folder is on it under `python -m`, and with it every folder below, such as a run
-folder from elsewhere). So only TRUSTED packages, those the suite itself imports, may be named;
+path (the current folder is on it under `python -m`, and with it, as packages, the folders below it
+whose names are Python names). So only TRUSTED packages, those the suite itself imports, may be named;
 anything else is refused before it is imported, in one line (cli_messages.one_line).
 
 A researcher's own callback goes through VIT_FAMILIES_IMPORTS: comma-separated dotted paths
@@ -21,8 +21,6 @@ from jsonargparse import set_parsing_settings
 
 TRUSTED = ("lightning", "modules", "datamodules", "experiments")  # the suite's own packages and its trainer's
 ENV = "VIT_FAMILIES_IMPORTS"
-
-
 _ADDED: set[str] = set()  # what VIT_FAMILIES_IMPORTS allowed at an earlier parse of this process
 
 
