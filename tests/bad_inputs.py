@@ -10,7 +10,8 @@ folder of one image), yaml (a malformed YAML file), spec (a tiny sweep spec), ev
 checkpoint whose unpickling would create the file `pwned`), evil_raw (the same as a bare pickle),
 pwned (that file), out (a folder outside runs), plants (a folder to put on the import path, holding
 a module h3evil whose import creates `pwned`), evil_config and evil_spec (a config file and a sweep
-spec whose trainer.callbacks names h3evil), run (a run folder from elsewhere: its config.yaml is
+spec whose trainer.callbacks names h3evil), evil_distill and evil_ib (a distill and an inductive_bias
+spec with one variant whose trainer.callbacks names h3evil), run (a run folder from elsewhere: its config.yaml is
 a suite config with a case's `run_config` entries, beside an included file naming h3evil), victim and
 victim_dir (a file and a folder outside runs that a planted link points at: their bytes must stay).
 """
@@ -31,6 +32,22 @@ TINY_SPEC = {"name": "tiny", "dataset": "fashion_mnist", "families": ["vit"], "v
              "profiles": {"cpu": {"budget": "tiny", "fractions": [1.0], "seeds": [0], "epochs": 0.1,
                                   "min_steps": 4, "val_checks": 2, "lrs": [0.003]}}}
 
+# the distill and inductive_bias runners' tiny specs, each with a variant naming h3evil: its first stage
+# (tuning) would train before the runner reaches that variant's stage
+TINY_DISTILL = {"name": "distill", "runner": "distill", "dataset": "fashion_mnist", "student": "deit",
+                "variants": {"none": {"model.distillation": "none"},
+                             "hard": {"model.distillation": "hard", "trainer.callbacks": "h3evil.Cb"}},
+                "profiles": {"cpu": {"teachers": ["resnet"], "students": ["none", "hard/resnet"], "budget": "tiny",
+                                     "fractions": [1.0], "seeds": [0], "epochs": 0.1, "min_steps": 4, "val_checks": 2,
+                                     "lrs": [0.003], "probe_images": 16, "jobs": 1}}}
+TINY_IB = {"name": "inductive_bias", "runner": "inductive_bias", "dataset": "fashion_mnist", "ablated": "vit",
+           "ablations": {"learn": {}, "none": {"model.pos_embed": "none", "trainer.callbacks": "h3evil.Cb"}},
+           "profiles": {"cpu": {"families": ["resnet", "vit"], "family_fractions": [1.0],
+                                "ablations": {"learn": [1.0], "none": [1.0]}, "budget": "tiny", "seeds": [0],
+                                "epochs": 0.1, "min_steps": 4, "val_checks": 2, "lrs": [0.003], "probe_images": 16,
+                                "probes": {"families": ["robustness"], "ablations": []}, "jobs": 1}}}
+EXPERIMENT_RUNNERS = ("sweep", "distill", "inductive_bias")  # commands that plan a spec's runs
+
 
 # fit, validate and test: the smoke config on the small data; a sweep: the tiny spec
 FIT_BASE = ("--config", SMOKE, "--data.data_dir", "{fmnist}", "--runs_dir", "{runs}", "--trainer.enable_progress_bar",
@@ -50,13 +67,14 @@ class Case:
 
     def folder(self, scene: "Scene") -> Path:
         """The folder this case's command writes in: the run folder of a fit, the experiment folder of a sweep."""
-        if self.command == "sweep":
-            return scene.paths["runs"] / TINY_SPEC["name"]
+        if self.command in EXPERIMENT_RUNNERS:
+            return scene.paths["runs"] / {"sweep": TINY_SPEC, "distill": TINY_DISTILL, "inductive_bias": TINY_IB}[
+                self.command]["name"]
         from experiments.runs.run.cli import resolve_run_dirs
         return resolve_run_dirs([self.argv(scene)[1:]])[0]
 
     def argv(self, scene: "Scene") -> list[str]:
-        base = {"sweep": SWEEP_BASE, "probe": ()}.get(self.command, FIT_BASE)
+        base = {"sweep": SWEEP_BASE, "probe": (), "distill": (), "inductive_bias": ()}.get(self.command, FIT_BASE)
         return [self.command, *(scene.fill(a) for a in (*base, *self.args))]
 
     def words(self, scene: "Scene") -> list[str]:
@@ -207,6 +225,11 @@ SWEEP = [
     Case("sweep", ("--runs_dir", ""), ("runs_dir='': allowed a folder path",)),
     Case("sweep", ("--spec", "{evil_spec}"),
          (DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),)),
+    # a variant of a later stage (a student, an ablation) is planned before the first stage trains
+    Case("distill", ("--spec", "{evil_distill}", "--runs_dir", "{runs}"),
+         (DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),)),
+    Case("inductive_bias", ("--spec", "{evil_ib}", "--runs_dir", "{runs}"),
+         (DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),)),
     # the launcher (experiments/runs/sweep/slurm.py)
     Case("sweep", ("--launcher", "pbs"), ("argument --launcher: invalid choice: 'pbs'", "slurm", "submitit-local")),
     Case("sweep", ("--no_wait",), ("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local",)),
@@ -229,7 +252,8 @@ class Scene:
         self.paths = {"runs": root / "runs", "file": root / "file", "yaml": root / "bad.yaml", "deep": root / "deep.yaml",
                       "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
                       "out": root / "outside", "plants": root / "plants", "evil_config": root / "evil_config.yaml",
-                      "evil_spec": root / "evil_spec.yaml", "run": root / "elsewhere" / "r_0a1b2c3d",
+                      "evil_spec": root / "evil_spec.yaml", "evil_distill": root / "evil_distill.yaml",
+                      "evil_ib": root / "evil_ib.yaml", "run": root / "elsewhere" / "r_0a1b2c3d",
                       "victim": root / "victims" / "victim.txt", "victim_dir": root / "victims" / "folder"}
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
@@ -261,6 +285,8 @@ class Scene:
         self.paths["evil_config"].write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "h3evil.Cb"}]}}))
         self.paths["evil_spec"].write_text(yaml.safe_dump(
             {**TINY_SPEC, "variant_args": {"default": {"trainer.callbacks": "h3evil.Cb"}}}))
+        self.paths["evil_distill"].write_text(yaml.safe_dump(TINY_DISTILL))
+        self.paths["evil_ib"].write_text(yaml.safe_dump(TINY_IB))
 
     def write_run_config(self, entries: tuple[tuple[str, object], ...]) -> None:
         """{run}/config.yaml: a suite config with `entries` set (a section's whole value, or one key)."""

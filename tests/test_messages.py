@@ -11,7 +11,7 @@ import yaml
 
 from experiments.__main__ import main
 
-from tests.bad_inputs import CASES, TINY_SPEC as SPEC, Scene
+from tests.bad_inputs import CASES, EXPERIMENT_RUNNERS, TINY_SPEC as SPEC, Scene
 from tests.conftest import tree_hashes
 
 
@@ -116,7 +116,7 @@ def test_a_value_naming_planted_code_is_a_real_attack(scene, monkeypatch, case):
     monkeypatch.setenv("VIT_FAMILIES_IMPORTS", "h3evil")
     monkeypatch.syspath_prepend(scene.fill("{plants}"))
     monkeypatch.delitem(sys.modules, "h3evil", raising=False)
-    main([*case.argv(scene), *(("--dry_run",) if case.command == "sweep" else ("--trainer.max_steps", "0"))])
+    main([*case.argv(scene), *(("--dry_run",) if case.command in EXPERIMENT_RUNNERS else ("--trainer.max_steps", "0"))])
     assert scene.paths["pwned"].exists()
 
 

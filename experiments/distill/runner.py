@@ -339,8 +339,23 @@ def main(argv: list[str]) -> int:
                            spec["name"], runs_dir, planning_only=a.dry_run or a.status)
 
 
+def every_run(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
+    """Every run the profile will train, the ones waiting for their lr planned at any lr; not the
+    matched teachers, which stop where their training reaches the target (a few hundred steps on the
+    cpu profile); their students, planned here against a stand-in folder. Planning parses each run's
+    fit options, so a variant the suite refuses stops the command here, before anything trains."""
+    anyway = AnyLr(axes["lrs"][0])
+    every_teacher = teacher_runs(spec, axes, runs_dir, pool, anyway)
+    stand_ins = [replace(r, variant=matched_name(r.family, to), run_dir=r.run_dir.with_name(
+        r.run_dir.name + MATCHED + to)) for fam, to in axes["matched"].items() for r in every_teacher
+        if r.family == fam]
+    return [*tuning_runs(spec, axes, runs_dir, pool), *every_teacher,
+            *student_runs(spec, axes, runs_dir, pool, anyway, every_teacher + stand_ins)]
+
+
 def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int, jobs: int, cluster) -> int:
     a.dry_run = a.dry_run or a.status
+    planned = every_run(spec, axes, runs_dir, pool)  # before the lock: a refused variant leaves nothing behind
     with launching(exp_dir, _launcher(jobs), jobs, a.dry_run, cluster) as run:
         start = time.perf_counter()
         results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
@@ -369,16 +384,7 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
             if waiting:
                 print(f"## {', '.join(t for t, runs in stages[1:] if not runs)} of {', '.join(waiting)}: "
                       "listed once their tuning trials are done")
-            # every run the profile will train, the ones waiting for their lr planned at any lr; not the
-            # matched teachers, which stop where their training reaches the target (a few hundred steps
-            # on the cpu profile); their students, planned here against a stand-in folder
-            anyway = AnyLr(axes["lrs"][0])
-            every_teacher = teacher_runs(spec, axes, runs_dir, pool, anyway)
-            stand_ins = [replace(r, variant=matched_name(r.family, to), run_dir=r.run_dir.with_name(
-                r.run_dir.name + MATCHED + to)) for fam, to in axes["matched"].items() for r in every_teacher
-                if r.family == fam]
-            whole_profile([*trials, *every_teacher,
-                           *student_runs(spec, axes, runs_dir, pool, anyway, every_teacher + stand_ins)], axes, jobs)
+            whole_profile(planned, axes, jobs)
             return 0
         probed = probes_stage(students, teachers, axes["probe_images"])
         results.update({f"probes {k}": v for k, v in probed.items()})

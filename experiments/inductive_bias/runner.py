@@ -371,8 +371,19 @@ def main(argv: list[str]) -> int:
                            spec["name"], runs_dir, planning_only=a.dry_run or a.status)
 
 
+def every_run(spec: dict, axes: dict, runs_dir: Path, pool: int) -> list[Run]:
+    """Every run of the profile, per budget, those waiting for their lr planned at any lr. Planning
+    parses each run's fit options, so an ablation the suite refuses stops the command here, before
+    anything trains."""
+    anyway = AnyLr(axes["lrs"][0])
+    return [r for budget in axes["budgets"] for ax in [{**axes, "budget": budget}]
+            for r in [*plan_tuning(spec, ax, runs_dir, pool)[1], *family_runs(spec, ax, runs_dir, pool, anyway),
+                      *ablation_runs(spec, ax, runs_dir, pool, anyway)]]
+
+
 def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int, jobs: int, cluster) -> int:
     a.dry_run = a.dry_run or a.status
+    planned = every_run(spec, axes, runs_dir, pool)  # before the lock: a refused ablation leaves nothing behind
     with launching(exp_dir, _launcher(jobs, runs_dir), jobs, a.dry_run, cluster) as run:
         start = time.perf_counter()
         results, launched = run.results, run.launched  # launched: only then is its wall time the experiment's
@@ -404,10 +415,7 @@ def _stages(a, spec: dict, axes: dict, runs_dir: Path, exp_dir: Path, pool: int,
                 if waiting or not abl:
                     print(f"## {', '.join(waiting or [ax['ablated'] + ' ablations'])}{at}: main runs listed once their "
                           "tuning trials are done")
-            anyway = AnyLr(axes["lrs"][0])  # every run of the profile, those waiting for their lr at any lr
-            whole_profile([r for ax, _, trials, *_ in plans for r in [*trials, *family_runs(spec, ax, runs_dir, pool, anyway),
-                                                                        *ablation_runs(spec, ax, runs_dir, pool, anyway)]],
-                          axes, jobs)
+            whole_profile(planned, axes, jobs)
             return 0
         run(every)
         probed = {}
