@@ -12,7 +12,7 @@ import pytest
 
 from experiments.__main__ import main
 from experiments.report import records
-from experiments.report.record_fields import RECORDS, check, each, either, fields_of, maybe, need
+from experiments.report.record_fields import RECORDS, agree, check, each, either, fields_of, maybe, need
 from experiments.runs.run.summary_check import BadRecord
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
@@ -34,7 +34,7 @@ def _declared(value, field, where=(), needed=False):
     """(key path, field, needed) of every declared key present in `value`, lists by their first item;
     needed: its mapping must hold it."""
     needed = needed or isinstance(field, need)
-    while isinstance(field, (maybe, need)):
+    while isinstance(field, (maybe, need, agree)):
         field = field.field
     yield where, field, needed
     if isinstance(field, either) or value is None:
@@ -181,6 +181,44 @@ def test_a_wrong_record_ends_tables_in_one_line(tmp_path, capsys, experiment, re
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {path}: {said}"), err
     assert "Traceback" not in "\n".join(err)
+
+
+CKA = next(p for p in COMMITTED if p.parent.name == "cka")
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r["matrix"].pop(), "matrix is {n} rows of {cols}: allowed one row per entry of layers and one column "
+                                  "per entry of reference_layers ({rows} x {cols}, at least 1 x 1)"),
+    (lambda r: [row.pop() for row in r["matrix"]], "matrix is {rows} rows of {k}: allowed"),
+    (lambda r: r["reference_layers"].append("extra"), "matrix is {rows} rows of {cols}: allowed"),
+    (lambda r: r.update(layers=[], matrix=[]), "matrix is 0 rows of 0: allowed one row per entry of layers and "
+                                               "one column per entry of reference_layers (0 x {cols}, at least 1 x 1)"),
+], ids=["a row short", "a column short", "a reference layer more", "no layers"])
+def test_a_cka_matrix_whose_shape_disagrees_with_its_layers_ends_tables_in_one_line(tmp_path, capsys, change, said):
+    """A CKA matrix of the wrong size was drawn with rows labelled by the wrong layers (or read at
+    [-1][-1] when empty): its layer lists and its matrix must agree, one error line where not."""
+    runs = tmp_path / "runs"
+    shutil.copytree(REFERENCE / "inductive_bias", runs / "inductive_bias")
+    path = runs / "inductive_bias" / "cka" / CKA.name
+    record = json.loads(path.read_text())
+    rows, cols = len(record["layers"]), len(record["reference_layers"])
+    change(record)
+    path.write_text(json.dumps(record))
+    n, k = len(record["matrix"]), len(record["matrix"][0]) if record["matrix"] else 0
+    code = main(["tables", "--experiment", "inductive_bias", "--runs_dir", str(runs), "--out", str(tmp_path / "out"),
+                 "--readme", ""])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {path}: "
+                                                             + said.format(n=n, k=k, rows=rows, cols=cols)), err
+
+
+def test_a_self_cka_of_a_probe_is_square_over_its_layers():
+    path = next(p for p in COMMITTED if p.name == "probes.json" and "cka" in json.loads(p.read_text()))
+    record = json.loads(path.read_text())
+    record["cka"]["layers"].pop()
+    with pytest.raises(BadRecord, match=rf"{re.escape(str(path))}: cka\.matrix is (\d+) rows of \1: allowed one row "
+                                        "per entry of layers and one column per entry of layers"):
+        check(record, fields_of(path), path)
 
 
 def test_a_probe_record_with_nan_written_as_null_is_read(tmp_path, capsys):

@@ -14,6 +14,8 @@ A field is declared by the shape the writer gives it:
   maybe(field)     null, or the field (where the writer writes null: a trial not finished, no teacher)
   need(field)      a key its mapping must hold (a reader indexes it); any other declared key may be absent
   either(a, b)     a or b
+  agree(field, rule)  a mapping that fits `field` and whose keys agree with one another (rule: a CKA
+                   matrix has a row per layer and a column per reference layer)
 """
 from __future__ import annotations
 
@@ -62,6 +64,16 @@ class need:
         self.field = field
 
 
+class agree:
+    """`field`, and then `rule(mapping)`: None, or (key, what it is, what is allowed) where keys disagree."""
+    def __init__(self, field, rule):
+        self.field, self.rule = field, rule
+
+
+class described(str):
+    """A value told in words (a matrix's shape), not shown as JSON."""
+
+
 MISSING = object()  # where a needed key is absent
 
 
@@ -80,7 +92,7 @@ def _said(field) -> str:
         return f"a mapping whose values are each {_said(field.field)}"
     if isinstance(field, maybe):
         return f"null or {_said(field.field)}"
-    if isinstance(field, need):
+    if isinstance(field, (need, agree)):
         return _said(field.field)
     if isinstance(field, either):
         return " or ".join(_said(f) for f in field.fields)
@@ -93,6 +105,11 @@ def wrong(value, field, where: str) -> tuple[str, object, str] | None:
         return None if value is None else wrong(value, field.field, where)
     if isinstance(field, need):
         return wrong(value, field.field, where)
+    if isinstance(field, agree):
+        if (found := wrong(value, field.field, where)) or (found := field.rule(value)) is None:
+            return found
+        key, value, allowed = found
+        return f"{where}.{key}" if where else key, described(value), allowed
     if isinstance(field, either):
         if any(wrong(value, f, where) is None for f in field.fields):
             return None
@@ -120,7 +137,7 @@ def check(record: dict, fields: dict, path: Path, hint: str = "") -> dict:
     found = wrong(record, fields, "")
     if found:
         where, value, allowed = found
-        said = "is missing" if value is MISSING else f"is {shown(value)}"
+        said = "is missing" if value is MISSING else f"is {value if isinstance(value, described) else shown(value)}"
         raise BadRecord(f"{path}: {where or 'the record'} {said}: allowed {allowed}{hint}")
     return record
 
@@ -161,6 +178,21 @@ def _matrix(entry, said: str):
 MATRIX = _matrix(MEASURE, "numbers or NaN")  # a CKA record's
 # a run's probes.json writes NaN as null (runs/run/probe._rounded): a CKA of a constant block, an undefined similarity
 PROBE_MATRIX = _matrix(lambda v: None if v is None else MEASURE(v), "numbers or null")
+
+
+def matrix_shape(rows: str, columns: str):
+    """A rule: `matrix` has one row per entry of the list `rows` and one column per entry of `columns`
+    (both at least one: a figure labels each row and column, and a caption reads the corners)."""
+    def rule(record: dict) -> tuple[str, str, str] | None:
+        if not all(k in record for k in ("matrix", rows, columns)):
+            return None  # a key left out: not drawn
+        m, n_rows, n_cols = record["matrix"], len(record[rows]), len(record[columns])
+        if n_rows and n_cols and len(m) == n_rows and all(len(r) == n_cols for r in m):
+            return None
+        return ("matrix", f"{len(m)} rows of {len(m[0]) if m else 0}",
+                f"one row per entry of {rows} and one column per entry of {columns} ({n_rows} x {n_cols}, "
+                "at least 1 x 1)")
+    return rule
 
 
 def whole(fields: dict) -> dict:
@@ -212,15 +244,16 @@ RECORDS = {
                        "shift_is_patch_multiple": [BOOL], "shift_consistency_circular": ACCURACY},
         "attention_maps": {**whole({"images": [PROBE_MATRIX], "cls": [PROBE_MATRIX], "rollout": [PROBE_MATRIX]}),
                            "labels": [INTEGER]},
-        "cka": {"layers": [TEXT], "matrix": PROBE_MATRIX},
+        "cka": agree({"layers": [TEXT], "matrix": PROBE_MATRIX}, matrix_shape("layers", "layers")),
         "pos_embed": {"similarity": [[PROBE_MATRIX]], "bands": [MEASURE], "two_d": BOOL,
                       **{k: MEASURE for k in ("far_mean", "gap", "grid_correlation", "horizontal_mean",
                                                     "neighbour_mean", "raster_correlation", "vertical_mean")}}},
     "distill_probes.json": {**RUN_PROBES, "agreement": each({"cls": ACCURACY, "dist": ACCURACY, "both": ACCURACY}),
                             "teacher_runs": each(TEXT), "token_cosine": [MEASURE]},
-    "cka/*.json": {**RUN_PROBES, **whole({"family": TEXT, "reference": TEXT, "fraction": FRACTION, "layers": [TEXT],
-                                          "reference_layers": [TEXT], "matrix": MATRIX}),
-                   "seed": SEED, "run": TEXT, "reference_run": TEXT},
+    "cka/*.json": agree({**RUN_PROBES, **whole({"family": TEXT, "reference": TEXT, "fraction": FRACTION,
+                                                "layers": [TEXT], "reference_layers": [TEXT], "matrix": MATRIX}),
+                         "seed": SEED, "run": TEXT, "reference_run": TEXT},
+                        matrix_shape("layers", "reference_layers")),
     "measurements_*.json": {"experiment": TEXT, "profile": need(TEXT), "parts": need({
         "ours": {"batch_size": need(COUNT), "budget": TEXT, "in_chans": COUNT, "crossover": need([[TEXT]]),
                  "models": need([COSTS]), "provenance": need(PROVENANCE)},
