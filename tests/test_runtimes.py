@@ -85,8 +85,10 @@ def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_fam
     spec = yaml.safe_load((SPECS / "datascale" / "spec.yaml").read_text())
     *trained, last = spec["profiles"]["cpu"].get("families") or spec["families"]   # the sentence names the spec's
     text = default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained})
-    assert f" All of its runs on record, 2 at a time, trained for **{60.0 * len(trained):.1f} hours** (the runs' " \
-           "wall times summed, over 2): " in text
+    # the hours summed over runs, and what they come to at the profile's runs at a time (its pieces may
+    # have trained at another: JOBS=1)
+    assert f" All of its runs on record took {120.0 * len(trained):.1f} hours of training (each run's wall time, " \
+           f"summed), about **{60.0 * len(trained):.1f} hours** at the profile's 2 runs at a time: " in text
     assert all(f"{FAMILIES[f].title} 60.0" in text for f in trained)
     assert text.endswith(f" hours; {FAMILIES[last].title} not trained yet.")
     assert "on record" not in default_profile(runtime_rows(exp), record)
@@ -98,7 +100,10 @@ def test_the_default_profile_says_how_long_all_of_its_runs_trained_family_by_fam
         (exp / name / "summary.json").write_text(json.dumps({**summary, "precision": precision}))
     assert trained_precisions(exp, record) == ["bf16-mixed"]
     text = default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained}, precisions=["bf16-mixed"])
-    assert " All of its runs on record, 2 at a time, in bf16-mixed, trained for **" in text
+    assert " All of its runs on record, in bf16-mixed, took " in text
+    one = {**record, "profiles": {"cpu": {**record["profiles"]["cpu"], "jobs": 1}}}
+    assert f" All of its runs on record took **{120.0 * len(trained):.1f} hours** of training (each run's wall " \
+           "time, summed): " in default_profile(runtime_rows(exp), one, hours={f: 120.0 for f in trained})
     assert "A CPU without native bf16 matmuls trains in fp32, another configuration" in text
     assert "native bf16" not in default_profile(runtime_rows(exp), record, hours={f: 120.0 for f in trained},
                                                 precisions=["32-true"])

@@ -122,15 +122,17 @@ def default_profile(rows: list[dict], record: dict, profile: str = "cpu", hours:
         return text + " Its time has not been measured yet."
     ran = measured.get("families") or families
     which = "" if list(ran) == list(families) else f" (with {_names(ran)})"
-    jobs = measured.get("jobs") or 1
+    jobs = measured.get("jobs") or 1  # the profile's runs at a time (its pieces may have run otherwise)
     whole = ""
     if hours:
         shares = [f"{FAMILIES[f].title if f in FAMILIES else f} {hours[f] / jobs:.1f}" for f in families if f in hours]
         missing = [f for f in families if f not in hours]
-        whole = (f" All of its runs on record, {jobs} at a time"
-                 + (f", in {_and(precisions)}" if precisions else "")
-                 + f", trained for **{sum(hours.values()) / jobs:.1f} "
-                 f"hours** (the runs' wall times summed, over {jobs}): {_and(shares)} hours"
+        total = sum(hours.values())
+        at = (f"{total:.1f} hours of training (each run's wall time, summed), about **{total / jobs:.1f} hours** at "
+              f"the profile's {jobs} runs at a time" if jobs > 1
+              else f"**{total:.1f} hours** of training (each run's wall time, summed)")
+        whole = (" All of its runs on record" + (f", in {_and(precisions)}," if precisions else "")
+                 + f" took {at}: {_and(shares)} hours"
                  + (f"; {_names(missing)} not trained yet." if missing else ".")
                  + (" A CPU without native bf16 matmuls trains in fp32, another configuration, so there every "
                     "run trains anew: `make exp-datascale-commands` prices them on your machine."
