@@ -125,6 +125,11 @@ class ImageClassificationDataModule(L.LightningDataModule):
         return int(self._decoded["train"].features["image"].shape[2])
 
     @property
+    def test_size(self) -> int:
+        """Images in the test split (the probes read its first ones)."""
+        return len(self._decoded["test"])
+
+    @property
     def class_names(self) -> list[str]:
         return list(self._decoded["train"].features["label"].names)
 

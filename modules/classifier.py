@@ -23,6 +23,37 @@ from .optim import LR_LIMIT, adamw_warmup_cosine, lr_in_range
 from .registry import build_model, use_fused_attention
 
 
+TRAINING_OPTIONS = ("family", "lr", "weight_decay", "betas", "warmup_fraction", "min_lr_ratio", "label_smoothing",
+                    "distillation", "distill_alpha", "distill_tau", "teacher_checkpoint")
+
+
+def check_training(family: str, lr: float, weight_decay: float, betas, warmup_fraction: float, min_lr_ratio: float,
+                   label_smoothing: float, distillation: str, distill_alpha: float, distill_tau: float,
+                   teacher_checkpoint: str | None) -> None:
+    """The optimisation and distillation options, checked without building anything (a sweep checks
+    every variant's before its first run trains; ImageClassifier checks its own)."""
+    if distillation not in DISTILLATION_TYPES:
+        raise ValueError(f"distillation={distillation!r}: allowed {', '.join(DISTILLATION_TYPES)}")
+    if not lr_in_range(lr):
+        raise ValueError(f"lr={lr}: allowed a learning rate > 0 and {LR_LIMIT}")
+    if not 0.0 <= label_smoothing < 1.0:  # at 1 the targets are uniform: nothing left to learn
+        raise ValueError(f"label_smoothing={label_smoothing}: allowed [0, 1)")
+    if not 0.0 <= warmup_fraction <= 1.0:
+        raise ValueError(f"warmup_fraction={warmup_fraction}: allowed a share of the steps in [0, 1]")
+    if not weight_decay >= 0:  # `not >=` also catches nan
+        raise ValueError(f"weight_decay={weight_decay}: allowed a float >= 0")
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio={min_lr_ratio}: allowed the final lr as a share of the peak, in [0, 1]")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"betas={list(betas)}: allowed two AdamW decay rates in [0, 1), such as [0.9, 0.999]")
+    if not 0.0 <= distill_alpha <= 1.0:
+        raise ValueError(f"distill_alpha={distill_alpha}: allowed the distillation loss's weight in [0, 1]")
+    if not distill_tau > 0:
+        raise ValueError(f"distill_tau={distill_tau}: allowed a softmax temperature > 0")
+    if teacher_checkpoint is not None and not distils(family):
+        raise ValueError(f"teacher_checkpoint applies to family {students()} only, not {family!r}")
+
+
 class ImageClassifier(L.LightningModule):
     """The model: any family, trained by one recipe.
 
@@ -68,26 +99,9 @@ class ImageClassifier(L.LightningModule):
                  distillation: str = "hard", distill_alpha: float = 0.5, distill_tau: float = 1.0,
                  teacher_checkpoint: str | None = None):
         super().__init__()
-        if distillation not in DISTILLATION_TYPES:
-            raise ValueError(f"distillation={distillation!r}: allowed {', '.join(DISTILLATION_TYPES)}")
-        if not lr_in_range(lr):
-            raise ValueError(f"lr={lr}: allowed a learning rate > 0 and {LR_LIMIT}")
-        if not 0.0 <= label_smoothing < 1.0:  # at 1 the targets are uniform: nothing left to learn
-            raise ValueError(f"label_smoothing={label_smoothing}: allowed [0, 1)")
-        if not 0.0 <= warmup_fraction <= 1.0:
-            raise ValueError(f"warmup_fraction={warmup_fraction}: allowed a share of the steps in [0, 1]")
-        if not weight_decay >= 0:  # `not >=` also catches nan
-            raise ValueError(f"weight_decay={weight_decay}: allowed a float >= 0")
-        if not 0.0 <= min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio={min_lr_ratio}: allowed the final lr as a share of the peak, in [0, 1]")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"betas={list(betas)}: allowed two AdamW decay rates in [0, 1), such as [0.9, 0.999]")
-        if not 0.0 <= distill_alpha <= 1.0:
-            raise ValueError(f"distill_alpha={distill_alpha}: allowed the distillation loss's weight in [0, 1]")
-        if not distill_tau > 0:
-            raise ValueError(f"distill_tau={distill_tau}: allowed a softmax temperature > 0")
-        if teacher_checkpoint is not None and not distils(family):
-            raise ValueError(f"teacher_checkpoint applies to family {students()} only, not {family!r}")
+        check_training(family=family, lr=lr, weight_decay=weight_decay, betas=betas, warmup_fraction=warmup_fraction,
+                       min_lr_ratio=min_lr_ratio, label_smoothing=label_smoothing, distillation=distillation,
+                       distill_alpha=distill_alpha, distill_tau=distill_tau, teacher_checkpoint=teacher_checkpoint)
         self.save_hyperparameters()
         self.model = build_model(family, budget, image_size=image_size, in_chans=in_chans,
                                  num_classes=num_classes, patch_size=patch_size, pos_embed=pos_embed,

@@ -11,7 +11,8 @@ checkpoint whose unpickling would create the file `pwned`), evil_raw (the same a
 pwned (that file), out (a folder outside runs), plants (a folder to put on the import path, holding
 a module h3evil whose import creates `pwned`), evil_config and evil_spec (a config file and a sweep
 spec whose trainer.callbacks names h3evil), evil_distill and evil_ib (a distill and an inductive_bias
-spec with one variant whose trainer.callbacks names h3evil), run (a run folder from elsewhere: its config.yaml is
+spec with one variant whose trainer.callbacks names h3evil), alpha_distill, erase_ib and erase_spec
+(a distill, inductive_bias and sweep spec with one variant whose value fit refuses), run (a run folder from elsewhere: its config.yaml is
 a suite config with a case's `run_config` entries, beside an included file naming h3evil), victim and
 victim_dir (a file and a folder outside runs that a planted link points at: their bytes must stay).
 """
@@ -147,6 +148,8 @@ FIT = [
     fit("--data.batch_size", "0", expect="batch_size=0: allowed integers >= 1"),
     fit("--trainer.val_check_interval", "0", expect=("trainer.val_check_interval=0: allowed a float in (0, 1]",
                                                       "or an integer >= 1")),
+    fit("--trainer.max_steps", "6", "--trainer.val_check_interval", "1000", "--trainer.check_val_every_n_epoch",
+        "null", expect="trainer.val_check_interval=1000 with trainer.max_steps=6: allowed at most max_steps"),
     fit("--model.label_smoothing", "1.0", expect="label_smoothing=1.0: allowed [0, 1)"),
     fit("--model.label_smoothing", "-0.1", expect="label_smoothing=-0.1: allowed [0, 1)"),
     fit("--data.crop_padding", "-1", expect="crop_padding=-1: allowed integers from 0 (no random crop) to 4096"),
@@ -230,6 +233,12 @@ SWEEP = [
          (DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),)),
     Case("inductive_bias", ("--spec", "{evil_ib}", "--runs_dir", "{runs}"),
          (DENIED.format(key="trainer.callbacks", name="h3evil.Cb"),)),
+    # a variant's value that `fit` refuses when it builds the model or the data: checked when planned
+    Case("distill", ("--spec", "{alpha_distill}", "--runs_dir", "{runs}"),
+         ("variant 'hard-resnet' of deit: distill_alpha=2.0: allowed the distillation loss's weight in [0, 1]",)),
+    Case("inductive_bias", ("--spec", "{erase_ib}", "--runs_dir", "{runs}"),
+         ("variant 'none' of vit: random_erasing=2.0 is a probability: allowed [0, 1]",)),
+    Case("sweep", ("--spec", "{erase_spec}"), ("variant 'default' of vit: random_erasing=2.0 is a probability",)),
     # the launcher (experiments/runs/sweep/slurm.py)
     Case("sweep", ("--launcher", "pbs"), ("argument --launcher: invalid choice: 'pbs'", "slurm", "submitit-local")),
     Case("sweep", ("--no_wait",), ("--no_wait with --launcher local: allowed with --launcher slurm or submitit-local",)),
@@ -253,7 +262,8 @@ class Scene:
                       "spec": root / "tiny.yaml", "evil": root / "evil.ckpt", "evil_raw": root / "raw.ckpt", "pwned": root / "pwned",
                       "out": root / "outside", "plants": root / "plants", "evil_config": root / "evil_config.yaml",
                       "evil_spec": root / "evil_spec.yaml", "evil_distill": root / "evil_distill.yaml",
-                      "evil_ib": root / "evil_ib.yaml", "run": root / "elsewhere" / "r_0a1b2c3d",
+                      "evil_ib": root / "evil_ib.yaml", "alpha_distill": root / "alpha_distill.yaml",
+                      "erase_ib": root / "erase_ib.yaml", "erase_spec": root / "erase_spec.yaml", "run": root / "elsewhere" / "r_0a1b2c3d",
                       "victim": root / "victims" / "victim.txt", "victim_dir": root / "victims" / "folder"}
         self.paths["fmnist"] = fmnist or self._fmnist(root / "fashion-mnist")
         self.paths["images"] = self._image_folder(root / "images")
@@ -287,6 +297,13 @@ class Scene:
             {**TINY_SPEC, "variant_args": {"default": {"trainer.callbacks": "h3evil.Cb"}}}))
         self.paths["evil_distill"].write_text(yaml.safe_dump(TINY_DISTILL))
         self.paths["evil_ib"].write_text(yaml.safe_dump(TINY_IB))
+        hard = {"model.distillation": "hard", "model.distill_alpha": 2.0}
+        self.paths["alpha_distill"].write_text(yaml.safe_dump({**TINY_DISTILL, "variants": {
+            **TINY_DISTILL["variants"], "hard": hard}}))
+        self.paths["erase_ib"].write_text(yaml.safe_dump({**TINY_IB, "ablations": {
+            "learn": {}, "none": {"model.pos_embed": "none", "data.random_erasing": 2.0}}}))
+        self.paths["erase_spec"].write_text(yaml.safe_dump({**TINY_SPEC, "variant_args": {
+            "default": {"data.random_erasing": 2.0}}}))
 
     def write_run_config(self, entries: tuple[tuple[str, object], ...]) -> None:
         """{run}/config.yaml: a suite config with `entries` set (a section's whole value, or one key)."""

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
 from modules import ImageClassifier, build_model
 from modules.distillation import deit_predict, deit_probe, token_cosine
@@ -110,6 +111,7 @@ def tiny_spec(fmnist_dir, tmp_path, monkeypatch):
     """The tiny spec on the small IDX data; each run is fitted in this process (no start-up cost)."""
     import experiments.distill.runner as distill
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    ImageClassificationDataModule("fashion_mnist").test_size  # decoded once: a first use's progress is no answer's
     launched = []
 
     def in_process(run):
@@ -169,6 +171,15 @@ def test_tiny_distill_spec_end_to_end_into_its_table(tiny_spec, tmp_path):
     ({"teacher": ["resnet"]}, "unknown key 'teacher' in profile 'cpu'"),
     ({"matched_val_interval": 0}, "matched_val_interval=0 in profile 'cpu': allowed an integer >= 1"),
     ({"student_lr_of": "vit"}, "student_lr_of 'vit': allowed a teacher family of profile 'cpu' (resnet)"),
+    # values that were refused, or went wrong, only once the runs before them had trained
+    ({"probe_images": 0}, "probe_images=0 in profile 'cpu': allowed an integer >= 4"),
+    ({"probe_images": 100_000}, "probe_images=100000 in profile 'cpu': allowed at most"),
+    ({"jobs": "abc"}, "jobs='abc' in profile 'cpu': allowed an integer >= 1"),
+    ({"seeds": [2.5]}, "seeds=[2.5] in profile 'cpu': allowed a non-empty list of integers"),
+    ({"lrs": ["abc"]}, "lrs=['abc'] in profile 'cpu': allowed a non-empty list of numbers"),
+    ({"matched": ["resnet"]}, "matched=['resnet'] in profile 'cpu': allowed a mapping of a teacher family"),
+    ({"teachers": ["resnet", "vit"], "matched": {"resnet": "vit"}, "matched_val_interval": 1000},
+     "matched_val_interval=1000 in profile 'cpu': allowed at most"),
 ])
 def test_bad_spec_is_one_line_and_writes_nothing(tiny_spec, capsys, change, message):
     spec, runs, launched = tiny_spec
@@ -198,6 +209,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
     spec = yaml.safe_load((ROOT / "experiments" / "distill" / "spec.yaml").read_text())
     for profile in spec["profiles"].values():
         profile["val_size"] = 100  # the test data hold 600 training images
+        profile["probe_images"] = 100  # and 200 test images
     path = tmp_path / "distill.yaml"
     path.write_text(yaml.safe_dump(spec))
     for name, profile in spec["profiles"].items():

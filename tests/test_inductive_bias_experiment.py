@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from datamodules import ImageClassificationDataModule
 from experiments.__main__ import main
 
 from .conftest import tree_hashes
@@ -34,6 +35,7 @@ def tiny_spec(fmnist_dir, tmp_path, monkeypatch):
     """The tiny spec on the small IDX data; each run is fitted in this process (no start-up cost)."""
     import experiments.inductive_bias.runner as ib
     monkeypatch.setenv("FASHION_MNIST_DIR", str(fmnist_dir))
+    ImageClassificationDataModule("fashion_mnist").test_size  # decoded once: a first use's progress is no answer's
     launched = []
 
     def launcher(jobs, runs_dir):
@@ -137,6 +139,12 @@ def test_a_finished_run_of_another_experiment_is_not_trained_again(tiny_spec, tm
     ({"probes": {"families": ["saliency"], "ablations": []}}, "probe part 'saliency' in profile 'cpu': allowed"),
     ({"seed": [0]}, "unknown key 'seed' in profile 'cpu'"),
     ({"tuned_fractions": [0.5]}, "tuned_fractions [0.5] in profile 'cpu': allowed a non-empty subset of family_fractions"),
+    # values that were refused, or went wrong, only once the runs before them had trained
+    ({"probe_patch": 5}, "probe_patch=5 in profile 'cpu': allowed an integer >= 1 that divides the 28x28 image"),
+    ({"probe_patch": "abc"}, "probe_patch='abc' in profile 'cpu': allowed an integer >= 1"),
+    ({"probe_images": 100_000}, "probe_images=100000 in profile 'cpu': allowed at most"),
+    ({"budget": []}, "budget=[] in profile 'cpu': allowed a budget (tiny, small, base) or a non-empty list of them"),
+    ({"family_fractions": ["abc"]}, "family_fractions=['abc'] in profile 'cpu': allowed a non-empty list of numbers"),
 ])
 def test_bad_spec_is_one_line_and_writes_nothing(tiny_spec, capsys, change, message):
     spec, runs, launched = tiny_spec
@@ -190,6 +198,7 @@ def test_the_committed_spec_expands(fmnist_dir, monkeypatch, capsys, tmp_path):
         build_model(spec["ablated"], "tiny", image_size=28, in_chans=1, **{k.split(".")[1]: v for k, v in options.items()})
     for profile in spec["profiles"].values():
         profile["val_size"] = 100  # the test data hold 600 training images
+        profile["probe_images"] = 100  # and 200 test images
     path = tmp_path / "inductive_bias.yaml"
     path.write_text(yaml.safe_dump(spec))
     for name, profile in spec["profiles"].items():

@@ -25,6 +25,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
+from datamodules.splits import resolve_train_size
 from modules.budgets import FAMILIES, distils, names
 from modules.distillation import DISTILLATION_TYPES, INFERENCE_HEADS, deit_probe
 
@@ -37,8 +38,10 @@ from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.cluster import options_from
 from experiments.runs.sweep.shared import entry
 from experiments.runs.sweep.slurm import print_status, run_then_tables
-from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
-                                   nearest_tuned, runner_parser, tuned_fractions, with_folders)
+from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, check_probe_images,
+                                         count_setting, default_jobs, steps_for,
+                                         load_spec, nearest_tuned, number_list, precision_of, runner_parser,
+                                         tuned_fractions, with_folders)
 from experiments.runs.sweep.execute import TUNED, run_status
 from experiments.runs.sweep.sweep import AnyLr, choose_lrs, launching, print_plan, whole_profile
 from experiments.runs.run.run_config import load_config
@@ -81,20 +84,26 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
     """The profile's axes with command-line overrides, every value checked."""
     if profile not in spec["profiles"]:
         raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
-    p = spec["profiles"][profile]
+    p, where = spec["profiles"][profile], f"profile {profile!r}"
+    for key in ("teachers", "students"):
+        if not isinstance(p[key], list) or not p[key]:
+            raise ValueError(f"{key}={p[key]!r} in {where}: allowed a non-empty list")
+    if not isinstance(p.get("matched") or {}, dict):
+        raise ValueError(f"matched={p['matched']!r} in {where}: allowed a mapping of a teacher family to the teacher "
+                         "family whose best validation accuracy it is stopped at, e.g. {resnet: vit}")
     axes = {"profile": profile, "dataset": spec["dataset"], "student": spec["student"], "budget": p["budget"],
             "teachers": list(p["teachers"]), "students": list(p["students"]), "variants": spec["variants"],
-            "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
-            "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
+            "fractions": sorted(number_list(fractions or p["fractions"], "fractions", where)),
+            "seeds": number_list(seeds if seeds is not None else p["seeds"], "seeds", where, integers=True),
+            "lrs": sorted(number_list(p["lrs"], "lrs", where)), "epochs": p["epochs"], "min_steps": p["min_steps"],
             "max_steps": p.get("max_steps"),
-            "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
-            "batch_size": batch_sizes(p.get("batch_size", 128), f"profile {profile!r}"),
-            "precision": precision_of(p, f"profile {profile!r}"), "probe_images": int(p["probe_images"]),
-            "jobs": int(p.get("jobs", default_jobs())), "matched": dict(p.get("matched") or {}),
+            "val_checks": p["val_checks"], "val_size": p.get("val_size"),
+            "batch_size": batch_sizes(p.get("batch_size", 128), where),
+            "precision": precision_of(p, where), "probe_images": count_setting(p["probe_images"], "probe_images", where, 4),
+            "jobs": count_setting(p.get("jobs", default_jobs()), "jobs", where), "matched": dict(p.get("matched") or {}),
             "matched_val_interval": p.get("matched_val_interval"), "student_lr_of": spec.get("student_lr_of")}
     if p.get("tuned_fractions"):
-        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+        axes["tuned_fractions"] = sorted(number_list(p["tuned_fractions"], "tuned_fractions", where))
     for f in [*axes["teachers"], axes["student"]]:
         if f not in FAMILIES:
             raise ValueError(f"unknown family {f!r}: allowed {', '.join(FAMILIES)}")
@@ -123,6 +132,20 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
                              f"{', '.join(v for v in axes['variants'] if v != NO_TEACHER)} and a teacher of the "
                              f"profile ({', '.join(teachers)})")
     return axes
+
+
+def check_matched_interval(axes: dict, pool: int) -> None:
+    """A matched teacher validates every matched_val_interval steps; past its run's steps it never
+    would, and would leave no best checkpoint for its students and the probes."""
+    interval = axes["matched_val_interval"]
+    if interval is None or not axes["matched"]:
+        return
+    steps, family, fraction = min((steps_for(resolve_train_size(f, None, pool), axes, family), family, f)
+                                  for family in axes["matched"] for f in axes["fractions"])
+    if interval > steps:
+        raise ValueError(f"matched_val_interval={interval} in profile {axes['profile']!r}: allowed at most {steps}, "
+                         f"the steps of the shortest matched teacher run ({family} at {fraction:g}), so that it "
+                         "validates")
 
 
 # ---------------- the runs ----------------
@@ -334,7 +357,10 @@ def main(argv: list[str]) -> int:
     cluster = options_from(a, spec["profiles"][axes["profile"]].get("cluster"), NAME, argv, jobs)
     runs_dir, exp_dir = Path(a.runs_dir), Path(a.runs_dir) / spec["name"]
     read_json(exp_dir / RECORD, hint=f": delete it and run make exp-{NAME} again")  # corrupt: stop before any work
-    pool = len(ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])._splits["pool"])
+    dm = ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])
+    check_probe_images(axes["probe_images"], dm.test_size, f"profile {axes['profile']!r}")
+    pool = len(dm._splits["pool"])
+    check_matched_interval(axes, pool)
     return run_then_tables(lambda: _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster), cluster,
                            spec["name"], runs_dir, planning_only=a.dry_run or a.status)
 

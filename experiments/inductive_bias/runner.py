@@ -29,7 +29,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules import ImageClassificationDataModule
-from modules.budgets import FAMILIES, distils
+from modules.budgets import BUDGET_TARGETS, FAMILIES, distils
 
 from experiments.runs.run.probe import PARTS, RESULT, probe_run
 from experiments.runs.run.provenance import git_commit, hardware, versions
@@ -40,8 +40,9 @@ from experiments.runs.run.record import read_json, write_profile_record
 from experiments.runs.run.run_folder import RunFolder
 from experiments.runs.sweep.cluster import options_from
 from experiments.runs.sweep.slurm import print_status, run_then_tables
-from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, default_jobs, load_spec, precision_of,
-                                   main_runs, nearest_tuned, outside_profile, runner_parser, with_folders)
+from experiments.runs.sweep.spec import (Run, Schema, plan_run, batch_sizes, check_axes, count_setting, default_jobs,
+                                         check_probe_images, load_spec, main_runs, nearest_tuned, number_list, outside_profile,
+                                         precision_of, runner_parser, with_folders)
 from experiments.runs.sweep.execute import TUNED, run_status
 from experiments.runs.sweep.sweep import AnyLr, choose_lrs, launching, print_plan, tuning_stage, whole_profile
 
@@ -99,21 +100,25 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
         if part not in PARTS:
             raise ValueError(f"probe part {part!r} in {where}: allowed {', '.join(PARTS)}")
     budgets = list(budgets or (p["budget"] if isinstance(p["budget"], list) else [p["budget"]]))
+    if not budgets or not all(isinstance(b, str) for b in budgets):
+        raise ValueError(f"budget={p['budget']!r} in {where}: allowed a budget ({', '.join(BUDGET_TARGETS)}) or a "
+                         "non-empty list of them")
     axes = {"profile": profile, "dataset": spec["dataset"], "ablated": spec["ablated"], "budgets": budgets,
             "budget": budgets[0],
             "families": list(families or p["families"]),
-            "family_fractions": sorted(float(f) for f in p["family_fractions"]),
-            "ablations": {v: sorted(float(f) for f in p["ablations"][v]) for v in chosen},
-            "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-            "lrs": sorted(float(x) for x in p["lrs"]), "epochs": p["epochs"], "min_steps": p["min_steps"],
+            "family_fractions": sorted(number_list(p["family_fractions"], "family_fractions", where)),
+            "ablations": {v: sorted(number_list(p["ablations"][v], f"ablations of {v!r}", where)) for v in chosen},
+            "seeds": number_list(seeds if seeds is not None else p["seeds"], "seeds", where, integers=True),
+            "lrs": sorted(number_list(p["lrs"], "lrs", where)), "epochs": p["epochs"], "min_steps": p["min_steps"],
             "max_steps": p.get("max_steps"),
-            "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
+            "val_checks": p["val_checks"], "val_size": p.get("val_size"),
             "batch_size": batch_sizes(p.get("batch_size", 128), where), "precision": precision_of(p, where),
-            "probe_images": int(p["probe_images"]),
-            "probe_patch": int(p.get("probe_patch", 4)), "probes": {k: list(v) for k, v in probes.items()},
-            "jobs": int(p.get("jobs", default_jobs()))}
+            "probe_images": count_setting(p["probe_images"], "probe_images", where, 4),
+            "probe_patch": count_setting(p.get("probe_patch", 4), "probe_patch", where),
+            "probes": {k: list(v) for k, v in probes.items()},
+            "jobs": count_setting(p.get("jobs", default_jobs()), "jobs", where)}
     if p.get("tuned_fractions") is not None:
-        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+        axes["tuned_fractions"] = sorted(number_list(p["tuned_fractions"], "tuned_fractions", where))
         outside = [f for f in axes["tuned_fractions"] if f not in axes["family_fractions"]]
         if outside or not axes["tuned_fractions"]:
             raise ValueError(f"tuned_fractions {p['tuned_fractions']} in {where}: allowed a non-empty subset of "
@@ -124,8 +129,6 @@ def resolve_axes(spec: dict, profile: str, *, seeds=None, families=None, variant
     student = next((f for f in axes["families"] if distils(f)), None)
     if student and REFERENCE not in axes["families"]:
         raise ValueError(f"families {axes['families']}: {student} distils from {REFERENCE}, which must be among them")
-    if axes["probe_images"] < 4:
-        raise ValueError(f"probe_images={axes['probe_images']} in {where}: allowed integers >= 4")
     # check_axes reads "fractions": every fraction of the profile is checked, at every budget
     for b in budgets:
         check_axes({**axes, "budget": b, "fractions": sorted({*axes["family_fractions"], *_ablation_fractions(axes)})})
@@ -365,6 +368,11 @@ def main(argv: list[str]) -> int:
     read_json(exp_dir / RECORD, hint=HINT)  # a corrupt record: stop before any work
     dm = ImageClassificationDataModule(axes["dataset"], val_size=axes["val_size"])
     check_ablations(spec, axes, dm.image_size, dm.num_channels, dm.num_classes)
+    where = f"profile {axes['profile']!r}"
+    check_probe_images(axes["probe_images"], dm.test_size, where)
+    if dm.image_size % axes["probe_patch"]:
+        raise ValueError(f"probe_patch={axes['probe_patch']} in {where}: allowed an integer >= 1 that divides the "
+                         f"{dm.image_size}x{dm.image_size} image (the probes' cell size)")
     pool = len(dm._splits["pool"])
     cluster = options_from(a, spec["profiles"][axes["profile"]].get("cluster"), NAME, argv, jobs)
     return run_then_tables(lambda: _stages(a, spec, axes, runs_dir, exp_dir, pool, jobs, cluster), cluster,

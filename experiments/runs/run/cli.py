@@ -27,8 +27,7 @@ from datamodules.image_classification import fixed_shape
 from datamodules.sources import short_name
 from modules import ImageClassifier
 from modules.checkpoint_io import SafeCheckpointIO, UnsafeCheckpointError, read_checkpoint
-from modules.classifier import check_teacher_checkpoint
-from modules.distillation import DISTILLATION_TYPES
+from modules.classifier import TRAINING_OPTIONS, check_teacher_checkpoint, check_training
 from modules.files import parse_json, refuse_links
 from modules.registry import check_options
 
@@ -189,6 +188,10 @@ class SuiteCLI(LightningCLI):
         if interval is not None and (interval <= 0 or isinstance(interval, float) and interval > 1):
             raise ValueError(f"trainer.val_check_interval={interval}: allowed a float in (0, 1] (share of an "
                              "epoch) or an integer >= 1 (training batches)")
+        steps = trainer.get("max_steps")
+        if isinstance(interval, int) and not isinstance(interval, bool) and steps is not None and 1 <= steps < interval:
+            raise ValueError(f"trainer.val_check_interval={interval} with trainer.max_steps={steps}: allowed at most "
+                             "max_steps (the run would end before its first validation, with no best checkpoint)")
         accumulate = trainer.get("accumulate_grad_batches")
         if isinstance(accumulate, int) and accumulate < 1:
             raise ValueError(f"trainer.accumulate_grad_batches={accumulate}: allowed integers >= 1 (batches per "
@@ -480,8 +483,7 @@ def resolve_run_dir_checked(args: list[str]) -> Path:
     model, data = (cfg[k].as_dict() if isinstance(cfg[k], Namespace) else dict(cfg[k]) for k in ("model", "data"))
     check_options(**{k: model[k] for k in ("family", "budget", "patch_size", "pos_embed", "pool", "window_size",
                                            "drop_path_rate", "allow_unshifted")})
-    if model.get("distillation") not in DISTILLATION_TYPES:  # as the model checks it when fit builds it
-        raise ValueError(f"distillation={model.get('distillation')!r}: allowed {', '.join(DISTILLATION_TYPES)}")
+    check_training(**{k: model[k] for k in TRAINING_OPTIONS})  # as the model checks them when fit builds it
     ImageClassificationDataModule(**data)  # its __init__ checks the values and loads nothing
     return resolve_run_dirs([args])[0]
 

@@ -27,6 +27,7 @@ import yaml
 
 from datamodules.splits import resolve_train_size
 from modules.budgets import BUDGET_TARGETS, FAMILIES, TEACHER, distils, fit_order
+from modules.optim import LR_LIMIT, lr_in_range
 
 from experiments.runs.run.identity import run_name
 from experiments.runs.run.names import checked_name, runs_dir_option
@@ -394,15 +395,15 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     """The spec's profile with command-line overrides, every value checked."""
     if profile not in spec["profiles"]:
         raise ValueError(f"unknown profile {profile!r}: allowed {', '.join(spec['profiles'])}")
-    p = spec["profiles"][profile]
+    p, where = spec["profiles"][profile], f"profile {profile!r}"
     axes = {
         "profile": profile, "dataset": dataset or spec["dataset"], "budget": budget or p["budget"],
         "families": list(families or p.get("families") or spec["families"]),
-        "fractions": sorted(float(f) for f in (fractions or p["fractions"])),
-        "seeds": [int(s) for s in (seeds if seeds is not None else p["seeds"])],
-        "tuning_seed": int(p["seeds"][0]),  # whatever --seeds pick: pieces of the seeds compose
+        "fractions": sorted(number_list(fractions or p["fractions"], "fractions", where)),
+        "seeds": number_list(seeds if seeds is not None else p["seeds"], "seeds", where, integers=True),
+        "tuning_seed": number_list(p["seeds"], "seeds", where, integers=True)[0],  # whatever --seeds pick: pieces of the seeds compose
         "variants": list(variants or p.get("variants") or spec.get("variants", ["default"])),
-        "lrs": sorted(float(x) for x in (lrs or p["lrs"])),
+        "lrs": sorted(number_list(lrs or p["lrs"], "lrs", where)),
         "epochs": p["epochs"], "min_steps": p["min_steps"], "max_steps": p.get("max_steps"),
         "val_checks": int(p["val_checks"]), "val_size": p.get("val_size"),
         "batch_size": batch_sizes(p.get("batch_size", 128), f"profile {profile!r}"),
@@ -413,7 +414,7 @@ def resolve_axes(spec: dict, profile: str, *, families=None, fractions=None, see
     # a profile that names where it tunes tunes there whatever --fractions pick: a piece of its fractions
     # trains the runs the whole profile would (each at the lr of the same tuned fraction)
     if p.get("tuned_fractions"):
-        axes["tuned_fractions"] = sorted(float(f) for f in p["tuned_fractions"])
+        axes["tuned_fractions"] = sorted(number_list(p["tuned_fractions"], "tuned_fractions", where))
         outside = [f for f in axes["tuned_fractions"] if f not in axes["fractions"]]
         if outside and not fractions:
             raise ValueError(f"tuned fraction {outside[0]:g} of profile {profile!r} is not one of its fractions "
@@ -446,6 +447,40 @@ def outside_profile(spec: dict, profile: str, families: list[str] | None) -> str
             f"{'they train' if len(extra) > 1 else 'it trains'} at the profile's default epochs and steps")
 
 
+def count_setting(value, key: str, where: str, low: int = 1) -> int:
+    """An integer setting of a profile (jobs, probe_images, probe_patch, ...), or one line naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{key}={value!r} in {where}: allowed an integer >= {low}")
+    return value
+
+
+def check_probe_images(n: int, test_size: int, where: str) -> None:
+    """A profile's probe_images against its dataset's test split: more would be probed as fewer, and
+    recorded as fewer, so that every rerun probed again."""
+    if n > test_size:
+        raise ValueError(f"probe_images={n} in {where}: allowed at most {test_size}, the images of the dataset's "
+                         "test split")
+
+
+def number_list(values, key: str, where: str, integers: bool = False) -> list:
+    """A profile's list of numbers (fractions, lrs; seeds as integers), or one line naming it. A float
+    may be written as YAML reads 1e-3 (text that Python reads as a number); an integer may not be 2.5."""
+    def one(v):
+        if isinstance(v, bool):
+            return None
+        if integers:
+            return v if isinstance(v, int) else None
+        try:
+            return float(v) if isinstance(v, (int, float, str)) else None
+        except ValueError:
+            return None
+    out = [one(v) for v in values] if isinstance(values, (list, tuple)) and values else [None]
+    if any(v is None for v in out):
+        kind = "integers" if integers else "numbers"
+        raise ValueError(f"{key}={values!r} in {where}: allowed a non-empty list of {kind}")
+    return out
+
+
 def check_axes(axes: dict) -> None:
     """The budget, fractions (tuned ones included), seeds and learning rates of resolved axes."""
     if axes["budget"] not in BUDGET_TARGETS:
@@ -457,8 +492,8 @@ def check_axes(axes: dict) -> None:
         if s < 0:
             raise ValueError(f"seed {s} is negative: allowed integers >= 0")
     for lr in axes["lrs"]:
-        if not lr > 0:
-            raise ValueError(f"learning rate {lr:g} in lrs: allowed numbers > 0")
+        if not lr_in_range(lr):
+            raise ValueError(f"learning rate {lr:g} in lrs: allowed numbers > 0 and {LR_LIMIT}")
 
 
 def steps_for(n: int, axes: dict, family: str = "", variant: str = "") -> int:
@@ -543,7 +578,25 @@ def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
     folder in another experiment that already holds it (shared.py), numbered from `start`."""
     from experiments.runs.run.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
     dirs = resolve_run_dirs([list(r.args) for r in runs])
+    check_values(runs)
     return [share(replace(r, run_dir=d, index=start + i)) for i, (r, d) in enumerate(zip(runs, dirs))]
+
+
+def check_values(runs: list[Run]) -> None:
+    """The model's and the data's values of each family's variant, checked as `fit` checks them when
+    it builds them (a spec's `model.distill_alpha: 2` or `data.random_erasing: 2`): planned, so a bad
+    one stops a runner before its first run trains, not when that variant's stage comes (about 0.1 s
+    a variant)."""
+    from experiments.runs.run.cli import resolve_run_dir_checked
+    seen = set()
+    for r in runs:
+        if (r.family, r.variant) in seen:
+            continue
+        seen.add((r.family, r.variant))
+        try:
+            resolve_run_dir_checked(list(r.args))
+        except ValueError as e:
+            raise ValueError(f"variant {r.variant!r} of {r.family}: {e}") from None
 
 
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families: list[str],
