@@ -51,7 +51,7 @@ def _robustness(family: str, seed: int) -> dict:
             "shuffle_accuracy": [CLEAN[family], 0.5, 0.3, 0.2], "shifts": [0, 1, 2, 3, 4, 5, 6, 7, 8],
             "shift_is_patch_multiple": [True, False, False, False, True, False, False, False, True],
             "shift_accuracy": [CLEAN[family]] * 9, "shift_accuracy_circular": [CLEAN[family]] * 9, "max_shift": 4,
-            "shift_consistency": 0.9, "shift_consistency_circular": 0.95}
+            "shift_consistency": 0.9, "shift_consistency_circular": 0.95, "fill": "black", "fill_value": [-0.8]}
 
 
 def _probes(family: str, seed: int, parts) -> dict:
@@ -462,6 +462,31 @@ def test_robustness_is_read_from_paired_intervals(tmp_path):
             "includes 0; no direction is read over the transformer − CNN pairs; vit − resnet in size: disagrees, our "
             "interval") in text
     assert "lies wholly below the published +0.8800" in text
+
+
+def test_patchdrop_and_shifts_probed_with_the_older_mean_colour_fill_are_not_read(converged, tmp_path):
+    """A record without `fill` blanked with the dataset's mean colour (0.0 in normalised space), a grey
+    square on Fashion-MNIST's black background: its PatchDrop and shift numbers are not read (the table
+    shows —, the reading and captions say why, no verdict is drawn, the figures draw no curve); the
+    shuffle, which blanks nothing, is read as before."""
+    make_tables(converged, tmp_path / "black")
+    black = (tmp_path / "black" / f"{NAME}.md").read_text()
+    for run in converged.glob("*/probes.json"):
+        probes = json.loads(run.read_text())
+        for key in ("fill", "fill_value"):
+            probes.get("robustness", {}).pop(key, None)
+        run.write_text(json.dumps(probes))
+    make_tables(converged, tmp_path / "older")
+    older = (tmp_path / "older" / f"{NAME}.md").read_text()
+    assert "**Robustness to PatchDrop 0.5** (share of its clean accuracy" in black
+    assert "**Robustness to PatchDrop 0.5**: not read: these runs' probes blanked PatchDrop's cells and a shift's " \
+           "border with the dataset's mean colour, not black (0 before normalisation)" in older
+    assert older.count("PatchDrop's cells and a shift's border with the dataset's mean colour") == 3  # reading, 2 captions
+    assert "lies wholly below the published" in black and "lies wholly below the published" not in older
+    row = next(line for line in older.splitlines() if line.startswith("| vit | 1 |")).split(" | ")
+    assert row[3] == "—" and row[5] == row[6] == "—" and row[4] != "—"   # PatchDrop, shifts; shuffle read
+    assert [line for line in black.splitlines() if "Robustness to 4x4 shuffle" in line] == \
+           [line for line in older.splitlines() if "Robustness to 4x4 shuffle" in line]
 
 
 def test_uniform_attention_caveat_names_each_family_once_with_its_sizes():

@@ -237,13 +237,32 @@ def test_fraction_outside_unit_interval_is_rejected(fraction):
     assert "\n" not in str(err.value)
 
 
+def test_black_is_a_pixel_of_zero_per_channel_and_fills_each_channel_with_its_own():
+    """Naseer et al. blank their [0, 1] images before normalising: black is (0 - mean) / std per
+    channel, and a dropped cell or a shift's border takes each channel's own value."""
+    from modules.probes.robustness import black
+    mean, std = torch.tensor([125.3, 123.0, 113.9]), torch.tensor([63.0, 62.1, 66.7])   # 0-255 units, CIFAR-10's
+    fill = black(mean, std)
+    assert torch.allclose(fill * std + mean, torch.zeros(3), atol=1e-4)                # black again once un-normalised
+    images = _images(c=3)
+    dropped = drop_patches(images, PATCH, 1.0, _gen(), fill=fill)
+    assert all(torch.equal(dropped[:, c], torch.full_like(dropped[:, c], fill[c].item())) for c in range(3))
+    moved = shift(images, 2, 0, fill=fill)
+    assert all(torch.equal(moved[:, c, :, :2], torch.full_like(moved[:, c, :, :2], fill[c].item())) for c in range(3))
+    assert torch.equal(moved[..., 2:], images[..., :-2])
+    with pytest.raises(ValueError, match=r"fill of shape \(2,\): allowed a number or \(3,\), one per channel"):
+        drop_patches(images, PATCH, 0.5, _gen(), fill=torch.zeros(2))
+
+
 # ---------------- everything at once ----------------
 def test_robustness_curves_known_answers_and_batching():
     model, images, labels = _circular_model().double(), _images(n=30).double(), _labels(30)
     model.train()
-    small = robustness_curves(model, images, labels, PATCH, _gen(11), batch_size=7)
+    black = torch.tensor([-0.8], dtype=torch.float64)
+    small = robustness_curves(model, images, labels, PATCH, _gen(11), black_pixel=black, batch_size=7)
     assert model.training                                                      # flag restored
-    assert robustness_curves(model, images, labels, PATCH, _gen(11)) == small  # batching changes nothing
+    assert robustness_curves(model, images, labels, PATCH, _gen(11), black_pixel=black) == small  # batching changes nothing
+    assert small["fill"] == "black" and small["fill_value"] == [-0.8]
     json.dumps(small)
     clean = _clean_accuracy(model, images, labels)
     assert small["clean_accuracy"] == clean
@@ -277,7 +296,7 @@ def test_the_curves_record_chance_and_a_model_answering_one_class():
     images = torch.rand(40, 1, 8, 8)
     assert majority_rate(labels) == pytest.approx(27 / 40)
     r = robustness_curves(_OneClass(3), images, labels, 4, torch.Generator().manual_seed(0),
-                          drop_fractions=[0.0, 0.5], shuffle_grids=[1], shifts=[0])
+                          drop_fractions=[0.0, 0.5], shuffle_grids=[1], shifts=[0], black_pixel=torch.zeros(1))
     assert r["majority_rate"] == pytest.approx(0.675) and r["clean_accuracy"] == pytest.approx(0.675)
     assert r["patchdrop_top_share"] == [1.0, 1.0] and r["patchdrop_accuracy"] == pytest.approx([0.675, 0.675])
     json.dumps(r)

@@ -9,7 +9,8 @@ import math
 from modules.budgets import kind_of, reading_order
 
 from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN_GAP, TABLES, UNIFORM_TOLERANCE, Profile, _at,
-                                                _concentration, _layer_means, ablation_rows, growth_claim, kept,
+                                                OLDER_FILL, _concentration, _layer_means, ablation_rows, blanked_black,
+                                                growth_claim, kept,
                                                 position_claims, robustness_claims, settled_rows, still_uniform)
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
                                               robustness_text, robustness_verdict, structure_text, unsettled)
@@ -52,6 +53,8 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
         what = f"{DROP_AT:.0%} of the cells dropped" if name == "occlusion" else "the 4x4 grid shuffled"
         caveat = f" Note: {_uniform_caveat(families)}" if name == "shuffle" and _uniform_caveat(families) else ""
         single = _single_class_text(families) if name == "occlusion" else ""
+        if key == "patchdrop" and all(r["patchdrop"] is None for r in families):
+            return f"{OLDER_FILL}."
         parts = []
         for size in sorted({r["fraction"] for r in families}):  # one training-set size at a time
             rows = [r for r in families if r["fraction"] == size]
@@ -65,7 +68,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
         parts = []
         for fam in [f for f in p.families() if (f, p.fractions("families")[-1]) in settled]:
             probes = [x["robustness"] for x in p.probe_cell(fam, p.fractions("families")[-1]).values()
-                      if x.get("robustness")]
+                      if x.get("robustness") and blanked_black(x["robustness"])]
             patch = p.axes.get("probe_patch")
             if probes and all({patch - 1, patch, patch + 1} <= set(r["shifts"]) for r in probes):
                 at = {d: statistics.fmean(_at(r["shifts"], r["shift_accuracy"], patch + d) for r in probes)
@@ -73,7 +76,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                 cons = statistics.fmean(r["shift_consistency"] for r in probes)
                 parts.append(f"{fam} consistency {cons:.2f}, accuracy {at[0]:.2f} at a {patch}-pixel shift vs "
                              f"{at[-1]:.2f} / {at[1]:.2f} at {patch - 1} / {patch + 1} pixels")
-        return "; ".join(parts) + "."
+        return "; ".join(parts) + "." if parts else f"{OLDER_FILL}."
     if name == "cka":
         return "; ".join(f"{c['family']} at {_size_label(p, c['fraction'])}: last block vs the ResNet's last "
                          f"{c['matrix'][-1][-1]:.2f}, first vs first {c['matrix'][0][0]:.2f}" for c in p.cka
@@ -133,6 +136,8 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
                 + ".")
     if name in ("occlusion", "shuffle"):
         key = "patchdrop" if name == "occlusion" else "shuffle4"
+        if all(r[key] is None for r in families):
+            return ""
         said = [(size, robustness_verdict(robustness_claims(p, size, key, {r["name"] for r in families
                                                                            if r["fraction"] == size})))
                 for size in sorted({r["fraction"] for r in families})]
@@ -245,14 +250,18 @@ def plot_pos_embed(p: Profile, fig) -> bool:
 def plot_robustness(p: Profile, fig, what: str) -> None:
     f = p.fractions("families")[-1]
     ax = fig.subplots()
-    x_key, y_key, xlabel = {"occlusion": ("drop_fractions", "patchdrop_accuracy", "fraction of cells zeroed"),
+    x_key, y_key, xlabel = {"occlusion": ("drop_fractions", "patchdrop_accuracy", "fraction of cells blanked black"),
                             "shuffle": ("shuffle_grids", "shuffle_accuracy", "grid of shuffled cells (per side)"),
-                            "shift": ("shifts", "shift_accuracy", "diagonal shift (pixels, zero-filled)")}[what]
+                            "shift": ("shifts", "shift_accuracy", "diagonal shift (pixels, black-filled)")}[what]
     patch = p.axes.get("probe_patch")
+    drawn = 0
     for fam in p.families():
-        curve = _mean_curve(list(p.probe_cell(fam, f).values()), x_key, y_key)
+        probes = [x for x in p.probe_cell(fam, f).values()  # shuffling blanks nothing: any fill's record
+                  if what == "shuffle" or blanked_black(x.get("robustness") or {})]
+        curve = _mean_curve(probes, x_key, y_key)
         if curve is None:
             continue
+        drawn += 1
         xs, ys, cis = curve
         ax.errorbar(xs, ys, yerr=cis, marker="o", ms=3, capsize=2, color=_colour(fam),
                     ls="--" if kind_of(fam) == "CNN" else "-", label=_named(p, fam, f))
@@ -263,7 +272,11 @@ def plot_robustness(p: Profile, fig, what: str) -> None:
         ax.set_xscale("log", base=2)
     ax.set(xlabel=xlabel, ylabel="test accuracy", ylim=(0, 1),
            title=f"{what} at fraction {f:g} (dashed: CNNs; bars: 95% t-interval over seeds)")
-    ax.legend(fontsize=8)
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "not read: probed with the older, mean-colour fill\n(make exp-inductive-bias probes again)",
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
 
 
 def plot_cka(p: Profile, fig) -> bool:

@@ -32,6 +32,7 @@ from datamodules import ImageClassificationDataModule
 from modules.budgets import BUDGET_TARGETS, FAMILIES, distils
 
 from experiments.runs.run.probe import PARTS, RESULT, probe_run
+from modules.probes.robustness import FILL
 from experiments.runs.run.provenance import git_commit, hardware, versions
 from modules.files import write_json
 
@@ -245,12 +246,14 @@ def variant_of(run: Run) -> str:
 
 # ---------------- probes ----------------
 def _probed(run_dir: Path, parts: list[str], images: int, patch: int) -> bool:
-    """Whether the run's probes.json holds these parts, measured on its current best checkpoint."""
+    """Whether the run's probes.json holds these parts, measured on its current best checkpoint (and
+    its robustness with today's black fill: a record of the older, mean-colour fill is probed again)."""
     old = read_json(run_dir / RESULT)
     ckpt = RunFolder(run_dir).best_checkpoint
     want = images if any(p != "pos_embed" for p in parts) else 0
+    fill = "robustness" not in parts or (old.get("robustness") or {}).get("fill") == FILL
     return (set(parts) <= set(old.get("parts", [])) and old.get("images") == want and old.get("patch") == patch
-            and ckpt.is_file() and (run_dir / RESULT).stat().st_mtime >= ckpt.stat().st_mtime)
+            and fill and ckpt.is_file() and (run_dir / RESULT).stat().st_mtime >= ckpt.stat().st_mtime)
 
 
 def cka_file(exp_dir: Path, run: Run, reference: Run) -> Path:

@@ -7,7 +7,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from experiments.inductive_bias.numbers import (BASELINE, CLAIMS, DROP_AT, NAME, SINGLE_CLASS, STRUCTURE_MIN_GAP,
-                                                TABLE8, TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration, one_value,
+                                                OLDER_FILL, TABLE8, TABLES, UNIFORM_TOLERANCE, VERSIONS, Profile, _concentration,
+                                                one_value,
                                                 _test_acc, growth_claim, kept, locality, locality_claim,
                                                 position_claims, robustness_claims, settled_rows, single_class,
                                                 still_uniform)
@@ -161,11 +162,11 @@ def family_section(p: Profile, rows: list[dict]) -> list[str]:
     patch = p.axes.get("probe_patch")
     return ["### Probes per family", "",
             f"On the first {p.axes.get('probe_images')} test images, mean ± 95% t-interval over seeds. PatchDrop: "
-            f"accuracy with {DROP_AT:.0%} of the {patch}x{patch}-pixel cells zeroed (mean of draws); shuffle 4x4: "
-            f"accuracy when the image cut into a 4x4 grid has its cells permuted; shift 1 patch: accuracy after a "
-            f"diagonal "
-            f"shift of {patch} pixels (zero-filled); shift consistency: how often two random shifts of up to "
-            f"{patch} pixels get the same class. Attention distance in input pixels (Swin: within its windows, so "
+            f"accuracy with {DROP_AT:.0%} of the {patch}x{patch}-pixel cells blanked black (mean of draws); shuffle "
+            f"4x4: accuracy when the image cut into a 4x4 grid has its cells permuted; shift 1 patch: accuracy after a "
+            f"diagonal shift of {patch} pixels (the uncovered border black); shift consistency: how often two random "
+            f"shifts of up to {patch} pixels get the same class; — for PatchDrop and shifts where a run's probes "
+            "blanked with the dataset's mean colour instead (an older probe: not read). Attention distance in input pixels (Swin: within its windows, so "
             "its stages are not comparable with a global ViT's layers), in brackets what uniform attention over "
             "the same keys gives (a head that has learned nothing); grid corr: Pearson correlation of the "
             "position table's patch-to-patch cosine similarity with minus their grid distance. "
@@ -267,8 +268,10 @@ def reading(p: Profile, ablations: list[dict], families: list[dict]) -> list[str
         for size in sizes:  # families compared at one training-set size at a time
             rows = [r for r in families if r["fraction"] == size]
             rel, words = kept(rows, key)
+            where = f" at {_size_label(p, size)}" if len(sizes) > 1 else ""
+            if not rel and key == "patchdrop" and any(r["clean"] is not None for r in rows):
+                out.append(f"- **Robustness to {what}**{where}: {OLDER_FILL}.")
             if rel:
-                where = f" at {_size_label(p, size)}" if len(sizes) > 1 else ""
                 out.append(f"- **Robustness to {what}**{where} ({words}): "
                            + ", ".join(f"{f} {v:.2f}" for f, v in rel.items()) + ". Transformers more robust than "
                            f"CNNs? {robustness_text(robustness_claims(p, size, key, {r['name'] for r in rows}))}."

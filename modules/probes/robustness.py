@@ -9,8 +9,13 @@ patch dropping (the inductive-bias experiment, issue #9).
   Transformers"): accuracy when the image's grid cells are permuted, or a fraction of its patches
   are blanked.
 
-Images are NORMALISED float tensors (N, C, H, W). A `fill` of 0.0 is the dataset's mean colour in
-normalised space (normalisation subtracts the mean), so blanked pixels carry no signal of their own.
+Images are NORMALISED float tensors (N, C, H, W). A blanked or uncovered pixel takes `fill`: a number,
+or one per channel ((C,)). The probes fill black, a pixel of 0 before normalisation
+(`black(mean, std)`), as Naseer et al. zero their [0, 1] images before normalising; on Fashion-MNIST
+black is also the background, so a blanked cell removes what it covered and adds nothing. A fill of
+0.0 would be the dataset's mean colour (normalisation subtracts it): on a black background a grey
+square of its own, which a model reads as content (on 295 images it reversed ViT's and the
+ResNet's order under PatchDrop against the black fill: docs/history.md, "PatchDrop's fill").
 Models are plain nn.Modules returning logits; they run in eval mode under torch.no_grad, in batches
 (default 500 images) on the model's device, and get their train/eval flag back afterwards. Every
 random draw comes from the caller's torch.Generator (drawn on the generator's device), so a seeded
@@ -26,6 +31,24 @@ from torch import nn
 
 BATCH = 500  # images per forward pass: bounds activation memory on 10k-image test sets
 DROP_FRACTIONS = tuple(round(i / 10, 1) for i in range(10))  # PatchDrop's information loss 0 .. 0.9
+
+
+FILL = "black"  # what a probe record says its blanked pixels were (probes.json: robustness.fill)
+
+
+def black(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(C,): a pixel of 0 (black) in normalised space, for a dataset normalised by per-channel mean
+    and std in the same units as its pixels."""
+    return (0 - mean.float()) / std.float()
+
+
+def _filled(fill, images: torch.Tensor):
+    """`fill` broadcastable against (N, C, H, W): a number as it is, one per channel as (1, C, 1, 1)."""
+    if isinstance(fill, torch.Tensor):
+        if fill.ndim != 1 or fill.shape[0] != images.shape[1]:
+            raise ValueError(f"fill of shape {tuple(fill.shape)}: allowed a number or ({images.shape[1]},), one per channel")
+        return fill.to(images.device, images.dtype).view(1, -1, 1, 1)
+    return float(fill)
 
 
 # ---------------- checks ----------------
@@ -95,11 +118,11 @@ def _per_image(d, n: int, device: torch.device, what: str) -> torch.Tensor:
     return d.long().expand(n)
 
 
-def shift(images: torch.Tensor, dx, dy, circular: bool = False, fill: float = 0.0) -> torch.Tensor:
+def shift(images: torch.Tensor, dx, dy, circular: bool = False, fill=0.0) -> torch.Tensor:
     """Translate each image by (dx, dy) whole pixels: positive dx moves content right, positive dy down
     (torch.roll's sign). dx, dy: ints, or (N,) integer tensors for a shift per image.
     circular: wrap around (exactly torch.roll(images, (dy, dx), (-2, -1)) per image); otherwise the
-    uncovered border is `fill` (0.0 = the dataset's mean colour in normalised space)."""
+    uncovered border is `fill` (a number, or (C,): see the module's docstring)."""
     _check_images(images)
     n, c, h, w = images.shape
     dx, dy = _per_image(dx, n, images.device, "dx"), _per_image(dy, n, images.device, "dy")
@@ -111,11 +134,11 @@ def shift(images: torch.Tensor, dx, dy, circular: bool = False, fill: float = 0.
     if circular:
         return out
     inside = ((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < w))[:, None, None, :]  # (N,1,H,W)
-    return torch.where(inside, out, fill)
+    return torch.where(inside, out, _filled(fill, images))
 
 
 def shift_consistency(model: nn.Module, images: torch.Tensor, max_shift: int, generator: torch.Generator,
-                      circular: bool = False, trials: int = 1, *, batch_size: int = BATCH) -> float:
+                      circular: bool = False, trials: int = 1, *, fill=0.0, batch_size: int = BATCH) -> float:
     """Zhang 2019's consistency: per image draw two shifts (dx1, dy1), (dx2, dy2) uniformly in
     [-max_shift, max_shift]^2; the fraction of images whose two shifted copies get the same top-1 class,
     averaged over `trials` independent draws."""
@@ -125,16 +148,17 @@ def shift_consistency(model: nn.Module, images: torch.Tensor, max_shift: int, ge
     n, agree = images.shape[0], 0.0
     for _ in range(trials):
         dx1, dy1, dx2, dy2 = _draw(generator, -max_shift, max_shift, (4, n)).to(images.device)  # (N,) each
-        first = predict(model, shift(images, dx1, dy1, circular), batch_size)
-        second = predict(model, shift(images, dx2, dy2, circular), batch_size)
+        first = predict(model, shift(images, dx1, dy1, circular, fill), batch_size)
+        second = predict(model, shift(images, dx2, dy2, circular, fill), batch_size)
         agree += (first == second).float().mean().item()
     return agree / trials
 
 
 def accuracy_under_shift(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, shifts: Iterable[int],
-                         circular: bool = False, *, batch_size: int = BATCH) -> dict[int, float]:
+                         circular: bool = False, *, fill=0.0, batch_size: int = BATCH) -> dict[int, float]:
     """{s: accuracy with every image shifted by s pixels in x and in y (diagonally)}; s = 0 is clean."""
-    return {int(s): _accuracy(model, shift(images, int(s), int(s), circular), labels, batch_size) for s in shifts}
+    return {int(s): _accuracy(model, shift(images, int(s), int(s), circular, fill), labels, batch_size)
+            for s in shifts}
 
 
 def patch_multiple(shifts: Iterable[int], patch: int) -> dict[int, bool]:
@@ -169,10 +193,10 @@ def patch_shuffle_accuracy(model: nn.Module, images: torch.Tensor, labels: torch
 
 # ---------------- PatchDrop ----------------
 def drop_patches(images: torch.Tensor, patch: int, fraction: float, generator: torch.Generator,
-                 fill: float = 0.0) -> torch.Tensor:
-    """Set round(fraction * P) of each image's P = (H/patch)(W/patch) patches to `fill` (0.0 = the
-    dataset's mean colour in normalised space), a random choice per image. round is Python's
-    (half to even: 24.5 -> 24). fraction in [0, 1]."""
+                 fill=0.0) -> torch.Tensor:
+    """Set round(fraction * P) of each image's P = (H/patch)(W/patch) patches to `fill` (a number, or
+    (C,): see the module's docstring), a random choice per image. round is Python's (half to even:
+    24.5 -> 24). fraction in [0, 1]."""
     _check_images(images)
     _check_divides(images, patch, "patch")
     if not 0.0 <= fraction <= 1.0:
@@ -184,7 +208,7 @@ def drop_patches(images: torch.Tensor, patch: int, fraction: float, generator: t
     dropped = torch.zeros(n, gh * gw, dtype=torch.bool, device=images.device)
     dropped.scatter_(1, order[:, :k], True)                               # (N, P) exactly k True per row
     mask = dropped.reshape(n, 1, gh, 1, gw, 1).expand(n, 1, gh, patch, gw, patch).reshape(n, 1, h, w)
-    return torch.where(mask, fill, images)
+    return torch.where(mask, _filled(fill, images), images)
 
 
 def majority_rate(labels: torch.Tensor) -> float:
@@ -198,23 +222,23 @@ def top_class_share(preds: torch.Tensor) -> float:
 
 
 def patchdrop(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, patch: int, fraction: float,
-              generator: torch.Generator, draws: int = 3, *, batch_size: int = BATCH) -> tuple[float, float]:
+              generator: torch.Generator, draws: int = 3, *, fill=0.0, batch_size: int = BATCH) -> tuple[float, float]:
     """(accuracy, top-class share of the predictions) with a fraction of the patches blanked
     (PatchDrop, Naseer et al. 2021), each averaged over draws."""
     _check_count(draws, "draws")
     _check_labels(images, labels)
     acc = share = 0.0
     for _ in range(draws):
-        preds = predict(model, drop_patches(images, patch, fraction, generator), batch_size)
+        preds = predict(model, drop_patches(images, patch, fraction, generator, fill), batch_size)
         acc += (preds == labels.cpu()).float().mean().item()
         share += top_class_share(preds)
     return acc / draws, share / draws
 
 
 def patchdrop_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, patch: int, fraction: float,
-                       generator: torch.Generator, draws: int = 3, *, batch_size: int = BATCH) -> float:
+                       generator: torch.Generator, draws: int = 3, *, fill=0.0, batch_size: int = BATCH) -> float:
     """Accuracy with a fraction of the patches blanked (PatchDrop, Naseer et al. 2021), averaged over draws."""
-    return patchdrop(model, images, labels, patch, fraction, generator, draws, batch_size=batch_size)[0]
+    return patchdrop(model, images, labels, patch, fraction, generator, draws, fill=fill, batch_size=batch_size)[0]
 
 
 # ---------------- everything at once ----------------
@@ -227,11 +251,13 @@ def default_grids(images: torch.Tensor, patch: int) -> tuple[int, ...]:
 def robustness_curves(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, patch: int,
                       generator: torch.Generator, drop_fractions: Sequence[float] = DROP_FRACTIONS,
                       shuffle_grids: Sequence[int] | None = None, shifts: Sequence[int] | None = None,
-                      max_shift: int | None = None, *, trials: int = 1, drop_draws: int = 3,
-                      shuffle_draws: int = 1, batch_size: int = BATCH) -> dict:
-    """Every probe above in one call, as JSON-ready lists and floats. Defaults: shuffle_grids =
-    default_grids (1, 2, 4, 7 at 28x28 with patch 4), shifts = 0 .. 2 * patch, max_shift = patch
-    (two draws then differ by up to two patches). Shifts are reported zero-filled and circular."""
+                      max_shift: int | None = None, *, black_pixel: torch.Tensor, trials: int = 1,
+                      drop_draws: int = 3, shuffle_draws: int = 1, batch_size: int = BATCH) -> dict:
+    """Every probe above in one call, as JSON-ready lists and floats. black_pixel: (C,), black in the
+    images' normalised space (`black`): what PatchDrop blanks with and a shift uncovers (the record's
+    fill). Defaults: shuffle_grids = default_grids (1, 2, 4, 7 at 28x28 with patch 4), shifts = 0 ..
+    2 * patch, max_shift = patch (two draws then differ by up to two patches). Shifts are reported
+    black-filled and circular."""
     _check_images(images)
     _check_labels(images, labels)
     _check_divides(images, patch, "patch")
@@ -240,13 +266,16 @@ def robustness_curves(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     max_shift = patch if max_shift is None else max_shift
     fractions = [float(f) for f in drop_fractions]
     kw = dict(batch_size=batch_size)
+    fill = dict(fill=black_pixel)
     multiple = patch_multiple(shifts, patch)
-    zero = accuracy_under_shift(model, images, labels, shifts, **kw)
+    zero = accuracy_under_shift(model, images, labels, shifts, **fill, **kw)
     wrap = accuracy_under_shift(model, images, labels, shifts, circular=True, **kw)
-    dropped = [patchdrop(model, images, labels, patch, f, generator, drop_draws, **kw) for f in fractions]
+    dropped = [patchdrop(model, images, labels, patch, f, generator, drop_draws, **fill, **kw) for f in fractions]
     return {
         "n_images": int(images.shape[0]),
         "patch": patch,
+        "fill": FILL,  # the tables read PatchDrop and shifts only from records that blanked black
+        "fill_value": [round(float(v), 6) for v in black_pixel],
         "majority_rate": majority_rate(labels),  # chance for these images: the tables correct accuracies by it
         "clean_accuracy": _accuracy(model, images, labels, batch_size),
         "drop_fractions": fractions,
@@ -260,7 +289,7 @@ def robustness_curves(model: nn.Module, images: torch.Tensor, labels: torch.Tens
         "shift_accuracy": [zero[s] for s in shifts],
         "shift_accuracy_circular": [wrap[s] for s in shifts],
         "max_shift": max_shift,
-        "shift_consistency": shift_consistency(model, images, max_shift, generator, trials=trials, **kw),
+        "shift_consistency": shift_consistency(model, images, max_shift, generator, trials=trials, **fill, **kw),
         "shift_consistency_circular": shift_consistency(model, images, max_shift, generator, circular=True,
                                                         trials=trials, **kw),
     }

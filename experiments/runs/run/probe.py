@@ -3,8 +3,9 @@
 For each run folder written by `fit` (its best checkpoint, its data), on the first --images test
 images (reporting only: nothing is chosen from them), the probes of modules.probes that apply:
   robustness  every family: PatchDrop 0..0.9, patch shuffle per grid size, accuracy under diagonal
-              shifts (multiples of the patch marked), shift consistency (zero-filled and circular);
-              cells of --patch pixels for every family, so CNNs and transformers lose the same pixels
+              shifts (multiples of the patch marked), shift consistency (black-filled and circular);
+              cells of --patch pixels for every family, so CNNs and transformers lose the same pixels;
+              a dropped cell or an uncovered border is black (0 before normalisation), as Naseer et al.
   attention   vit, deit, hybrid, swin: mean attention distance per layer and head, in input pixels
   maps        vit, deit, hybrid with a class token: last-layer [CLS] attention and attention rollout
   pos_embed   vit, deit, hybrid with a position table: patch-to-patch cosine similarity, 2D numbers
@@ -22,7 +23,9 @@ import torch
 from rich.markup import escape
 from rich.progress import Progress
 
+from datamodules import ImageClassificationDataModule
 from modules import FAMILIES, probes
+from modules.probes.robustness import black
 from modules.files import refuse_links
 
 from experiments.runs.run.provenance import git_commit, hardware, versions
@@ -71,12 +74,14 @@ def run_precision(model: torch.nn.Module, precision: str | None):
 
 
 def probe_model(model: torch.nn.Module, h, images: torch.Tensor, labels: torch.Tensor, patch: int,
-                seed: int = 0, parts: tuple[str, ...] = PARTS, precision: str | None = None) -> tuple[dict, dict]:
+                seed: int = 0, parts: tuple[str, ...] = PARTS, precision: str | None = None, *,
+                black_pixel: torch.Tensor) -> tuple[dict, dict]:
     """(JSON-ready results, figures by name) of the probes of `parts` that apply to `model`
     (hyper-parameters h). The results keep what the cross-family figures redraw: attention
     distance per layer and head, the position table's similarity matrix, the [CLS] and rollout maps
     with their sample images. The robustness probes (dozens of passes over the images) run under
-    the run's own `precision`; attention, CKA and position tables in float32."""
+    the run's own `precision`; attention, CKA and position tables in float32. black_pixel (C,): black
+    in the images' normalised space, what PatchDrop blanks with and a shift uncovers."""
     from matplotlib.figure import Figure
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -88,7 +93,8 @@ def probe_model(model: torch.nn.Module, h, images: torch.Tensor, labels: torch.T
     batches = list(images.split(100))
     if "robustness" in parts:
         with run_precision(model, precision):
-            result["robustness"] = probes.robustness_curves(model, images, labels, patch, g, batch_size=BATCH)
+            result["robustness"] = probes.robustness_curves(model, images, labels, patch, g, black_pixel=black_pixel,
+                                                            batch_size=BATCH)
         figures["robustness"] = _robustness_figure(result["robustness"], h.family)
     if "cka" in parts:
         cka = probes.minibatch_cka(model, model, [b for b in batches if len(b) >= 4])
@@ -124,10 +130,10 @@ def _robustness_figure(r: dict, family: str):
     fig = Figure(figsize=(11, 3.2))
     drop, shuffle, shift = fig.subplots(1, 3)
     drop.plot(r["drop_fractions"], r["patchdrop_accuracy"], "o-")
-    drop.set(xlabel="fraction of patches dropped", ylabel="test accuracy", title="PatchDrop", ylim=(0, 1))
+    drop.set(xlabel="fraction of cells blanked black", ylabel="test accuracy", title="PatchDrop", ylim=(0, 1))
     shuffle.plot([str(g) for g in r["shuffle_grids"]], r["shuffle_accuracy"], "o-")
     shuffle.set(xlabel="shuffled grid (cells per side)", title="patch shuffle", ylim=(0, 1))
-    shift.plot(r["shifts"], r["shift_accuracy"], "o-", label="zero-filled")
+    shift.plot(r["shifts"], r["shift_accuracy"], "o-", label="black-filled")
     shift.plot(r["shifts"], r["shift_accuracy_circular"], "s--", label="circular")
     multiples = [s for s, m in zip(r["shifts"], r["shift_is_patch_multiple"]) if m and s]
     for s in multiples:
@@ -175,10 +181,12 @@ def probe_run(run_dir: Path, images: int, patch: int, seed: int = 0, parts: tupl
     refuse_links(run_dir)  # its figures and events are written there
     classifier = load_classifier(run_dir)
     needs_images = any(p != "pos_embed" for p in parts)  # the position table is read from the weights alone
-    x, y = test_images(load_config(run_dir)["data"], images if needs_images else 1)
+    data = load_config(run_dir)["data"]
+    x, y = test_images(data, images if needs_images else 1)
     summary = RunFolder(run_dir).summary()
     precision = summary.precision if summary is not None else None
-    result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed, parts, precision)
+    result, figures = probe_model(classifier.model, classifier.hparams, x, y, patch, seed, parts, precision,
+                                  black_pixel=black(*ImageClassificationDataModule(**data).normalization))
     out = Path(run_dir) / FIGURES
     out.mkdir(exist_ok=True)
     for name, fig in figures.items():
