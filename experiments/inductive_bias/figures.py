@@ -116,10 +116,11 @@ def verdict(p: Profile, name: str, ablations: list[dict], families: list[dict]) 
     if name == "attention_distance":
         flat = still_uniform([r for r in families if r["name"] != "swin"])
         if flat:
-            return (f"disagrees on local heads: {', '.join(flat)} attend on average as far as uniform attention "
-                    f"would in their first and last layers (the layer means within {UNIFORM_TOLERANCE:.0%} of it), where "
-                    "the paper finds local heads; growth with depth is read per family, with its interval, under What "
-                    "the numbers say (a reading of distance: how concentrated attention is, is read apart).")
+            return (f"no local heads at this budget: {', '.join(flat)} attend on average as far as uniform attention "
+                    f"would in their first and last layers (the layer means within {UNIFORM_TOLERANCE:.0%} of it); the "
+                    "paper finds local heads after JFT-300M pre-training, and Raghu et al. 2021 fewer with less data, "
+                    "so this is not held against it; growth with depth is read per family, with its interval, under "
+                    "What the numbers say (a reading of distance: how concentrated attention is, is read apart).")
         grows = [r["name"] for r in families if r["name"] != "swin" and growth_claim(r).category == "higher"]
         return (f"agrees for {', '.join(grows)}: distance grows with depth." if grows else "")
     if name == "pos_embed_similarity":
