@@ -113,6 +113,18 @@ def test_bad_input_is_one_line(spec_env, capsys):
     assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs)]) == 2
     assert "unknown key 'repeats' in timing of profile 'cpu'" in capsys.readouterr().err
     assert not runs.exists()  # rejected before anything was measured or written
+    # the interpolation part's settings, refused before its source run trains (they were refused after)
+    for key, value, said in (("methods", ["bicubic", "cubic"], "methods=['bicubic', 'cubic']: allowed a non-empty list"),
+                             ("lr", "abc", "lr='abc': allowed a learning rate > 0"),
+                             ("finetune_steps", -1, "finetune_steps=-1: allowed integers >= 0"),
+                             ("target_size", 0, "target_size=0: allowed integers >= 1")):
+        bad = tiny_spec()
+        bad["profiles"]["cpu"]["interpolation"][key] = value
+        spec.write_text(yaml.safe_dump(bad))
+        assert main(["complexity", "--spec", str(spec), "--runs_dir", str(runs), "--parts", "interpolation"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: interpolation of profile 'cpu' of {spec.name}: {said}"), err
+        assert not runs.exists()
     spec.write_text(yaml.safe_dump(tiny_spec()))
     record = record_path(runs, "cpu")
     record.parent.mkdir(parents=True)

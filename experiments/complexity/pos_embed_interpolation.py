@@ -114,6 +114,31 @@ def _accuracy(model: nn.Module, loader, device: torch.device, limit: int | None 
     return correct / total, total
 
 
+def check_study(*, methods, finetune_steps, lr, batch_size, seed: int = 0, data_overrides: dict | None = None,
+                eval_images=None, target_size=None) -> None:
+    """interpolation_study's settings, checked before anything is trained or loaded (exp-complexity
+    checks its spec's with it, before it trains the source run)."""
+    from datamodules import ImageClassificationDataModule
+    if not isinstance(methods, (list, tuple)) or not methods or any(m not in METHODS for m in methods):
+        shown = list(methods) if isinstance(methods, (list, tuple)) else methods
+        raise ValueError(f"methods={shown!r}: allowed a non-empty list of {', '.join(METHODS)}")
+    for name, value in (("finetune_steps", finetune_steps), ("batch_size", batch_size), ("seed", seed),
+                        *((("target_size", target_size),) if target_size is not None else ())):
+        low = 0 if name in ("finetune_steps", "seed") else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r}: allowed integers >= {low}")
+    if eval_images is not None and (isinstance(eval_images, bool) or not isinstance(eval_images, int)
+                                    or eval_images < 1):
+        raise ValueError(f"eval_images={eval_images!r}: allowed null (every image) or integers >= 1")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr={lr!r}: allowed a learning rate > 0")
+    allowed = set(inspect.signature(ImageClassificationDataModule).parameters) - {"resize_to", "batch_size"}
+    bad = sorted(set(data_overrides or {}) - allowed)
+    if bad:
+        raise ValueError(f"data_overrides key {bad[0]!r}: allowed {', '.join(sorted(allowed))} "
+                         "(resize_to is target_size, batch_size the argument)")
+
+
 def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHODS, finetune_steps: int,
                         lr: float, batch_size: int, seed: int = 0, device: str = "cpu",
                         data_overrides: dict | None = None, eval_images: int | None = None,
@@ -137,21 +162,8 @@ def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHOD
     from datamodules import ImageClassificationDataModule
     from modules.optim import param_groups
     methods = tuple(methods)
-    if not methods or any(m not in METHODS for m in methods):
-        raise ValueError(f"methods={list(methods)}: allowed a non-empty list of {', '.join(METHODS)}")
-    for name, value in (("finetune_steps", finetune_steps), ("batch_size", batch_size), ("seed", seed)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "batch_size" else 0):
-            raise ValueError(f"{name}={value!r}: allowed integers >= {1 if name == 'batch_size' else 0}")
-    if eval_images is not None and (isinstance(eval_images, bool) or not isinstance(eval_images, int)
-                                    or eval_images < 1):
-        raise ValueError(f"eval_images={eval_images!r}: allowed null (every image) or integers >= 1")
-    if not lr > 0:
-        raise ValueError(f"lr={lr!r}: allowed a learning rate > 0")
-    allowed = set(inspect.signature(ImageClassificationDataModule).parameters) - {"resize_to", "batch_size"}
-    bad = sorted(set(data_overrides or {}) - allowed)
-    if bad:
-        raise ValueError(f"data_overrides key {bad[0]!r}: allowed {', '.join(sorted(allowed))} "
-                         "(resize_to is target_size, batch_size the argument)")
+    check_study(methods=methods, finetune_steps=finetune_steps, lr=lr, batch_size=batch_size, seed=seed,
+                data_overrides=data_overrides, eval_images=eval_images)
     device = torch.device(device)
 
     classifier, cfg = _load_run(run_dir)

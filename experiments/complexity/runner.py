@@ -47,6 +47,13 @@ def _check_parts(profile: dict, where: str) -> None:
         reject_unknown(profile[key], allowed, f"{key} of {where}", required=tuple(sorted(allowed)))
     reject_unknown(profile["interpolation"]["source"], SOURCE_KEYS, f"interpolation.source of {where}",
                     required=("budget", "family", "max_epochs"))
+    from experiments.complexity.pos_embed_interpolation import check_study
+    i = profile["interpolation"]
+    try:  # before the source run trains: a bad setting was refused only after it
+        check_study(methods=i["methods"], finetune_steps=i["finetune_steps"], lr=i["lr"], batch_size=i["batch_size"],
+                    eval_images=i["eval_images"], target_size=i["target_size"])
+    except ValueError as e:
+        raise ValueError(f"interpolation of {where}: {e}") from None
     for key in ("scaling", "ours"):
         sizes = profile[key]["resolutions"]
         if not sizes or sorted(sizes) != sizes or min(sizes) < 1:
