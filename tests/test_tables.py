@@ -668,3 +668,20 @@ def test_deit_s_heads_are_marked_where_its_run_still_improved(tmp_path):
     lines = {seed: next(ln for ln in heads.splitlines() if ln.startswith(f"- {name}:")) for seed, name in names.items()}
     assert lines[1].endswith(" †") and not lines[0].endswith("†") and not lines[2].endswith("†")
     assert lines[0] == f"- {names[0]}: 0.6600 / 0.6400 / 0.6500"
+
+
+def test_rows_trained_on_different_machines_say_which_trained_where(tmp_path):
+    """img/s and minutes are each machine's own: where rows trained on different machines the table
+    says which trained where (fit-families' ConvNeXt on another CPU than the others); one machine, no note."""
+    exp = tmp_path / "runs" / "hand"
+    for family in ("vit", "resnet"):
+        for seed in range(3):
+            _run(exp, family, 0.01, seed, 0.7, plateaued=True)
+    one = make_tables(exp, tmp_path / "one")[1].read_text()
+    assert "do not compare in speed" not in one
+    for d in exp.glob("resnet_*"):
+        summary = json.loads((d / "summary.json").read_text())
+        (d / "summary.json").write_text(json.dumps({**summary, "hardware": "other machine"}))
+    two = make_tables(exp, tmp_path / "two")[1].read_text()
+    assert ("train img/s and fit min are measured where each row trained, and rows trained on different machines do "
+            "not compare in speed: vit on test machine; resnet on other machine.") in two

@@ -400,7 +400,8 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
                    + f"{count(r['max_steps'])} | {acc} | {r['seeds']} | {delta} | {r['params']:,} | "
                    + ("" if r["flops_per_image"] is None else f"{r['flops_per_image'] / 1e6:.1f}")  # not counted
                    + f" | {r['images_per_sec']:,} | {r['wall_time_s'] / 60:.1f} |")
-    notes = marked_runs([(x.run, x.summary) for r in rows for x in r["_runs"] if still_improving(x.summary)])
+    notes = [[speed]] if (speed := _speed_machines(rows)) else []
+    notes += marked_runs([(x.run, x.summary) for r in rows for x in r["_runs"] if still_improving(x.summary)])
     if notes and any(r.get("_delta_improving") for r in rows):
         notes.append([f"A Δ vs {REFERENCE} is marked {STILL_IMPROVING} when either of its rows is."])
     flat = tail_climbs([x.summary for r in rows for x in r["_runs"]])
@@ -463,3 +464,18 @@ def render_markdown(exp_dir: Path, rows, runs: list[Result], sweep: dict, plot: 
     if plot is not None:
         out += ["", f"![test error against training images]({plot.name})"]
     return "\n".join(out) + "\n"
+
+
+def _speed_machines(rows: list[dict]) -> str:
+    """Where rows trained on different machines, which trained where: their img/s and minutes are each
+    machine's own, so they compare in speed only within one. '' when every row trained on one."""
+    sizes = len({r["fraction"] for r in rows}) > 1
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        machines = "; ".join(sorted({x.summary.hardware for x in r["_runs"] if x.summary.hardware})) or "unrecorded"
+        by.setdefault(machines, []).append(r["family"] + (f" at {r['fraction']:g}" if sizes else ""))
+    if len(by) < 2:
+        return ""
+    return ("train img/s and fit min are measured where each row trained, and rows trained on different machines "
+            "do not compare in speed: " + "; ".join(f"{', '.join(names)} on {m}" for m, names in by.items()) + ".")
+
