@@ -154,3 +154,15 @@ def test_memory_cap_on_cuda_sets_and_restores_the_allocator_fraction(monkeypatch
     with _memory_cap(torch.device("cuda"), 256):
         assert fractions == [0.5]  # (256 MiB reserved + 256 MiB) of 1 GiB
     assert fractions == [0.5, 0.9]
+
+
+def test_a_timed_crossover_is_said_as_measured_once_a_counted_one_as_exact():
+    """GFLOPs are counted: 'cheaper from'. A time is measured once per size, with no interval over
+    repeated timings: the crossing of its ratio is reported, not read as a direction."""
+    from experiments.complexity.tables import _crossover_text
+    c = {"global": "DeiT-S", "windowed": "Swin-T", "crossover": 589.4, "from": 224, "to": 1024,
+         "ratio_first": 1.38, "ratio_last": 0.62}
+    assert _crossover_text({**c, "cost": "GFLOPs"}).startswith("Swin-T vs DeiT-S, GFLOPs: cheaper from resolution 589 ")
+    timed = _crossover_text({**c, "cost": "inference ms/image"})
+    assert "timed once per size" in timed and "no interval" in timed and "crossed 1 near resolution 589" in timed
+    assert "cheaper" not in timed

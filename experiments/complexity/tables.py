@@ -175,11 +175,22 @@ def crossovers(points: list[dict], pairs: list[list[str]]) -> list[dict]:
 
 
 def _crossover_text(c: dict) -> str:
-    where = (f"cheaper from resolution {c['crossover']:.0f}" if c["crossover"] is not None and c["crossover"] > c["from"]
-             else f"cheaper at every measured resolution ({c['from']}-{c['to']})" if c["crossover"] is not None
-             else f"not cheaper by {c['to']}")
+    """GFLOPs are counted, so where the window model becomes cheaper is exact; a time is measured once
+    per size (the median of a few reps in one process), with no interval over repeated timings, so
+    the crossing is said as where the measured ratio crossed 1, not as a direction read."""
+    ratio = f"{c['windowed']}/{c['global']}"
+    if c["cost"] == "GFLOPs":
+        where = (f"cheaper from resolution {c['crossover']:.0f}" if c["crossover"] is not None
+                 and c["crossover"] > c["from"] else f"cheaper at every measured resolution ({c['from']}-{c['to']})"
+                 if c["crossover"] is not None else f"not cheaper by {c['to']}")
+    else:
+        where = (f"timed once per size (the median of a few reps in one process: no interval over repeated timings), the ratio {ratio} crossed 1 near "
+                 f"resolution {c['crossover']:.0f}" if c["crossover"] is not None and c["crossover"] > c["from"]
+                 else f"timed once per size (the median of a few reps in one process: no interval over repeated timings), below 1 at every measured resolution "
+                 f"({c['from']}-{c['to']})" if c["crossover"] is not None
+                 else f"timed once per size (the median of a few reps in one process: no interval over repeated timings), not below 1 by {c['to']}")
     return (f"{c['windowed']} vs {c['global']}, {c['cost']}: {where} "
-            f"(ratio {c['windowed']}/{c['global']} {c['ratio_first']:.2f} at {c['from']}, {c['ratio_last']:.2f} at {c['to']})")
+            f"(ratio {ratio} {c['ratio_first']:.2f} at {c['from']}, {c['ratio_last']:.2f} at {c['to']})")
 
 
 def plot_scaling(points: list[dict], slope_rows: list[dict], title: str, path: Path) -> "Figure":
