@@ -490,6 +490,13 @@ def test_patchdrop_and_shifts_probed_with_the_older_mean_colour_fill_are_not_rea
     assert row[3] == "—" and row[5] == row[6] == "—" and row[4] != "—"   # PatchDrop, shifts; shuffle read
     assert [line for line in black.splitlines() if "Robustness to 4x4 shuffle" in line] == \
            [line for line in older.splitlines() if "Robustness to 4x4 shuffle" in line]
+    # no robustness probed at all (a profile whose probes leave it out): nothing is owed to a fill
+    for run in converged.glob("*/probes.json"):
+        probes = json.loads(run.read_text())
+        probes.pop("robustness", None)
+        run.write_text(json.dumps(probes))
+    make_tables(converged, tmp_path / "none")
+    assert "a shift's border with the dataset's mean colour" not in (tmp_path / "none" / f"{NAME}.md").read_text()
 
 
 def test_uniform_attention_caveat_names_each_family_once_with_its_sizes():

@@ -126,3 +126,15 @@ def test_study_end_to_end(cli, png_dir):
         interpolation_study(run_dir, 56, methods=["cubic"], finetune_steps=1, lr=1e-3, batch_size=8)
     with pytest.raises(ValueError, match="data_overrides key 'resize_to'"):
         interpolation_study(run_dir, 56, finetune_steps=1, lr=1e-3, batch_size=8, data_overrides={"resize_to": 56})
+
+
+def test_the_study_takes_a_learning_rate_as_yaml_reads_it():
+    """PyYAML reads 1e-4 (no decimal point) as text: a spec's lr given so is the number it says,
+    and text that is no number, or a rate past float32, is refused naming it."""
+    from experiments.complexity.pos_embed_interpolation import as_lr, check_study
+    assert as_lr("1e-4") == 1e-4 and as_lr(3e-3) == 3e-3 and as_lr(1) == 1.0
+    assert as_lr("abc") is None and as_lr(True) is None and as_lr(0) is None and as_lr(1e39) is None
+    check_study(methods=["none"], finetune_steps=1, lr="1e-4", batch_size=8)
+    with pytest.raises(ValueError, match=r"lr='abc': allowed a learning rate > 0 and <="):
+        check_study(methods=["none"], finetune_steps=1, lr="abc", batch_size=8)
+

@@ -191,3 +191,17 @@ def test_teacher_labels_count_soft_targets_by_their_largest_share_and_survive_a_
     resumed._count_teacher_labels(teacher, torch.tensor([1, 2, 3, 0]))
     assert resumed.teacher_labels() == {"differs": 4, "images": 12, "rate": round(4 / 12, 6)}
     assert evaluated.teacher_labels() is None and ImageClassifier("resnet").teacher_labels() is None
+
+
+def test_an_interval_past_max_steps_is_refused_unless_accumulation_reaches_it(cli, capsys):
+    """An integer val_check_interval counts training batches and max_steps optimiser steps: past
+    max_steps * accumulate_grad_batches the run would never validate (no best checkpoint), within it
+    it does."""
+    common = ("--model.family", "resnet", "--trainer.max_epochs", "-1", "--trainer.limit_train_batches", "null",
+              "--trainer.check_val_every_n_epoch", "null", "--test_after_fit", "false")
+    code, _ = cli("fit", *common, "--trainer.max_steps", "4", "--trainer.val_check_interval", "6")
+    assert code == 2
+    assert "trainer.val_check_interval=6 with trainer.max_steps=4: allowed at most max_steps" in capsys.readouterr().err
+    code, run_dir = cli("fit", *common, "--trainer.max_steps", "4", "--trainer.accumulate_grad_batches", "2",
+                        "--trainer.val_check_interval", "6")
+    assert code == 0 and (run_dir / "checkpoints" / "best.ckpt").is_file() and _summary(run_dir)["val_history"]

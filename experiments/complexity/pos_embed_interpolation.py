@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from experiments.runs.run.run_config import load_config
+from modules.optim import LR_LIMIT, lr_in_range
 from experiments.runs.run.trained import load_classifier
 
 METHODS = ("bicubic", "nearest", "none")
@@ -114,6 +115,15 @@ def _accuracy(model: nn.Module, loader, device: torch.device, limit: int | None 
     return correct / total, total
 
 
+def as_lr(value) -> float | None:
+    """A learning rate as a spec gives it (YAML reads 1e-4 as text), or None where it is none."""
+    try:
+        lr = float(value) if not isinstance(value, bool) and isinstance(value, (int, float, str)) else None
+    except ValueError:
+        return None
+    return lr if lr is not None and lr_in_range(lr) else None
+
+
 def check_study(*, methods, finetune_steps, lr, batch_size, seed: int = 0, data_overrides: dict | None = None,
                 eval_images=None, target_size=None) -> None:
     """interpolation_study's settings, checked before anything is trained or loaded (exp-complexity
@@ -130,8 +140,8 @@ def check_study(*, methods, finetune_steps, lr, batch_size, seed: int = 0, data_
     if eval_images is not None and (isinstance(eval_images, bool) or not isinstance(eval_images, int)
                                     or eval_images < 1):
         raise ValueError(f"eval_images={eval_images!r}: allowed null (every image) or integers >= 1")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr={lr!r}: allowed a learning rate > 0")
+    if as_lr(lr) is None:
+        raise ValueError(f"lr={lr!r}: allowed a learning rate > 0 and {LR_LIMIT}")
     allowed = set(inspect.signature(ImageClassificationDataModule).parameters) - {"resize_to", "batch_size"}
     bad = sorted(set(data_overrides or {}) - allowed)
     if bad:
@@ -164,6 +174,7 @@ def interpolation_study(run_dir: str | Path, target_size: int, *, methods=METHOD
     methods = tuple(methods)
     check_study(methods=methods, finetune_steps=finetune_steps, lr=lr, batch_size=batch_size, seed=seed,
                 data_overrides=data_overrides, eval_images=eval_images)
+    lr = as_lr(lr)
     device = torch.device(device)
 
     classifier, cfg = _load_run(run_dir)

@@ -145,7 +145,7 @@ def source_run(runs_dir: Path, source: dict) -> Run:
 
 
 def interpolation_part(spec: dict, profile: dict, device: torch.device, runs_dir: Path) -> dict:
-    from experiments.complexity.pos_embed_interpolation import interpolation_study
+    from experiments.complexity.pos_embed_interpolation import as_lr, interpolation_study
     from experiments.runs.sweep.execute import execute, launch
     p = profile["interpolation"]
     run = source_run(runs_dir, p["source"])
@@ -154,13 +154,13 @@ def interpolation_part(spec: dict, profile: dict, device: torch.device, runs_dir
     if status != "done":
         raise ValueError(f"the source run {run.run_dir} ended {status!r}: see its log.txt")
     rows = interpolation_study(run.run_dir, p["target_size"], methods=tuple(p["methods"]),
-                               finetune_steps=p["finetune_steps"], lr=p["lr"], batch_size=p["batch_size"],
+                               finetune_steps=p["finetune_steps"], lr=as_lr(p["lr"]), batch_size=p["batch_size"],
                                eval_images=p["eval_images"], device=str(device),
                                # evaluation in batches of the fine-tune's size: 56x56 ViT-tiny runs 20-30%
                                # faster per image on CPU in batches of 64 than of 1,000
                                data_overrides={"eval_batch_size": p["batch_size"]})
     return {"source_run": run.run_dir.name, "target_size": p["target_size"], "finetune_steps": p["finetune_steps"],
-            "lr": p["lr"], "batch_size": p["batch_size"], "eval_images": p["eval_images"], "rows": rows}
+            "lr": as_lr(p["lr"]), "batch_size": p["batch_size"], "eval_images": p["eval_images"], "rows": rows}
 
 
 def measure(parts: list[str], profile_name: str, spec: dict, runs_dir: Path, device: torch.device) -> Path:

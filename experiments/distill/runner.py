@@ -99,7 +99,7 @@ def resolve_axes(spec: dict, profile: str, *, fractions=None, seeds=None) -> dic
             "max_steps": p.get("max_steps"),
             "val_checks": p["val_checks"], "val_size": p.get("val_size"),
             "batch_size": batch_sizes(p.get("batch_size", 128), where),
-            "precision": precision_of(p, where), "probe_images": count_setting(p["probe_images"], "probe_images", where, 4),
+            "precision": precision_of(p, where), "probe_images": count_setting(p["probe_images"], "probe_images", where),
             "jobs": count_setting(p.get("jobs", default_jobs()), "jobs", where), "matched": dict(p.get("matched") or {}),
             "matched_val_interval": p.get("matched_val_interval"), "student_lr_of": spec.get("student_lr_of")}
     if p.get("tuned_fractions"):
@@ -140,8 +140,8 @@ def check_matched_interval(axes: dict, pool: int) -> None:
     interval = axes["matched_val_interval"]
     if interval is None or not axes["matched"]:
         return
-    steps, family, fraction = min((steps_for(resolve_train_size(f, None, pool), axes, family), family, f)
-                                  for family in axes["matched"] for f in axes["fractions"])
+    steps, family, fraction = min((steps_for(resolve_train_size(f, None, pool), axes, family, matched_name(family, to)),
+                                   family, f) for family, to in axes["matched"].items() for f in axes["fractions"])
     if interval > steps:
         raise ValueError(f"matched_val_interval={interval} in profile {axes['profile']!r}: allowed at most {steps}, "
                          f"the steps of the shortest matched teacher run ({family} at {fraction:g}), so that it "

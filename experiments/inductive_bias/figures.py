@@ -10,7 +10,7 @@ from modules.budgets import kind_of, reading_order
 
 from experiments.inductive_bias.numbers import (BASELINE, DROP_AT, STRUCTURE_MIN_GAP, TABLES, UNIFORM_TOLERANCE, Profile, _at,
                                                 OLDER_FILL, _concentration, _layer_means, ablation_rows, blanked_black,
-                                                growth_claim, kept,
+                                                growth_claim, kept, older_fill,
                                                 position_claims, robustness_claims, settled_rows, still_uniform)
 from experiments.inductive_bias.words import (_pm, _single_class_text, _size_label, _uniform_caveat,
                                               robustness_text, robustness_verdict, structure_text, unsettled)
@@ -53,7 +53,7 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
         what = f"{DROP_AT:.0%} of the cells dropped" if name == "occlusion" else "the 4x4 grid shuffled"
         caveat = f" Note: {_uniform_caveat(families)}" if name == "shuffle" and _uniform_caveat(families) else ""
         single = _single_class_text(families) if name == "occlusion" else ""
-        if key == "patchdrop" and all(r["patchdrop"] is None for r in families):
+        if key == "patchdrop" and all(r["patchdrop"] is None for r in families) and older_fill(p, families):
             return f"{OLDER_FILL}."
         parts = []
         for size in sorted({r["fraction"] for r in families}):  # one training-set size at a time
@@ -76,7 +76,9 @@ def here(p: Profile, name: str, ablations: list[dict], families: list[dict]) -> 
                 cons = statistics.fmean(r["shift_consistency"] for r in probes)
                 parts.append(f"{fam} consistency {cons:.2f}, accuracy {at[0]:.2f} at a {patch}-pixel shift vs "
                              f"{at[-1]:.2f} / {at[1]:.2f} at {patch - 1} / {patch + 1} pixels")
-        return "; ".join(parts) + "." if parts else f"{OLDER_FILL}."
+        if not parts and older_fill(p, families):
+            return f"{OLDER_FILL}."
+        return "; ".join(parts) + "."
     if name == "cka":
         return "; ".join(f"{c['family']} at {_size_label(p, c['fraction'])}: last block vs the ResNet's last "
                          f"{c['matrix'][-1][-1]:.2f}, first vs first {c['matrix'][0][0]:.2f}" for c in p.cka
@@ -275,7 +277,8 @@ def plot_robustness(p: Profile, fig, what: str) -> None:
            title=f"{what} at fraction {f:g} (dashed: CNNs; bars: 95% t-interval over seeds)")
     if drawn:
         ax.legend(fontsize=8)
-    else:
+    elif what != "shuffle" and any(x.get("robustness") and not blanked_black(x["robustness"])
+                                   for fam in p.families() for x in p.probe_cell(fam, f).values()):
         ax.text(0.5, 0.5, "not read: probed with the older, mean-colour fill\n(make exp-inductive-bias probes again)",
                 ha="center", va="center", transform=ax.transAxes, fontsize=9)
 

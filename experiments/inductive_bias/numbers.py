@@ -213,6 +213,13 @@ OLDER_FILL = ("not read: these runs' probes blanked PatchDrop's cells and a shif
               "`make exp-inductive-bias` probes them again")
 
 
+def older_fill(p: "Profile", rows: list[dict]) -> bool:
+    """Whether some run behind `rows` has a robustness record blanked with the older fill: what a
+    missing PatchDrop or shift number is then owed to (not to robustness never having been probed)."""
+    return any(x.get("robustness") and not blanked_black(x["robustness"])
+               for r in rows for x in p.probe_cell(r["name"], r["fraction"]).values())
+
+
 def probe_metrics(probes: dict) -> dict:
     """One run's probe numbers the tables quote."""
     r = probes.get("robustness") or {}

@@ -281,7 +281,7 @@ RECORDS = {
 }
 
 
-def fields_of(path: Path) -> dict | None:
+def fields_of(path: Path) -> dict | agree | None:
     """The declared fields of the record at `path` (by its name, and for cka/ its folder); None for another file."""
     path = Path(path)
     name = f"{path.parent.name}/{path.name}" if path.parent.name == "cka" else path.name

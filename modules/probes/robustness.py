@@ -10,8 +10,9 @@ patch dropping (the inductive-bias experiment, issue #9).
   are blanked.
 
 Images are NORMALISED float tensors (N, C, H, W). A blanked or uncovered pixel takes `fill`: a number,
-or one per channel ((C,)). The probes fill black, a pixel of 0 before normalisation
-(`black(mean, std)`), as Naseer et al. zero their [0, 1] images before normalising; on Fashion-MNIST
+or one per channel ((C,)). The suite's probes (robustness_curves, which records it) fill black, a
+pixel of 0 before normalisation (`black(mean, std)`), as Naseer et al. zero their [0, 1] images before
+normalising; a single probe function called on its own fills with its `fill` argument (default 0.0); on Fashion-MNIST
 black is also the background, so a blanked cell removes what it covered and adds nothing. A fill of
 0.0 would be the dataset's mean colour (normalisation subtracts it): on a black background a grey
 square of its own, which a model reads as content (on 295 images it reversed ViT's and the

@@ -188,14 +188,18 @@ class SuiteCLI(LightningCLI):
         if interval is not None and (interval <= 0 or isinstance(interval, float) and interval > 1):
             raise ValueError(f"trainer.val_check_interval={interval}: allowed a float in (0, 1] (share of an "
                              "epoch) or an integer >= 1 (training batches)")
-        steps = trainer.get("max_steps")
-        if isinstance(interval, int) and not isinstance(interval, bool) and steps is not None and 1 <= steps < interval:
-            raise ValueError(f"trainer.val_check_interval={interval} with trainer.max_steps={steps}: allowed at most "
-                             "max_steps (the run would end before its first validation, with no best checkpoint)")
         accumulate = trainer.get("accumulate_grad_batches")
         if isinstance(accumulate, int) and accumulate < 1:
             raise ValueError(f"trainer.accumulate_grad_batches={accumulate}: allowed integers >= 1 (batches per "
                              "optimiser step)")
+        # an integer interval counts training batches, max_steps optimiser steps of `accumulate` batches each
+        steps, per_step = trainer.get("max_steps"), accumulate if isinstance(accumulate, int) else 1
+        if isinstance(interval, int) and not isinstance(interval, bool) and steps is not None \
+                and 1 <= steps * per_step < interval:
+            raise ValueError(f"trainer.val_check_interval={interval} with trainer.max_steps={steps}"
+                             + (f" of {per_step} batches each" if per_step > 1 else "") + ": allowed at most "
+                             + ("max_steps" if per_step == 1 else f"{steps * per_step} batches")
+                             + " (the run would end before its first validation, with no best checkpoint)")
         model = self._cfg()["model"]
         if model.get("teacher_checkpoint") and model.get("distillation") != "none":
             check_teacher_checkpoint(model["teacher_checkpoint"])

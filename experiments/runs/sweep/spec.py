@@ -575,7 +575,8 @@ def _with_folders(runs: list[Run], teacher_dir: dict) -> list[Run]:
 
 def with_folders(runs: list[Run], start: int = 0) -> list[Run]:
     """Every run with the folder `fit` would choose for its arguments, or the same configuration's
-    folder in another experiment that already holds it (shared.py), numbered from `start`."""
+    folder in another experiment that already holds it (shared.py), numbered from `start`; each
+    family's variant checked as fit would check it (check_values)."""
     from experiments.runs.run.cli import resolve_run_dirs  # builds Lightning's parser: only when a sweep is expanded
     dirs = resolve_run_dirs([list(r.args) for r in runs])
     check_values(runs)
@@ -590,13 +591,17 @@ def check_values(runs: list[Run]) -> None:
     from experiments.runs.run.cli import resolve_run_dir_checked
     seen = set()
     for r in runs:
-        if (r.family, r.variant) in seen:
+        if (r.family, r.variant) in seen or r.args in _CHECKED:
             continue
         seen.add((r.family, r.variant))
         try:
             resolve_run_dir_checked(list(r.args))
         except ValueError as e:
             raise ValueError(f"variant {r.variant!r} of {r.family}: {e}") from None
+        _CHECKED.add(r.args)
+
+
+_CHECKED: set[tuple[str, ...]] = set()  # argument lists checked in this process: a runner plans each stage more than once
 
 
 def tuning_runs(spec: dict, axes: dict, runs_dir: Path, pool_size: int, families: list[str],
