@@ -277,8 +277,7 @@ def plot_robustness(p: Profile, fig, what: str) -> None:
            title=f"{what} at fraction {f:g} (dashed: CNNs; bars: 95% t-interval over seeds)")
     if drawn:
         ax.legend(fontsize=8)
-    elif what != "shuffle" and any(x.get("robustness") and not blanked_black(x["robustness"])
-                                   for fam in p.families() for x in p.probe_cell(fam, f).values()):
+    elif what != "shuffle" and older_fill(p, [{"name": fam, "fraction": f} for fam in p.families()]):
         ax.text(0.5, 0.5, "not read: probed with the older, mean-colour fill\n(make exp-inductive-bias probes again)",
                 ha="center", va="center", transform=ax.transAxes, fontsize=9)
 
